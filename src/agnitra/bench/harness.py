@@ -1,0 +1,376 @@
+"""The benchmark harness: several variants of one workload, measured in one interleaved run.
+
+Order of work: prepare and warm up every variant (compile/export time reported as setup), time
+them in rounds that rotate through the variants so drift hits all alike, then measure peak
+memory, energy (NVML), correctness against the first variant that ran, and the roofline.
+Forward workloads time whole calls over rotated input sets; decoders time every decode step of
+complete generations (per-token latency, tokens/s) with the prefill reported apart.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from agnitra.bench.variants import Prepared, get_variant
+from agnitra.errors import NotApplicable, first_line
+from agnitra.models.generate import Generator, random_prompt
+from agnitra.report.schema import BenchReport, Correctness, DecodeStats, DeviceReport, Throughput, VariantResult
+from agnitra.telemetry.memory import peak_memory
+from agnitra.telemetry.nvml import NvmlSampler, open_reader
+from agnitra.telemetry.opcount import count_ops
+from agnitra.telemetry.optable import operator_table
+from agnitra.telemetry.profile import unit_of_work
+from agnitra.telemetry.roofline import compulsory_bytes, roofline
+from agnitra.telemetry.signature import software_versions
+from agnitra.telemetry.timing import StepClock, summarize, time_calls
+from agnitra.verify import compare
+from agnitra.workloads.base import Workload, tensor_leaves
+
+Progress = Callable[[str, float], None]  # (message, fraction done)
+HELD_OUT_SEED = 10_000  # inputs for correctness checks, never used for warm-up or timing
+
+
+@dataclass
+class BenchConfig:
+    variants: list[str] = field(default_factory=lambda: ["eager"])
+    runs: int | None = None  # forward: timed calls (default 50); decoders: timed generations (default 5)
+    warmup: int | None = None  # forward: calls (default 5); decoders: generations (default 2)
+    temperature: float = 0.0
+    top_k: int | None = None
+    check: bool = True
+    op_breakdown: bool = True
+    input_sets: int = 4  # forward inputs rotated so repeated runs do not measure a warm cache
+    threshold: float | None = None  # correctness threshold; None: the metric's default
+    energy_seconds: float = 1.0  # NVML energy pass per variant (GPU only)
+
+    def resolved(self, decoder: bool) -> "BenchConfig":
+        runs = self.runs if self.runs is not None else (5 if decoder else 50)
+        warmup = self.warmup if self.warmup is not None else (2 if decoder else 5)
+        return BenchConfig(**{**self.__dict__, "runs": runs, "warmup": warmup})
+
+
+@dataclass
+class _Run:
+    """One variant's state through the harness."""
+
+    name: str
+    result: VariantResult
+    prepared: Prepared | None = None
+    generator: Generator | None = None
+    samples_ms: list[float] = field(default_factory=list)
+    prefill_ms: list[float] = field(default_factory=list)
+    run_tokens_per_s: list[float] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.status == "ok"
+
+    def fail(self, exc: BaseException, stage: str) -> None:
+        self.result.status = "failed"
+        self.result.reason = f"{stage}: {_describe(exc)}"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "out of GPU memory"
+    return first_line(exc)
+
+
+def _free_cuda(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+class Harness:
+    def __init__(self, workload: Workload, device: torch.device, device_report: DeviceReport, config: BenchConfig, progress: Progress | None = None) -> None:
+        self.workload = workload
+        self.device = device
+        self.device_report = device_report
+        self.decoder = workload.decoder
+        self.config = config.resolved(self.decoder is not None)
+        self.progress = progress or (lambda message, fraction: None)
+        self.runs = [_Run(name, VariantResult(name=name, status="ok")) for name in self.config.variants]
+        self.notes: list[str] = []
+        self.input_sets = self._input_sets()
+        self.prompt = random_prompt(self.decoder.batch, self.decoder.prompt_len, self.decoder.vocab_size, 0, device) if self.decoder else None
+
+    # ---- stages -------------------------------------------------------------------------
+
+    def run(self) -> BenchReport:
+        with torch.no_grad():
+            self._prepare_all()
+            self._time_all()
+            self._measure_memory()
+            self._measure_energy()
+            if self.config.check:
+                self._check_correctness()
+            roof = self._roofline()
+            ops = self._op_breakdown() if self.config.op_breakdown else []
+        self._finish(roof)
+        return BenchReport(
+            workload=self._workload_info(),
+            device=self.device_report,
+            conditions=self._conditions(),
+            variants=[r.result for r in self.runs],
+            roofline=roof,
+            op_breakdown=ops,
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            versions=software_versions(),
+            notes=self.notes,
+        )
+
+    def _prepare_all(self) -> None:
+        for i, run in enumerate(self.runs):
+            self.progress(f"preparing {run.name}", i / max(1, len(self.runs)) * 0.3)
+            t0 = time.perf_counter()
+            try:
+                run.prepared = get_variant(run.name).prepare(self.workload, self.device)
+                if self.decoder:
+                    p = run.prepared
+                    run.generator = Generator(self.workload.model, p.decode_fn, p.prefill_fn, self.config.temperature, self.config.top_k)
+                self._warm_up(run)
+            except NotApplicable as exc:
+                run.result.status, run.result.reason = "skipped", str(exc)
+            except Exception as exc:  # noqa: BLE001 - a variant that crashes is a record, not the end
+                run.fail(exc, "setup")
+                _free_cuda(self.device)
+            run.result.setup_s = round(time.perf_counter() - t0, 3)
+            if run.prepared and run.prepared.notes:
+                self.notes.append(f"{run.name}: {run.prepared.notes}")
+
+    def _warm_up(self, run: _Run) -> None:
+        for _ in range(self.config.warmup):
+            self._one_unit(run, 0)
+        _sync(self.device)
+
+    def _one_unit(self, run: _Run, i: int, clock: StepClock | None = None):
+        if self.decoder:
+            return run.generator.generate(self.prompt, self.decoder.max_new_tokens, clock=clock)
+        return run.prepared.call(*self.input_sets[i % len(self.input_sets)])
+
+    def _time_all(self) -> None:
+        total = self.config.runs
+        chunk = 1 if self.decoder else min(10, total)
+        rounds = math.ceil(total / chunk)
+        for r in range(rounds):
+            count = min(chunk, total - r * chunk)
+            order = self.runs[r % len(self.runs):] + self.runs[: r % len(self.runs)]  # rotate who goes first
+            for run in order:
+                if not run.ok:
+                    continue
+                self.progress(f"timing {run.name} (round {r + 1}/{rounds})", 0.3 + 0.5 * r / rounds)
+                try:
+                    self._time_chunk(run, count, r * chunk)
+                except Exception as exc:  # noqa: BLE001
+                    run.fail(exc, "timed run")
+                    _free_cuda(self.device)
+
+    def _time_chunk(self, run: _Run, count: int, offset: int) -> None:
+        if not self.decoder:
+            run.samples_ms += time_calls(lambda i: self._one_unit(run, offset + i), count, self.device)
+            return
+        for _ in range(count):
+            clock = StepClock(self.device)
+            clock.mark()
+            self._one_unit(run, 0, clock)
+            intervals = clock.intervals_ms()  # [prefill, step 1, ..., step n-1]
+            steps = intervals[1:]
+            run.prefill_ms.append(intervals[0])
+            run.samples_ms += steps
+            run.run_tokens_per_s.append(self.decoder.batch * len(steps) / (sum(steps) / 1e3))
+
+    def _measure_memory(self) -> None:
+        for run in self.runs:
+            if not run.ok:
+                continue
+            self.progress(f"peak memory of {run.name}", 0.82)
+            try:
+                run.result.peak_memory_bytes, kind = peak_memory(lambda: self._one_unit(run, 0), self.device)
+            except Exception as exc:  # noqa: BLE001
+                run.fail(exc, "memory pass")
+                continue
+            self.memory_kind = kind
+
+    def _measure_energy(self) -> None:
+        reader, reason = open_reader(self.device)
+        if reader is None:
+            self.notes.append(f"energy: not measured ({reason})")
+            return
+        for run in self.runs:
+            if not run.ok:
+                continue
+            self.progress(f"energy of {run.name}", 0.86)
+            units, t0 = 0, time.perf_counter()
+            with NvmlSampler(reader) as sampler:
+                while time.perf_counter() - t0 < self.config.energy_seconds:
+                    self._one_unit(run, units)
+                    units += 1
+                    if units % 8 == 0:
+                        _sync(self.device)
+                _sync(self.device)
+            s = sampler.summary()
+            items = units * self._items_per_unit()
+            run.result.energy_j_per_item = s.energy_j / items if s.energy_j is not None and items else None
+            run.result.power_w, run.result.utilization = s.power_mean_w, s.utilization_mean
+
+    def _items_per_unit(self) -> int:
+        if self.decoder:
+            return self.decoder.batch * self.decoder.max_new_tokens
+        return self.workload.batch
+
+    # ---- correctness ---------------------------------------------------------------------
+
+    def _check_correctness(self) -> None:
+        outputs: dict[str, list[torch.Tensor]] = {}
+        for run in self.runs:
+            if not run.ok:
+                continue
+            self.progress(f"checking {run.name}", 0.9)
+            try:
+                outputs[run.name] = self._check_outputs(run)
+            except Exception as exc:  # noqa: BLE001
+                run.fail(exc, "correctness run")
+        reference_name = next(iter(outputs), None)
+        for run in self.runs:
+            if run.name not in outputs:
+                continue
+            if run.name == reference_name:
+                run.result.correctness = Correctness(self._metric(), None, True, None, {"role": "reference"})
+            else:
+                run.result.correctness = compare(self._metric(), outputs[reference_name], outputs[run.name], self.config.threshold)
+                run.result.correctness.details["reference"] = reference_name
+
+    def _metric(self) -> str:
+        return "logits" if self.decoder else self.workload.comparison
+
+    def _check_outputs(self, run: _Run) -> list[torch.Tensor]:
+        if self.decoder:
+            spec = self.decoder
+            reference = random_prompt(spec.batch, spec.max_new_tokens, spec.vocab_size, 1, self.device)
+            return [run.generator.teacher_forced_logits(self.prompt, reference)]
+        leaves = [run.prepared.outputs(run.prepared.call(*chunk)) for chunk in self._check_batches()]
+        return [torch.cat([leaf[i].detach().to("cpu") for leaf in leaves]) for i in range(len(leaves[0]))]
+
+    def _check_batches(self) -> list[tuple]:
+        """Held-out inputs in chunks of the benchmark batch (no recompilation for new shapes)."""
+        data = self.workload.check_inputs or self.workload.inputs(HELD_OUT_SEED)
+        batch = self.workload.batch
+        n = data[0].shape[0]
+        return [tuple(t[i : i + batch] for t in data) for i in range(0, n - n % batch or n, batch)]
+
+    # ---- roofline and operators -------------------------------------------------------------
+
+    def _roofline(self):
+        inputs = self.workload.example_inputs
+        fn = unit_of_work(self.workload)
+        try:
+            with torch.no_grad():
+                costs = count_ops(fn, *inputs)
+                outputs = fn(*inputs)
+        except Exception as exc:  # noqa: BLE001
+            self.notes.append(f"roofline: not computed ({_describe(exc)})")
+            return None
+        self._costs = costs
+        flops = sum(c.flops for c in costs)
+        kv_positions = self.decoder.prompt_len + self.decoder.max_new_tokens / 2 if self.decoder else 0.0
+        nbytes = compulsory_bytes(self.workload.model, inputs, outputs, kv_positions)
+        unit = "one decode step (mean KV position)" if self.decoder else "one call"
+        return roofline(flops, nbytes, self.device_report.ceilings, self.workload.dtype, notes=f"per {unit}")
+
+    def _op_breakdown(self):
+        self.progress("operator breakdown (eager)", 0.95)
+        try:
+            return operator_table(unit_of_work(self.workload), self.workload.example_inputs, self.device, runs=5, warmup=2, costs=getattr(self, "_costs", None))
+        except Exception as exc:  # noqa: BLE001
+            self.notes.append(f"operator breakdown: not measured ({_describe(exc)})")
+            return []
+
+    # ---- assembly ------------------------------------------------------------------------
+
+    def _finish(self, roof) -> None:
+        for run in self.runs:
+            if not run.ok or not run.samples_ms:
+                continue
+            res = run.result
+            res.latency_ms = summarize(run.samples_ms)
+            if self.decoder:
+                tps = float(np.median(run.run_tokens_per_s))
+                res.throughput = Throughput(tps, "tokens/s")
+                res.decode = DecodeStats(
+                    tokens_per_s=tps,
+                    per_token_ms=res.latency_ms,
+                    prefill_ms=float(np.median(run.prefill_ms)),
+                    new_tokens=self.decoder.max_new_tokens,
+                    prompt_len=self.decoder.prompt_len,
+                    batch=self.decoder.batch,
+                )
+            else:
+                res.throughput = Throughput(self.workload.batch / (res.latency_ms.median / 1e3), f"{self.workload.item_unit}/s")
+            if roof:
+                res.roofline_fraction = roof.floor_ms / res.latency_ms.median
+
+    def _input_sets(self) -> list[tuple]:
+        if self.decoder:
+            return [self.workload.example_inputs]
+        sets = [self.workload.example_inputs]
+        if self.workload.make_inputs:
+            sets += [self.workload.inputs(seed) for seed in range(1, self.config.input_sets)]
+        return sets
+
+    def _workload_info(self) -> dict[str, Any]:
+        w = self.workload
+        return {
+            "name": w.name,
+            "source": w.source,
+            "task": w.task.value,
+            "comparison": self._metric(),
+            "params": w.param_count(),
+            "dtype": str(w.dtype).replace("torch.", ""),
+            "description": w.description,
+        }
+
+    def _conditions(self) -> dict[str, Any]:
+        c = self.config
+        shapes = [list(t.shape) for t in tensor_leaves(self.workload.example_inputs)]
+        cond = {
+            "batch": self.decoder.batch if self.decoder else self.workload.batch,
+            "shapes": shapes,
+            "dtype": str(self.workload.dtype).replace("torch.", ""),
+            "runs": c.runs,
+            "warmup": c.warmup,
+            "interleaved": True,
+            "timer": "cuda events" if self.device.type == "cuda" else "perf_counter",
+            "input_sets": len(self.input_sets),
+            "threads": torch.get_num_threads(),
+            "peak_memory": getattr(self, "memory_kind", None),
+        }
+        if self.decoder:
+            cond.update(
+                mode="decode",
+                prompt_len=self.decoder.prompt_len,
+                new_tokens=self.decoder.max_new_tokens,
+                temperature=c.temperature,
+                top_k=c.top_k,
+                runs_unit="generations",
+                prefill="eager in every variant, timed apart",
+                correctness=f"teacher-forced logits over {self.decoder.max_new_tokens} positions x batch {self.decoder.batch}",
+            )
+        else:
+            cond.update(mode="forward", runs_unit="calls")
+        return cond
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def benchmark(workload: Workload, device: torch.device, device_report: DeviceReport, config: BenchConfig, progress: Progress | None = None) -> BenchReport:
+    return Harness(workload, device, device_report, config, progress).run()

@@ -1,0 +1,61 @@
+"""`onnxruntime` and `onnxruntime-int8`: the workload exported and run by ONNX Runtime.
+
+The CPU provider on the CPU and the CUDA provider on a GPU (skipped with the reason where the
+installed onnxruntime has none); graph optimisations at ORT_ENABLE_ALL and, for transformers the
+workload describes, ORT's transformer optimizer fusions. `onnxruntime-int8` adds dynamic int8
+quantisation (per-channel weights), the CPU peer that Agnitra must beat.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+
+import torch
+
+from agnitra.bench.variants.base import Prepared, Variant, register_variant
+from agnitra.errors import check
+from agnitra.ort.export import export_onnx, optimize_transformer, quantize_int8
+from agnitra.ort.session import OrtModule, open_session, provider_for
+from agnitra.workloads.base import Workload
+
+
+class OnnxRuntime(Variant):
+    def __init__(self, name: str, int8: bool, description: str) -> None:
+        self.name, self.int8, self.description = name, int8, description
+
+    def prepare(self, workload: Workload, device: torch.device) -> Prepared:
+        check(workload.decoder is None, "decoders run in Agnitra's static-KV-cache decode loop, which is not exported to ONNX")
+        check(not (self.int8 and device.type == "cuda"), "ONNX Runtime dynamic int8 quantisation targets the CPU provider")
+        check(workload.dtype != torch.bfloat16, "ONNX Runtime has few bfloat16 kernels; run this variant with --dtype fp16 or fp32")
+        provider_for(device)  # NotApplicable early, before a costly export
+        if isinstance(workload.model, OrtModule):  # already an ONNX model: run it as it is
+            return Prepared(call=workload.model, notes="the given ONNX model")
+        workdir = Path(tempfile.mkdtemp(prefix="agnitra-ort-"))
+        try:
+            return self._build(workload, device, workdir)
+        except BaseException:
+            shutil.rmtree(workdir, True)
+            raise
+
+    def _build(self, workload: Workload, device: torch.device, workdir: Path) -> Prepared:
+        path = workdir / "model.onnx"
+        exporter = export_onnx(workload, path)
+        notes = [f"{exporter} export"]
+        if "onnx_model_type" in workload.hints:
+            fused = optimize_transformer(path, workdir / "model.opt.onnx", workload.hints, use_gpu=device.type == "cuda")
+            path = workdir / "model.opt.onnx"
+            notes.append(f"transformer optimizer fused {fused}")
+        if self.int8:
+            quantize_int8(path, workdir / "model.int8.onnx")
+            path = workdir / "model.int8.onnx"
+            notes.append("dynamic int8, per-channel weights")
+        module = OrtModule(open_session(path, device), device)
+        weakref.finalize(module, shutil.rmtree, workdir, True)  # the files live as long as the session
+        return Prepared(call=module, notes="; ".join(notes))
+
+
+register_variant(OnnxRuntime("onnxruntime", False, "ONNX Runtime, graph optimisations (+ transformer fusions)"))
+register_variant(OnnxRuntime("onnxruntime-int8", True, "ONNX Runtime with dynamic int8 quantisation (CPU)"))

@@ -1,0 +1,241 @@
+"""`agnitra`: one entry point, subcommands over the SDK in agnitra.api.
+
+User errors end in one line on stderr and exit code 2; `--debug` shows the traceback. Progress
+goes to stderr so `--json` leaves stdout a single JSON document.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agnitra.errors import AgnitraError, UserError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agnitra: measure, optimize and verify PyTorch models for inference.")
+zoo_app = typer.Typer(no_args_is_help=True, help="Built-in workloads.")
+app.add_typer(zoo_app, name="zoo")
+
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
+
+DeviceOpt = typer.Option(None, "--device", help="cpu | cuda | auto (default: AGNITRA_DEVICE, else auto)")
+DtypeOpt = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (default: the workload's own for the device)")
+BatchOpt = typer.Option(None, "--batch", help="batch size")
+SeqOpt = typer.Option(None, "--seq-len", help="sequence length (decoders: prompt length)")
+ShapeOpt = typer.Option(None, "--input-shape", help="input shape for TorchScript/ONNX, e.g. 1x128:int64 (repeat per input)")
+TaskOpt = typer.Option(None, "--task", help="lm | encoder | embedding | classifier | generic (how outputs are compared)")
+SizeOpt = typer.Option("full", "--size", help="zoo workloads: full, or tiny (every dimension shrunk, for smoke tests)")
+JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
+OutOpt = typer.Option(None, "--out", help="write report.json, metrics.csv and report.html here")
+
+
+@contextmanager
+def _progress(enabled: bool):
+    if not enabled:
+        yield None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True) as bar:
+        task = bar.add_task("starting", total=1.0)
+        yield lambda message, fraction: bar.update(task, description=message, completed=fraction)
+
+
+def _emit(report, as_json: bool, out_dir: Optional[Path], render) -> None:
+    from agnitra.api import write_reports
+
+    if out_dir is not None:
+        paths = write_reports(report, out_dir)
+        err.print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    else:
+        render(report)
+
+
+@zoo_app.command("list")
+def zoo_list() -> None:
+    """The built-in workloads with their parameter counts."""
+    from agnitra.workloads.registry import zoo_entries
+
+    table = Table(title="Agnitra workload zoo", title_justify="left")
+    for col, justify in (("name", "left"), ("task", "left"), ("params", "right"), ("description", "left")):
+        table.add_column(col, justify=justify)
+    for entry in zoo_entries():
+        table.add_row(f"zoo:{entry.name}", entry.task.value, _millions(entry.count_params("full")), entry.description)
+    out.print(table)
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+@app.command()
+def profile(
+    model: str = typer.Argument(..., help="zoo:NAME, file.py:factory, *.pt2, *.onnx or TorchScript"),
+    device: Optional[str] = DeviceOpt,
+    dtype: Optional[str] = DtypeOpt,
+    batch: Optional[int] = BatchOpt,
+    seq_len: Optional[int] = SeqOpt,
+    input_shape: Optional[list[str]] = ShapeOpt,
+    task: Optional[str] = TaskOpt,
+    size: str = SizeOpt,
+    runs: int = typer.Option(50, "--runs", help="timed calls"),
+    warmup: int = typer.Option(5, "--warmup", help="warm-up calls"),
+    as_json: bool = JsonOpt,
+    out_dir: Optional[Path] = OutOpt,
+) -> None:
+    """Operator table (time, FLOPs, bytes), latency, peak memory and NVML telemetry."""
+    from agnitra import api
+    from agnitra.report.console import ops_table
+
+    with _progress(not as_json) as progress:
+        if progress:
+            progress("loading and profiling", 0.1)
+        report = api.profile(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup)
+
+    def render(r) -> None:
+        _print_device(r.device)
+        lat = r.latency_ms
+        out.print(f"[bold]{r.workload['name']}[/] ({r.conditions['unit']}, shapes {r.conditions['shapes']}): median {lat.median:.3f} ms, p95 {lat.p95:.3f} ms over {lat.samples} runs")
+        out.print(f"FLOPs {r.total_flops / 1e9:.3f} G, bytes moved {r.total_bytes / 1e6:.1f} MB, peak memory {(r.peak_memory_bytes or 0) / 2**20:.1f} MiB ({r.conditions['peak_memory']})")
+        if r.nvml:
+            out.print(f"GPU: utilisation {r.nvml['utilization_mean']:.0f}%, power {r.nvml['power_mean_w']:.0f} W, energy {r.nvml['energy_j']:.2f} J ({r.nvml['energy_source']})")
+        else:
+            out.print(f"NVML: {r.nvml_reason}")
+        out.print(ops_table(r.ops, limit=20))
+
+    _emit(report, as_json, out_dir, render)
+
+
+@app.command()
+def bench(
+    model: str = typer.Argument(..., help="zoo:NAME, file.py:factory, *.pt2, *.onnx or TorchScript"),
+    variants: str = typer.Option("eager", "--variants", help="comma-separated: eager, compile, compile-max-autotune, compile-reduce-overhead, onnxruntime, onnxruntime-int8"),
+    device: Optional[str] = DeviceOpt,
+    dtype: Optional[str] = DtypeOpt,
+    batch: Optional[int] = BatchOpt,
+    seq_len: Optional[int] = SeqOpt,
+    tokens: Optional[int] = typer.Option(None, "--tokens", help="decoders: new tokens per generation"),
+    input_shape: Optional[list[str]] = ShapeOpt,
+    task: Optional[str] = TaskOpt,
+    size: str = SizeOpt,
+    runs: Optional[int] = typer.Option(None, "--runs", help="timed runs (default 50 calls; decoders 5 generations)"),
+    warmup: Optional[int] = typer.Option(None, "--warmup", help="warm-up runs (default 5; decoders 2 generations)"),
+    temperature: float = typer.Option(0.0, "--temperature", help="decoders: sampling temperature (0 = greedy)"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="decoders: sample from the k most likely tokens"),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="correctness threshold for the workload's metric"),
+    no_check: bool = typer.Option(False, "--no-check", help="skip the correctness comparison"),
+    no_ops: bool = typer.Option(False, "--no-ops", help="skip the operator breakdown"),
+    as_json: bool = JsonOpt,
+    out_dir: Optional[Path] = OutOpt,
+) -> None:
+    """Measure variants of one workload side by side, interleaved, with correctness and roofline."""
+    from agnitra import api
+
+    with _progress(not as_json) as progress:
+        report = api.benchmark(
+            model, variants=variants.split(","), device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
+            input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k,
+            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress,
+        )
+    _emit(report, as_json, out_dir, _render_bench)
+
+
+def _render_bench(report) -> None:
+    from agnitra.report.console import bench_table, decode_summary, ops_table
+
+    _print_device(report.device)
+    out.print(f"conditions: {json.dumps({k: v for k, v in report.conditions.items() if k != 'shapes'})}")
+    out.print(bench_table(report))
+    summary = decode_summary(report)
+    if summary:
+        out.print(summary)
+    if report.roofline:
+        r = report.roofline
+        out.print(f"roofline ({r.notes}): {r.flops / 1e9:.3f} GFLOP, {r.bytes / 1e6:.1f} MB compulsory -> floor {r.floor_ms:.4f} ms ({r.bound}-bound, {r.dtype})")
+    if report.op_breakdown:
+        unit = "decode step" if report.conditions.get("mode") == "decode" else "forward call"
+        out.print(ops_table(report.op_breakdown, limit=15, title=f"Operator breakdown of one {unit} (eager)"))
+    for note in report.notes:
+        out.print(f"[dim]note: {note}[/]")
+
+
+def _print_device(device) -> None:
+    c = device.ceilings
+    tflops = ", ".join(f"{k} {v:.1f}" for k, v in c.get("matmul_tflops", {}).items() if v)
+    cached = "cached" if c.get("cached") else "measured now"
+    out.print(f"device: [bold]{device.name}[/] ({device.kind}, signature {device.signature.get('id')}); ceilings ({cached}): copy {c.get('copy_gbps')} GB/s, matmul TFLOP/s {tflops}")
+
+
+@app.command("device")
+def device_cmd(
+    device: Optional[str] = DeviceOpt,
+    refresh: bool = typer.Option(False, "--refresh", help="measure the ceilings again"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """The device signature and its measured ceilings."""
+    from agnitra import api
+    from agnitra.device import resolve_device
+    from agnitra.report.schema import to_dict
+
+    report = api.describe_device(resolve_device(device), refresh=refresh)
+    if as_json:
+        sys.stdout.write(json.dumps(to_dict(report), indent=2) + "\n")
+        return
+    _print_device(report)
+    for key, value in report.signature.items():
+        out.print(f"  {key}: {value}")
+
+
+@app.command()
+def version() -> None:
+    """Versions of Agnitra and what it runs on."""
+    from agnitra.telemetry.signature import software_versions
+
+    for name, value in software_versions().items():
+        out.print(f"{name} {value or '-'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
+    try:
+        app(args=argv, prog_name="agnitra", standalone_mode=False)
+    except UserError as exc:
+        if debug:
+            raise
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return exc.exit_code
+    except AgnitraError as exc:
+        if debug:
+            raise
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        return 1
+    except (typer.Abort, KeyboardInterrupt):
+        err.print("interrupted")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - anything else is a defect; say so in one line
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return exc.exit_code
+        if debug:
+            raise
+        from agnitra.errors import first_line
+
+        err.print(f"[red]internal error:[/] {first_line(exc)} (rerun with --debug for the traceback, and please report it)", highlight=False)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

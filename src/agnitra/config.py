@@ -1,0 +1,66 @@
+"""Settings: flags > environment (AGNITRA_*) > agnitra.toml > defaults.
+
+Only what several stages share lives here; each command's own options stay with the command.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from agnitra.errors import UserError
+
+_ENV_PREFIX = "AGNITRA_"
+_CONFIG_FILE = "agnitra.toml"
+
+
+@dataclass(frozen=True)
+class Settings:
+    device: str = "auto"  # cpu | cuda | auto
+    cache_dir: str = str(Path.home() / ".cache" / "agnitra")
+    db_url: str = ""  # the store (a later issue); empty means SQLite under cache_dir
+
+    def with_overrides(self, **overrides: Any) -> "Settings":
+        """A copy with every non-None override applied (the flags of one command)."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return replace(self, **given)
+
+    @property
+    def cache_path(self) -> Path:
+        return Path(self.cache_dir).expanduser()
+
+
+def _from_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path} is not valid TOML ({exc}); fix or remove it") from exc
+    known = {f.name for f in fields(Settings)}
+    section = data.get("agnitra", data)
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return dict(section)
+
+
+def _from_env(environ: dict[str, str]) -> dict[str, Any]:
+    values = {}
+    for f in fields(Settings):
+        key = _ENV_PREFIX + f.name.upper()
+        if environ.get(key):
+            values[f.name] = environ[key]
+    return values
+
+
+def load_settings(cwd: Path | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Defaults, then agnitra.toml in the working directory, then AGNITRA_* variables."""
+    cwd = cwd or Path.cwd()
+    environ = dict(os.environ) if environ is None else environ
+    values = _from_file(cwd / _CONFIG_FILE)
+    values.update(_from_env(environ))
+    return Settings(**values)

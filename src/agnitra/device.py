@@ -1,0 +1,33 @@
+"""Device selection: `--device cpu|cuda|auto`, else AGNITRA_DEVICE, else auto."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from agnitra.errors import DeviceUnavailable, UserError
+
+CHOICES = ("cpu", "cuda", "auto")
+
+
+def resolve_device(requested: str | None = None) -> torch.device:
+    """The torch.device to run on. Asking for CUDA where there is none is a user error."""
+    choice = (requested or os.environ.get("AGNITRA_DEVICE") or "auto").strip().lower()
+    base = choice.split(":")[0]
+    if base not in CHOICES:
+        raise UserError(f"unknown device '{choice}'; use one of: {', '.join(CHOICES)}")
+    if base == "auto":
+        return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    if base == "cuda" and not torch.cuda.is_available():
+        build = "without CUDA" if torch.version.cuda is None else f"with CUDA {torch.version.cuda}, but no GPU is visible"
+        raise DeviceUnavailable(
+            f"CUDA was requested but is not available (torch {torch.__version__} built {build}); "
+            "use --device cpu or --device auto"
+        )
+    return torch.device(choice)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

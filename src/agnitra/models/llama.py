@@ -1,0 +1,215 @@
+"""A Llama-style decoder with a preallocated (static) KV cache.
+
+The decode step has fixed shapes: tokens [B, 1] at position `input_pos` attend over a cache of
+`max_seq_len` slots, masked beyond the current position, so the step can be compiled and
+captured in a CUDA graph once and replayed for every token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_len: int = 4096  # positions the rotary table covers
+
+    def __post_init__(self) -> None:
+        if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
+            raise ValueError(f"dim {self.dim}, heads {self.n_heads}, kv heads {self.n_kv_heads} do not divide")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PRESETS: dict[str, LlamaConfig] = {
+    # ~15.7M parameters: CPU tests and the TinyLM runtime demo
+    "tinylm": LlamaConfig(vocab_size=8192, dim=384, n_layers=6, n_heads=6, n_kv_heads=2, ffn_dim=1024),
+    # TinyLlama-1.1B shape
+    "llama-1b": LlamaConfig(vocab_size=32000, dim=2048, n_layers=22, n_heads=32, n_kv_heads=4, ffn_dim=5632),
+    # Llama-3-8B shape
+    "llama-8b": LlamaConfig(
+        vocab_size=128256, dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336, rope_theta=500000.0
+    ),
+    # every dimension small, for tests of the larger presets' code paths
+    "tiny": LlamaConfig(vocab_size=256, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=128),
+}
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return normed.type_as(x) * self.weight
+
+
+class KVCache(nn.Module):
+    """Keys and values of every position so far: [B, H_kv, S_max, D] each, written in place."""
+
+    def __init__(self, batch: int, n_kv_heads: int, max_seq_len: int, head_dim: int, dtype, device) -> None:
+        super().__init__()
+        shape = (batch, n_kv_heads, max_seq_len, head_dim)
+        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    def update(self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        # input_pos [T]; k, v [B, H_kv, T, D]
+        self.k_cache[:, :, input_pos] = k
+        self.v_cache[:, :, input_pos] = v
+        return self.k_cache, self.v_cache
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # x [B, T, H, D]; cos, sin [T, D/2]: rotate the two halves of each head (the HF layout)
+    xf = x.float()
+    half = xf.shape[-1] // 2
+    x1, x2 = xf[..., :half], xf[..., half:]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
+        if self.kv_cache is not None:
+            k, v = self.kv_cache.update(input_pos, k, v)  # [B, H_kv, S_max, D]
+        groups = self.n_heads // self.n_kv_heads
+        k = k.repeat_interleave(groups, dim=1)
+        v = v.repeat_interleave(groups, dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, H, T, D]
+        return self.wo(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)  # gate
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)  # up
+        self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)  # down
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attention = Attention(cfg)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.feed_forward = FeedForward(cfg)
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        self.register_buffer("rope_cos", torch.empty(cfg.rope_len, cfg.head_dim // 2), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(cfg.rope_len, cfg.head_dim // 2), persistent=False)
+        self.register_buffer("causal_mask", None, persistent=False)
+        self.max_batch = 0
+        self.max_seq_len = 0
+        if self.rope_cos.device.type != "meta":
+            self.reset_rope()
+
+    def reset_rope(self) -> None:
+        cfg = self.config
+        device = self.rope_cos.device
+        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, device=device).float() / cfg.head_dim))
+        angles = torch.outer(torch.arange(cfg.rope_len, device=device).float(), inv_freq)  # [S, D/2]
+        self.rope_cos = angles.cos()
+        self.rope_sin = angles.sin()
+
+    def setup_caches(self, batch: int, max_seq_len: int) -> None:
+        """Preallocate the KV cache of every layer for `batch` sequences of `max_seq_len` positions."""
+        if max_seq_len > self.config.rope_len:
+            raise ValueError(f"max_seq_len {max_seq_len} exceeds the rotary table ({self.config.rope_len})")
+        weight = self.output.weight
+        for layer in self.layers:
+            layer.attention.kv_cache = KVCache(
+                batch, self.config.n_kv_heads, max_seq_len, self.config.head_dim, weight.dtype, weight.device
+            )
+        self.causal_mask = torch.tril(torch.ones(max_seq_len, max_seq_len, dtype=torch.bool, device=weight.device))
+        self.max_batch, self.max_seq_len = batch, max_seq_len
+
+    def forward(self, tokens: torch.Tensor, input_pos: torch.Tensor | None = None) -> torch.Tensor:
+        # tokens [B, T], input_pos [T] -> logits [B, T, V]
+        T = tokens.shape[1]
+        if input_pos is None:
+            input_pos = torch.arange(T, device=tokens.device)
+        if self.causal_mask is None:  # no cache: plain causal attention over the given tokens
+            mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=tokens.device))[None, None]
+        else:
+            mask = self.causal_mask[None, None, input_pos]  # [1, 1, T, S_max]
+        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
+        x = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            x = layer(x, cos, sin, mask, input_pos)
+        return self.output(self.norm(x))
+
+
+def init_weights(model: Llama, seed: int, std: float = 0.02) -> Llama:
+    """Random weights every layer contributes to: N(0, std) matrices, unit norm gains."""
+    device = model.output.weight.device
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, std, generator=gen)
+    return model
+
+
+def build_llama(cfg: LlamaConfig, device: torch.device, dtype: torch.dtype, seed: int = 0) -> Llama:
+    """Build directly on `device` in `dtype` (an 8B model never passes through fp32 or the CPU)."""
+    with torch.device("meta"):
+        model = Llama(cfg)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    model.rope_cos = model.rope_cos.float()
+    model.rope_sin = model.rope_sin.float()
+    model.reset_rope()
+    return init_weights(model, seed).eval()

@@ -1,0 +1,123 @@
+"""Rich renderers for the terminal: the variant table of `bench`, operator tables, decode lines.
+
+These only build `rich` objects and strings; printing is the CLI's business.
+"""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from agnitra.report.schema import BenchReport, Correctness, OpRow, VariantResult
+from agnitra.report.units import (
+    MISSING,
+    format_bytes,
+    format_correctness,
+    format_energy,
+    format_flops,
+    format_intensity,
+    format_mib,
+    format_number,
+    format_percent,
+    format_throughput,
+    format_time_ms,
+    format_time_us,
+    truncate,
+)
+
+STATUS_STYLES = {"ok": "green", "skipped": "yellow", "failed": "red"}
+SHAPES_WIDTH = 48
+
+
+def bench_table(report: BenchReport, title: str | None = None) -> Table:
+    """One row per variant: latency, throughput, memory, energy, roofline, correctness, reason."""
+    table = Table(title=title if title is not None else _bench_title(report), title_justify="left")
+    table.add_column("variant", style="bold", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for header in ("median ms", "p95 ms", "throughput", "peak MiB", "energy/item", "roofline"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("correctness", no_wrap=True)
+    table.add_column("reason", overflow="fold", ratio=1)
+    for variant in report.variants:
+        table.add_row(*_bench_row(variant))
+    return table
+
+
+def ops_table(rows: list[OpRow], limit: int = 15, title: str = "Top operators by self time") -> Table:
+    """The `limit` operators with the largest share of self time, largest first."""
+    ranked = sorted(rows, key=lambda row: row.share if row.share == row.share else 0.0, reverse=True)
+    shown, hidden = ranked[:limit], ranked[limit:]
+    table = Table(title=title, title_justify="left", caption=_hidden_caption(hidden), caption_justify="left")
+    table.add_column("op", style="bold", overflow="fold")
+    for header in ("calls", "self time", "share", "FLOPs", "bytes", "intensity"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("input shapes", overflow="ellipsis", max_width=SHAPES_WIDTH)
+    for row in shown:
+        table.add_row(
+            row.op,
+            f"{row.calls:,}",
+            format_time_us(row.self_time_us),
+            format_percent(row.share),
+            format_flops(row.flops) if row.flops else MISSING,
+            format_bytes(row.bytes) if row.bytes else MISSING,
+            format_intensity(row.intensity),
+            truncate(row.input_shapes, SHAPES_WIDTH),
+        )
+    return table
+
+
+def decode_summary(report: BenchReport) -> str | None:
+    """A line per variant that decoded tokens (tokens/s, per-token latency, prefill); None if none."""
+    decoded = [v for v in report.variants if v.status == "ok" and v.decode is not None]
+    if not decoded:
+        return None
+    return "\n".join(_decode_line(variant) for variant in decoded)
+
+
+def _bench_title(report: BenchReport) -> str:
+    name = str(report.workload.get("name", "workload"))
+    return f"{name} on {report.device.name}"
+
+
+def _bench_row(variant: VariantResult) -> list[str | Text]:
+    latency = variant.latency_ms
+    throughput = variant.throughput
+    correctness = variant.correctness
+    return [
+        variant.name,
+        Text(variant.status, style=STATUS_STYLES.get(variant.status, "")),
+        format_number(latency.median, 4) if latency else MISSING,
+        format_number(latency.p95, 4) if latency else MISSING,
+        format_throughput(throughput.value, throughput.unit) if throughput else MISSING,
+        format_mib(variant.peak_memory_bytes),
+        format_energy(variant.energy_j_per_item),
+        format_percent(variant.roofline_fraction),
+        _correctness_text(correctness),
+        variant.reason,
+    ]
+
+
+def _correctness_text(correctness: Correctness | None) -> Text | str:
+    if correctness is None:
+        return MISSING
+    text = format_correctness(correctness.metric, correctness.value, correctness.passed)
+    return Text(text, style="green" if correctness.passed else "red")
+
+
+def _hidden_caption(hidden: list[OpRow]) -> str | None:
+    if not hidden:
+        return None
+    share = sum(row.share for row in hidden if row.share == row.share)
+    return f"{len(hidden)} more operator rows not shown ({format_percent(share)} of self time)"
+
+
+def _decode_line(variant: VariantResult) -> str:
+    decode = variant.decode
+    assert decode is not None
+    per_token = decode.per_token_ms
+    return (
+        f"{variant.name}: {format_number(decode.tokens_per_s, 4)} tokens/s, "
+        f"per-token {format_time_ms(per_token.median)} median / {format_time_ms(per_token.p95)} p95, "
+        f"prefill {format_time_ms(decode.prefill_ms)} "
+        f"(prompt {decode.prompt_len}, {decode.new_tokens} new tokens, batch {decode.batch})"
+    )

@@ -1,0 +1,155 @@
+"""Result dataclasses shared by `bench`, `profile` and their reports; JSON via `to_dict`.
+
+`SCHEMA` versions the JSON: keys are only ever added within a major version.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+SCHEMA = "agnitra.bench/1"
+PROFILE_SCHEMA = "agnitra.profile/1"
+
+
+@dataclass
+class Latency:
+    median: float  # milliseconds
+    p95: float
+    min: float
+    mean: float
+    samples: int
+
+
+@dataclass
+class Throughput:
+    value: float
+    unit: str  # items/s, sequences/s, images/s, tokens/s
+
+
+@dataclass
+class Correctness:
+    metric: str  # rel_error | top1 | cosine | logits | reference
+    value: float | None
+    passed: bool
+    threshold: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DecodeStats:
+    """Decoder runs: per-token latency of decode steps, prefill apart."""
+
+    tokens_per_s: float
+    per_token_ms: Latency
+    prefill_ms: float  # median time to the first token (prompt prefill)
+    new_tokens: int
+    prompt_len: int
+    batch: int
+
+
+@dataclass
+class OpRow:
+    """One operator (and input-shape group) of a profiled region."""
+
+    op: str
+    calls: int
+    self_time_us: float  # device self time on GPU, CPU self time on CPU, summed over calls
+    share: float  # fraction of the region's total self time
+    input_shapes: str
+    flops: float  # per call set: summed over calls (2 per multiply-add)
+    bytes: float  # read + written, summed over calls
+    intensity: float | None  # flops / byte
+    achieved: str = ""  # e.g. "1.2 TFLOP/s" or "850 GB/s" where meaningful
+
+
+@dataclass
+class VariantResult:
+    name: str
+    status: str  # ok | skipped | failed
+    reason: str = ""
+    latency_ms: Latency | None = None
+    throughput: Throughput | None = None
+    peak_memory_bytes: int | None = None
+    energy_j_per_item: float | None = None
+    roofline_fraction: float | None = None
+    correctness: Correctness | None = None
+    setup_s: float | None = None  # build/compile/export time before the first timed run
+    decode: DecodeStats | None = None
+    power_w: float | None = None
+    utilization: float | None = None
+
+
+@dataclass
+class DeviceReport:
+    name: str
+    kind: str  # cpu | cuda
+    signature: dict[str, Any]
+    ceilings: dict[str, Any]
+
+
+@dataclass
+class Roofline:
+    flops: float  # per timed unit (one call, or one decode step)
+    bytes: float  # compulsory bytes per unit: weights read once, inputs, outputs, KV cache
+    floor_ms: float
+    bound: str  # compute | memory
+    dtype: str
+    notes: str = ""
+
+
+@dataclass
+class BenchReport:
+    workload: dict[str, Any]
+    device: DeviceReport
+    conditions: dict[str, Any]
+    variants: list[VariantResult]
+    roofline: Roofline | None = None
+    op_breakdown: list[OpRow] = field(default_factory=list)  # decoders: one decode step
+    created_at: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    schema: str = SCHEMA
+
+    def variant(self, name: str) -> VariantResult:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+
+@dataclass
+class ProfileReport:
+    workload: dict[str, Any]
+    device: DeviceReport
+    conditions: dict[str, Any]
+    latency_ms: Latency
+    ops: list[OpRow]
+    total_flops: float
+    total_bytes: float
+    peak_memory_bytes: int | None
+    nvml: dict[str, Any] | None  # utilisation, power, energy; None where there is no NVML
+    nvml_reason: str = ""
+    created_at: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    schema: str = PROFILE_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_dict(self)
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclasses to plain JSON-able values (floats that are NaN/inf become None)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return None
+    return obj

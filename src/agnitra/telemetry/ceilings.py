@@ -1,0 +1,91 @@
+"""Measured ceilings of a device: copy bandwidth and matmul FLOP/s per dtype.
+
+Datasheet peaks are leads; rooflines use what this device measurably does. Measured once per
+device signature and cached as JSON under `<cache_dir>/ceilings/<signature_id>.json`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import torch
+
+from agnitra.telemetry.signature import signature_id
+from agnitra.telemetry.timing import median_ms
+
+# (copy buffer bytes, matmul size per dtype) sized to fill the device but stay quick
+_CPU_PLAN = (256 * 1024**2, {"float32": 2048, "bfloat16": 2048})
+_GPU_PLAN = (1024**3, {"bfloat16": 8192, "float16": 8192, "float32": 4096})
+CEILINGS_VERSION = 1
+
+
+def measure_copy_gbps(device: torch.device, nbytes: int) -> float:
+    """Device-to-device copy, counting bytes read plus bytes written."""
+    src = torch.randn(nbytes // 4, device=device)  # random, never zeros: they can run faster
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), device, repeats=10, warmup=3)
+    return 2 * nbytes / (ms / 1e3) / 1e9
+
+
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int) -> float:
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    ms = median_ms(lambda: torch.mm(a, b), device, repeats=10 if device.type == "cuda" else 5, warmup=3)
+    return 2 * n**3 / (ms / 1e3) / 1e12
+
+
+def measure_ceilings(device: torch.device) -> dict:
+    copy_bytes, matmul_sizes = _GPU_PLAN if device.type == "cuda" else _CPU_PLAN
+    tflops = {}
+    for name, n in matmul_sizes.items():
+        try:
+            tflops[name] = round(measure_matmul_tflops(device, getattr(torch, name), n), 3)
+        except RuntimeError:  # dtype without a matmul kernel on this device
+            tflops[name] = None
+    return {
+        "version": CEILINGS_VERSION,
+        "copy_gbps": round(measure_copy_gbps(device, copy_bytes), 1),
+        "matmul_tflops": tflops,
+        "matmul_sizes": matmul_sizes,
+        "fp32_matmul_precision": torch.get_float32_matmul_precision(),
+        "measured_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def ceilings_path(cache_dir: Path, signature: dict) -> Path:
+    return Path(cache_dir) / "ceilings" / f"{signature_id(signature)}.json"
+
+
+def load_or_measure(device: torch.device, signature: dict, cache_dir: Path, refresh: bool = False) -> dict:
+    """Cached ceilings for this signature, measuring (and caching) them the first time."""
+    path = ceilings_path(cache_dir, signature)
+    if path.is_file() and not refresh:
+        try:
+            cached = json.loads(path.read_text())
+            if cached.get("version") == CEILINGS_VERSION:
+                return {**cached, "cached": True}
+        except (OSError, json.JSONDecodeError):
+            pass  # a corrupt cache entry is measured again
+    ceilings = measure_ceilings(device)
+    _atomic_write(path, json.dumps(ceilings, indent=2))
+    return {**ceilings, "cached": False}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def matmul_peak(ceilings: dict, dtype: torch.dtype) -> float | None:
+    """FLOP/s of the matmul ceiling for a dtype (fp32 also stands for other dtypes not measured)."""
+    table = ceilings.get("matmul_tflops", {})
+    name = str(dtype).replace("torch.", "")
+    value = table.get(name) or table.get("float32")
+    return value * 1e12 if value else None

@@ -1,0 +1,76 @@
+"""Timing primitives: CUDA events on the GPU, the host's monotonic clock on the CPU.
+
+Device work is asynchronous, so GPU times come from events recorded on the stream around each
+call and are read after one synchronisation at the end, never from host clocks mid-stream.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from agnitra.report.schema import Latency
+
+
+def summarize(samples_ms: list[float]) -> Latency:
+    a = np.asarray(samples_ms, dtype=np.float64)
+    return Latency(
+        median=float(np.median(a)),
+        p95=float(np.percentile(a, 95)),
+        min=float(a.min()),
+        mean=float(a.mean()),
+        samples=int(a.size),
+    )
+
+
+def time_calls(fn: Callable[[int], object], count: int, device: torch.device) -> list[float]:
+    """Milliseconds of each of `count` calls `fn(i)`."""
+    if device.type == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+        torch.cuda.synchronize(device)
+        for i in range(count):
+            starts[i].record()
+            fn(i)
+            ends[i].record()
+        torch.cuda.synchronize(device)
+        return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    times = []
+    for i in range(count):
+        t0 = time.perf_counter_ns()
+        fn(i)
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return times
+
+
+class StepClock:
+    """Marks between decode steps; `intervals_ms()` gives the time between consecutive marks."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self._marks: list = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            self._marks.append(event)
+        else:
+            self._marks.append(time.perf_counter_ns())
+
+    def intervals_ms(self) -> list[float]:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+            return [a.elapsed_time(b) for a, b in zip(self._marks, self._marks[1:])]
+        return [(b - a) / 1e6 for a, b in zip(self._marks, self._marks[1:])]
+
+
+def median_ms(fn: Callable[[], object], device: torch.device, repeats: int = 10, warmup: int = 3) -> float:
+    """Median milliseconds of `fn()` after warm-up."""
+    for _ in range(warmup):
+        fn()
+    return float(np.median(time_calls(lambda _: fn(), repeats, device)))

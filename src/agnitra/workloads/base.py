@@ -1,0 +1,113 @@
+"""The Workload: a model, its example inputs, its task kind and how its outputs are compared."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+
+class TaskKind(str, Enum):
+    LM = "lm"
+    ENCODER = "encoder"
+    EMBEDDING = "embedding"
+    CLASSIFIER = "classifier"
+    GENERIC = "generic"
+
+
+# The comparison each task kind uses unless the workload names another (see agnitra.verify).
+DEFAULT_COMPARISON = {
+    TaskKind.LM: "logits",
+    TaskKind.ENCODER: "rel_error",
+    TaskKind.EMBEDDING: "cosine",
+    TaskKind.CLASSIFIER: "top1",
+    TaskKind.GENERIC: "rel_error",
+}
+
+
+@dataclass
+class DecoderSpec:
+    """A decoder driven by our static-KV-cache runtime (agnitra.models.generate).
+
+    The model implements `setup_caches(batch, max_seq_len)` and `forward(tokens, input_pos)`;
+    the workload's example inputs are one decode step's (tokens [B, 1], input_pos [1]).
+    """
+
+    batch: int
+    prompt_len: int
+    max_new_tokens: int
+    vocab_size: int
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.prompt_len + self.max_new_tokens
+
+
+@dataclass
+class Workload:
+    name: str
+    model: nn.Module
+    example_inputs: tuple
+    task: TaskKind
+    comparison: str = ""  # name in agnitra.verify.COMPARATORS; "" = the task kind's default
+    batch: int = 1
+    item_unit: str = "items"  # what one batch element is: items, sequences, images, tokens
+    description: str = ""
+    # fresh inputs of the same shapes from a seed: for held-out checks and input rotation
+    make_inputs: Callable[[int], tuple] | None = None
+    # real data for correctness checks (minilm's sentences), same structure as example_inputs
+    check_inputs: tuple | None = None
+    decoder: DecoderSpec | None = None
+    # facts variants may use (e.g. the ONNX Runtime transformer optimizer's model type)
+    hints: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # how it was loaded: zoo:name, path:factory, file.onnx, ...
+
+    def __post_init__(self) -> None:
+        self.task = TaskKind(self.task)
+        if not self.comparison:
+            self.comparison = DEFAULT_COMPARISON[self.task]
+        if not isinstance(self.example_inputs, tuple):
+            self.example_inputs = tuple(self.example_inputs) if isinstance(self.example_inputs, list) else (self.example_inputs,)
+
+    @property
+    def device(self) -> torch.device:
+        for t in _tensors(self.example_inputs):
+            return t.device
+        for p in self.model.parameters():
+            return p.device
+        return torch.device("cpu")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        for p in self.model.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        for t in _tensors(self.example_inputs):
+            if t.is_floating_point():
+                return t.dtype
+        return torch.float32
+
+    def inputs(self, seed: int | None = None) -> tuple:
+        """Example inputs, or fresh ones of the same shapes when a seed is given and possible."""
+        if seed is None or self.make_inputs is None:
+            return self.example_inputs
+        return self.make_inputs(seed)
+
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def _tensors(tree: Any):
+    for leaf in torch.utils._pytree.tree_leaves(tree):
+        if isinstance(leaf, torch.Tensor):
+            yield leaf
+
+
+def tensor_leaves(tree: Any) -> list[torch.Tensor]:
+    """Every tensor in a nested output (tuples, dicts, HF ModelOutput), in order."""
+    if hasattr(tree, "to_tuple") and callable(tree.to_tuple):  # transformers.ModelOutput
+        tree = tree.to_tuple()
+    return list(_tensors(tree))

@@ -1,0 +1,26 @@
+"""Test defaults: CPU only, a private cache dir, small thread counts (CI has 2 cores)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    cache = tmp_path_factory.getbasetemp() / "agnitra-cache"  # shared by the session: ceilings measured once
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(cache))
+    monkeypatch.delenv("AGNITRA_DEVICE", raising=False)
+    yield
+
+
+@pytest.fixture
+def cpu() -> torch.device:
+    return torch.device("cpu")
+
+
+def pytest_configure(config):
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

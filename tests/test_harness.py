@@ -1,0 +1,140 @@
+"""The benchmark harness: interleaving, skip/fail records, correctness, decode mode, roofline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from agnitra import api
+from agnitra.bench.harness import BenchConfig, benchmark
+from agnitra.bench.variants.base import VARIANTS, Prepared, Variant, register_variant
+from agnitra.errors import NotApplicable
+from agnitra.workloads.base import TaskKind, Workload
+from agnitra.workloads.registry import BuildOptions, build_workload
+
+CALL_LOG: list[str] = []
+
+
+class _Logged(Variant):
+    """Eager, but logs each call so the interleaving order can be checked."""
+
+    def __init__(self, name: str, transform=None) -> None:
+        self.name, self.transform = name, transform
+
+    def prepare(self, workload, device):
+        model, transform, name = workload.model, self.transform, self.name
+
+        def call(*inputs):
+            CALL_LOG.append(name)
+            out = model(*inputs)
+            return transform(out) if transform else out
+
+        return Prepared(call=call)
+
+
+class _Crashes(Variant):
+    name = "test-crashes"
+
+    def prepare(self, workload, device):
+        def call(*inputs):
+            raise RuntimeError("kernel exploded")
+
+        return Prepared(call=call)
+
+
+class _NotHere(Variant):
+    name = "test-not-here"
+
+    def prepare(self, workload, device):
+        raise NotApplicable("needs a machine that does not exist")
+
+
+for variant in (_Logged("test-a"), _Logged("test-b"), _Logged("test-nan", lambda out: out * float("nan")), _Logged("test-off", lambda out: out * 1.5), _Crashes(), _NotHere()):
+    if variant.name not in VARIANTS:
+        register_variant(variant)
+
+
+def _mlp_workload() -> Workload:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 16)).eval()
+    make = lambda seed: (torch.randn(4, 64, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
+    return Workload(name="mlp", model=model, example_inputs=make(0), task=TaskKind.GENERIC, batch=4, make_inputs=make)
+
+
+@pytest.fixture(scope="module")
+def device_report():
+    return api.describe_device(torch.device("cpu"))
+
+
+def test_variants_are_interleaved_and_records_kept(device_report):
+    CALL_LOG.clear()
+    config = BenchConfig(variants=["test-a", "test-b", "test-crashes", "test-not-here", "test-nan", "test-off"], runs=20, warmup=1, op_breakdown=False)
+    report = benchmark(_mlp_workload(), torch.device("cpu"), device_report, config)
+    by = {v.name: v for v in report.variants}
+    assert by["test-a"].status == by["test-b"].status == "ok"
+    assert by["test-crashes"].status == "failed" and "kernel exploded" in by["test-crashes"].reason
+    assert by["test-not-here"].status == "skipped" and by["test-not-here"].reason == "needs a machine that does not exist"
+    assert by["test-a"].latency_ms.samples == 20 and by["test-a"].throughput.unit == "items/s"
+    # one warm-up each, then rounds of 10 calls per variant; who goes first rotates per round
+    timed = [name for name in CALL_LOG if name in ("test-a", "test-b")]
+    assert timed[:42] == ["test-a", "test-b"] + ["test-a"] * 10 + ["test-b"] * 20 + ["test-a"] * 10
+    assert by["test-a"].correctness.details["role"] == "reference"
+    assert by["test-b"].correctness.passed and by["test-b"].correctness.value == 0.0
+    assert not by["test-nan"].correctness.passed and "NaN" in by["test-nan"].correctness.details["error"]
+    assert not by["test-off"].correctness.passed and by["test-off"].correctness.value == pytest.approx(0.5)
+    assert report.roofline and 0 < by["test-a"].roofline_fraction < 1.5
+    assert report.conditions["runs"] == 20 and report.conditions["input_sets"] == 4
+
+
+def test_report_schema_keys(device_report):
+    report = benchmark(_mlp_workload(), torch.device("cpu"), device_report, BenchConfig(variants=["eager", "test-not-here"], runs=5, warmup=1))
+    doc = report.to_dict()
+    assert doc["schema"] == "agnitra.bench/1"
+    assert {"name", "kind", "signature", "ceilings"} <= set(doc["device"])
+    assert {"batch", "shapes", "dtype", "runs", "warmup"} <= set(doc["conditions"])
+    v = doc["variants"][0]
+    for key in ("name", "status", "reason", "latency_ms", "throughput", "peak_memory_bytes", "energy_j_per_item", "roofline_fraction", "correctness"):
+        assert key in v
+    assert {"median", "p95"} <= set(v["latency_ms"]) and {"value", "unit"} <= set(v["throughput"])
+    assert {"metric", "value", "passed"} <= set(v["correctness"])
+    assert doc["op_breakdown"] and doc["op_breakdown"][0]["op"].startswith("aten::")
+    assert any("energy: not measured" in n for n in doc["notes"])  # said, not silently dropped
+
+
+def test_decode_mode_reports_per_token_latency(device_report):
+    workload = build_workload("tinylm", BuildOptions(size="tiny", tokens=6, seq_len=4))
+    config = BenchConfig(variants=["eager", "test-not-here"], runs=3, warmup=1)
+    report = benchmark(workload, torch.device("cpu"), device_report, config)
+    eager = report.variant("eager")
+    assert eager.status == "ok"
+    assert eager.latency_ms.samples == 3 * 5  # decode steps after the prefilled first token
+    assert eager.throughput.unit == "tokens/s"
+    assert eager.decode.tokens_per_s == pytest.approx(1e3 / eager.latency_ms.mean, rel=0.35)
+    assert eager.decode.prefill_ms > 0
+    assert report.conditions["mode"] == "decode" and report.conditions["new_tokens"] == 6
+    assert report.roofline.notes.startswith("per one decode step")
+    assert any(r.op == "aten::mm" for r in report.op_breakdown)  # the decode step's operators
+
+
+@pytest.mark.slow
+def test_compiled_decode_step_matches_eager(device_report):
+    workload = build_workload("tinylm", BuildOptions(size="tiny", tokens=6, seq_len=4))
+    report = benchmark(workload, torch.device("cpu"), device_report, BenchConfig(variants=["eager", "compile", "compile-reduce-overhead"], runs=2, warmup=1, op_breakdown=False))
+    compiled = report.variant("compile")
+    assert compiled.status == "ok", compiled.reason
+    c = compiled.correctness
+    assert c.metric == "logits" and c.passed and c.details["token_agreement"] == 1.0 and c.value > 60
+    assert compiled.setup_s > 0
+    assert report.variant("compile-reduce-overhead").status == "skipped"
+    assert "CUDA graphs" in report.variant("compile-reduce-overhead").reason
+
+
+@pytest.mark.slow
+def test_onnxruntime_variant_on_a_user_model(device_report):
+    report = benchmark(_mlp_workload(), torch.device("cpu"), device_report, BenchConfig(variants=["eager", "onnxruntime", "onnxruntime-int8"], runs=5, warmup=1, op_breakdown=False))
+    ort = report.variant("onnxruntime")
+    assert ort.status == "ok", ort.reason
+    assert ort.correctness.passed and ort.correctness.value < 1e-5
+    int8 = report.variant("onnxruntime-int8")
+    assert int8.status == "ok", int8.reason
+    assert 1e-5 < int8.correctness.value < 0.1  # quantised: close, not identical
