@@ -38,7 +38,6 @@ from agnitra.report.units import (
 )
 
 TOP_OPS_CHARTED = 15
-BASELINE_VARIANT = "eager"
 CHART_CONFIG = {"displaylogo": False, "responsive": True}
 
 CSS = """
@@ -373,8 +372,9 @@ def _summary_line(report: BenchReport) -> str:
     if fastest is not None:
         text += f". Fastest: {fastest.name} at {format_time_ms(fastest.latency_ms.median)} median"
         speedup = _speedup(report.variants, fastest)
-        if speedup is not None and fastest.name != BASELINE_VARIANT:
-            text += f", {speedup:.2f}× {BASELINE_VARIANT}"
+        baseline = _baseline(report.variants)
+        if speedup is not None and baseline is not None and fastest.name != baseline.name:
+            text += f", {speedup:.2f}× {baseline.name}"
     return f'<p class="subtitle">{html.escape(text)}.</p>'
 
 
@@ -383,9 +383,14 @@ def _fastest(variants: Sequence[VariantResult]) -> VariantResult | None:
     return min(timed, key=lambda v: v.latency_ms.median) if timed else None
 
 
+def _baseline(variants: Sequence[VariantResult]) -> VariantResult | None:
+    """The first variant that ran: the reference of the correctness checks, and of speedups."""
+    return next((v for v in variants if v.status == "ok" and v.latency_ms), None)
+
+
 def _speedup(variants: Sequence[VariantResult], variant: VariantResult) -> float | None:
-    """How many times faster than the eager baseline `variant` is (median latency), if known."""
-    baseline = next((v for v in variants if v.name == BASELINE_VARIANT and v.status == "ok"), None)
+    """How many times faster than the baseline `variant` is (median latency), if known."""
+    baseline = _baseline(variants)
     if baseline is None or not baseline.latency_ms or not variant.latency_ms:
         return None
     base, mine = baseline.latency_ms.median, variant.latency_ms.median
@@ -397,7 +402,8 @@ def _speedup(variants: Sequence[VariantResult], variant: VariantResult) -> float
 def _results_table(variants: Sequence[VariantResult]) -> str:
     with_power = any(v.power_w is not None for v in variants)
     with_util = any(v.utilization is not None for v in variants)
-    headers = ["Variant", "Status", "Median ms", "p95 ms", f"vs {BASELINE_VARIANT}", "Throughput", "Setup s",
+    baseline = _baseline(variants)
+    headers = ["Variant", "Status", "Median ms", "p95 ms", f"vs {baseline.name if baseline else 'baseline'}", "Throughput", "Setup s",
                "Peak MiB", "Energy/item", "Roofline", "Correctness"]
     headers += ["Power W"] * with_power + ["Utilization"] * with_util + ["Reason"]
     rows = []
@@ -424,10 +430,8 @@ def _results_table(variants: Sequence[VariantResult]) -> str:
 
 
 def _format_utilization(value: float | None) -> str:
-    """Utilisation as a percentage; NVML reports percent, a fraction (<= 1) is scaled."""
-    if not is_number(value):
-        return MISSING
-    return format_percent(value) if value <= 1 else f"{value:.1f}%"
+    """Utilisation in percent (NVML's unit, and the schema's)."""
+    return f"{value:.1f}%" if is_number(value) else MISSING
 
 
 def _correctness_html(variant: VariantResult) -> _Raw:

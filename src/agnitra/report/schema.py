@@ -77,8 +77,8 @@ class VariantResult:
     correctness: Correctness | None = None
     setup_s: float | None = None  # build/compile/export time before the first timed run
     decode: DecodeStats | None = None
-    power_w: float | None = None
-    utilization: float | None = None
+    power_w: float | None = None  # mean board power during the energy pass (NVML)
+    utilization: float | None = None  # mean GPU utilisation in percent (0-100) during the energy pass
 
 
 @dataclass
