@@ -43,10 +43,12 @@ class Case:
 
 PRESETS: dict[str, list[Case]] = {
     "h100": [
-        Case("llama-1b-decode", "zoo:llama-1b", GPU_DECODE_PEERS, dict(batch=1, seq_len=32, tokens=128, dtype="bf16")),
+        # decoders: one warm-up generation (127 steps: enough to compile and record CUDA graphs),
+        # 3 timed generations = 381 per-token samples per variant
+        Case("llama-1b-decode", "zoo:llama-1b", GPU_DECODE_PEERS, dict(batch=1, seq_len=32, tokens=128, dtype="bf16", runs=3, warmup=1)),
         Case("bert-base-b1", "zoo:bert-base", GPU_PEERS, dict(batch=1, seq_len=128, dtype="fp16")),
         Case("bert-base-b32", "zoo:bert-base", GPU_PEERS, dict(batch=32, seq_len=128, dtype="fp16")),
-        Case("llama-8b-decode", "zoo:llama-8b", GPU_DECODE_PEERS, dict(batch=1, seq_len=32, tokens=128, dtype="bf16")),
+        Case("llama-8b-decode", "zoo:llama-8b", GPU_DECODE_PEERS, dict(batch=1, seq_len=32, tokens=128, dtype="bf16", runs=3, warmup=1)),
         Case("resnet50-b1", "zoo:resnet50", GPU_PEERS, dict(batch=1, dtype="fp16")),
         Case("resnet50-b64", "zoo:resnet50", GPU_PEERS, dict(batch=64, dtype="fp16")),
         Case("mamba-b1", "zoo:mamba", ["eager", "compile", "compile-reduce-overhead"], dict(batch=1, seq_len=128, dtype="bf16")),
@@ -103,10 +105,21 @@ def _speedup(report, variant) -> float | None:
     return round(eager.latency_ms.median / variant.latency_ms.median, 3)
 
 
+def _log_progress(t0: float):
+    last = [""]
+
+    def progress(message: str, fraction: float) -> None:
+        if message != last[0]:  # one line per stage, with the seconds since the case began
+            last[0] = message
+            print(f"  [{time.perf_counter() - t0:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return progress
+
+
 def run_case(case: Case, device: torch.device) -> dict:
     t0 = time.perf_counter()
     try:
-        report = api.benchmark(case.model, variants=case.variants, device=device, **case.options)
+        report = api.benchmark(case.model, variants=case.variants, device=device, progress=_log_progress(t0), **case.options)
     except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others
         return {"id": case.id, "model": case.model, "status": "failed", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=5)}
     doc = to_dict(report)

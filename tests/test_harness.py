@@ -138,3 +138,15 @@ def test_onnxruntime_variant_on_a_user_model(device_report):
     int8 = report.variant("onnxruntime-int8")
     assert int8.status == "ok", int8.reason
     assert 1e-5 < int8.correctness.value < 0.1  # quantised: close, not identical
+
+
+@pytest.mark.slow
+def test_onnxruntime_fuses_a_zoo_transformer_and_restores_its_attention(device_report):
+    workload = build_workload("bert-base", BuildOptions(size="tiny", batch=2))
+    report = benchmark(workload, torch.device("cpu"), device_report, BenchConfig(variants=["eager", "onnxruntime"], runs=3, warmup=1, op_breakdown=False))
+    ort = report.variant("onnxruntime")
+    assert ort.status == "ok", ort.reason
+    assert ort.correctness.passed
+    note = next(n for n in report.notes if n.startswith("onnxruntime:"))
+    assert "torchscript export" in note and "Attention" in note  # ORT's optimizer fused attention
+    assert workload.model.bert.config._attn_implementation == "sdpa"

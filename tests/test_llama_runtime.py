@@ -77,3 +77,21 @@ def test_bf16_build_stays_in_bf16():
     model = build_llama(PRESETS["tiny"], torch.device("cpu"), torch.bfloat16)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert model.rope_cos.dtype == torch.float32  # rotary tables stay fp32 for accuracy
+
+
+def test_compiled_step_is_not_respecialised_by_teacher_forcing(tiny):
+    """Generation and teacher forcing feed the step the same layout: one compilation serves both."""
+    compilations = []
+
+    def counting_backend(gm, example_inputs):
+        compilations.append(gm)
+        return gm.forward
+
+    from agnitra.models.generate import decode_one_token
+
+    step = torch.compile(decode_one_token, backend=counting_backend, fullgraph=True, dynamic=False)
+    gen = Generator(tiny, decode_fn=step)
+    prompt = random_prompt(2, 4, tiny.config.vocab_size, seed=0, device="cpu")
+    gen.generate(prompt, 6)
+    gen.teacher_forced_logits(prompt, random_prompt(2, 6, tiny.config.vocab_size, seed=1, device="cpu"))
+    assert len(compilations) == 1

@@ -97,7 +97,7 @@ class Generator:
             clock.mark()
         input_pos = torch.tensor([T], device=device)
         for i in range(1, max_new_tokens):
-            token, logits = self.decode_fn(self.model, token.clone(), input_pos, self.temperature, self.top_k)
+            token, logits = self.decode_fn(self.model, _step_input(token), input_pos, self.temperature, self.top_k)
             out[:, T + i : T + i + 1] = token
             if keep_logits:
                 result.logits.append(logits.float().clone())
@@ -122,10 +122,17 @@ class Generator:
         collected = [logits.float().clone()]
         input_pos = torch.tensor([T], device=device)
         for i in range(N - 1):
-            _, logits = self.decode_fn(self.model, reference[:, i : i + 1].clone(), input_pos, self.temperature, self.top_k)
+            _, logits = self.decode_fn(self.model, _step_input(reference[:, i : i + 1]), input_pos, self.temperature, self.top_k)
             collected.append(logits.float().clone())
             input_pos += 1
         return torch.stack(collected, dim=1)
+
+
+def _step_input(tokens: torch.Tensor) -> torch.Tensor:
+    """A fresh contiguous [B, 1] copy: one stride layout for every step, so a compiled step is
+    never re-specialised (a column slice keeps its parent's stride), and a CUDA-graph replay
+    cannot overwrite it."""
+    return tokens.clone(memory_format=torch.contiguous_format)
 
 
 def random_prompt(batch: int, length: int, vocab_size: int, seed: int, device) -> torch.Tensor:
