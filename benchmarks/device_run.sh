@@ -2,8 +2,7 @@
 # Runs on the GPU machine (torch 2.11, no registry): PYTHONPATH=src, results under $OUT.
 #   bash benchmarks/device_run.sh profile      # device ceilings, profile of the llama-1b decode step
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
-#   bash benchmarks/device_run.sh encoders     # bert-base and resnet50 peers
-#   bash benchmarks/device_run.sh others       # mamba, whisper-tiny, llama-8b (if not done)
+#   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 set -u
 export PYTHONPATH=src PYTHONUNBUFFERED=1 AGNITRA_CACHE_DIR=/tmp/agnitra-cache HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/out}
@@ -20,8 +19,9 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 150 python3 -m agnitra.cli profile zoo:llama-1b --device cuda --runs 30 --json > "$OUT/profile-llama-1b.json"
       ;;
     llama1b) peers 570 llama-1b-decode ;;
-    llama8b) peers 560 llama-8b-decode ;;
-    encoders) peers 280 bert-base-b1,bert-base-b32; peers 290 resnet50-b1,resnet50-b64 ;;
+    llama8b) peers 260 llama-8b-decode ;;
+    bert) peers 300 bert-base-b1,bert-base-b32 ;;
+    resnet) peers 300 resnet50-b1,resnet50-b64 ;;
     others) peers 280 mamba-b1,whisper-tiny-b1 ;;
   esac
 } 2>&1 | tee "$OUT/log-$1.txt"
