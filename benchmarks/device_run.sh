@@ -22,6 +22,7 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
     llama8b) peers 260 llama-8b-decode ;;
     bert) peers 300 bert-base-b1,bert-base-b32 ;;
     resnet) peers 300 resnet50-b1,resnet50-b64 ;;
+    short) peers 200 llama-8b-decode-short; peers 190 resnet50-short-b1,resnet50-short-b64 ;;
     others) peers 280 mamba-b1,whisper-tiny-b1 ;;
   esac
 } 2>&1 | tee "$OUT/log-$1.txt"

@@ -49,6 +49,11 @@ PRESETS: dict[str, list[Case]] = {
         Case("bert-base-b1", "zoo:bert-base", GPU_PEERS, dict(batch=1, seq_len=128, dtype="fp16")),
         Case("bert-base-b32", "zoo:bert-base", GPU_PEERS, dict(batch=32, seq_len=128, dtype="fp16")),
         Case("llama-8b-decode", "zoo:llama-8b", GPU_DECODE_PEERS, dict(batch=1, seq_len=32, tokens=128, dtype="bf16", runs=3, warmup=1)),
+        # short sets for a tight device budget: the best peer of the decoders (reduce-overhead, as
+        # gpt-fast) without the 90-100 s compiles of the others on the 8B model
+        Case("llama-8b-decode-short", "zoo:llama-8b", ["eager", "compile-reduce-overhead"], dict(batch=1, seq_len=32, tokens=128, dtype="bf16", runs=3, warmup=1)),
+        Case("resnet50-short-b1", "zoo:resnet50", ["eager", "compile", "compile-reduce-overhead"], dict(batch=1, dtype="fp16")),
+        Case("resnet50-short-b64", "zoo:resnet50", ["eager", "compile", "compile-reduce-overhead"], dict(batch=64, dtype="fp16")),
         Case("resnet50-b1", "zoo:resnet50", GPU_PEERS, dict(batch=1, dtype="fp16")),
         Case("resnet50-b64", "zoo:resnet50", GPU_PEERS, dict(batch=64, dtype="fp16")),
         Case("mamba-b1", "zoo:mamba", ["eager", "compile", "compile-reduce-overhead"], dict(batch=1, seq_len=128, dtype="bf16")),
