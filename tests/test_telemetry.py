@@ -27,7 +27,7 @@ def test_cpu_signature_fields_and_stable_id():
 
 def test_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(ceilings_mod, "_CPU_PLAN", (8 * 1024**2, {"float32": 256}))
+    monkeypatch.setattr(ceilings_mod, "_CPU_PLAN", (8 * 1024**2, {"float32": (128, 256)}))
     real = ceilings_mod.measure_ceilings
     monkeypatch.setattr(ceilings_mod, "measure_ceilings", lambda d: calls.append(d) or real(d))
     sig = device_signature(torch.device("cpu"))
@@ -40,7 +40,7 @@ def test_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
     path = next((tmp_path / "ceilings").glob("*.json"))
     path.write_text("{not json")
     load_or_measure(torch.device("cpu"), sig, tmp_path)
-    assert len(calls) == 2 and json.loads(path.read_text())["version"] == 1
+    assert len(calls) == 2 and json.loads(path.read_text())["version"] == ceilings_mod.CEILINGS_VERSION
 
 
 def test_matmul_peak_falls_back_to_fp32():

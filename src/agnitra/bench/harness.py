@@ -282,7 +282,11 @@ class Harness:
         kv_positions = self.decoder.prompt_len + self.decoder.max_new_tokens / 2 if self.decoder else 0.0
         nbytes = compulsory_bytes(self.workload.model, inputs, outputs, kv_positions)
         unit = "one decode step (mean KV position)" if self.decoder else "one call"
-        return roofline(flops, nbytes, self.device_report.ceilings, self.workload.dtype, notes=f"per {unit}")
+        notes = f"per {unit}"
+        cache = self.device_report.signature.get("l3_bytes") or self.device_report.signature.get("l2_bytes")
+        if cache and nbytes <= cache:
+            notes += f"; the {nbytes / 1e6:.0f} MB working set fits in the {cache / 2**20:.0f} MiB last-level cache, so the DRAM-bandwidth floor is not a bound here (fractions above 1 are possible)"
+        return roofline(flops, nbytes, self.device_report.ceilings, self.workload.dtype, notes=notes)
 
     def _op_breakdown(self):
         self.progress("operator breakdown (eager)", 0.95)
@@ -313,7 +317,9 @@ class Harness:
                 )
             else:
                 res.throughput = Throughput(self.workload.batch / (res.latency_ms.median / 1e3), f"{self.workload.item_unit}/s")
-            if roof:
+            if roof and run.prepared.arithmetic:
+                self.notes.append(f"{run.name}: no roofline fraction ({run.prepared.arithmetic} arithmetic; the floor uses the {roof.dtype} matmul ceiling)")
+            elif roof:
                 res.roofline_fraction = roof.floor_ms / res.latency_ms.median
 
     def _input_sets(self) -> list[tuple]:

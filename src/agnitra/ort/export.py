@@ -73,7 +73,15 @@ def optimize_transformer(path: Path, out: Path, hints: dict, use_gpu: bool) -> d
 
 
 def quantize_int8(path: Path, out: Path) -> None:
-    """Dynamic int8: weights per channel, activations quantised on the fly (CPU)."""
+    """Dynamic int8: weights per channel, activations quantised on the fly (CPU).
+
+    The transformer optimizer's fused ops (Attention, SkipLayerNorm) are in a domain ONNX shape
+    inference does not know; their outputs are float, which `DefaultTensorType` tells the quantiser.
+    """
+    import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(path), str(out), weight_type=QuantType.QInt8, per_channel=True)
+    quantize_dynamic(
+        str(path), str(out), weight_type=QuantType.QInt8, per_channel=True,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )

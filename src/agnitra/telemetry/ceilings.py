@@ -1,6 +1,7 @@
 """Measured ceilings of a device: copy bandwidth and matmul FLOP/s per dtype.
 
-Datasheet peaks are leads; rooflines use what this device measurably does. Measured once per
+Datasheet peaks are leads; rooflines use what this device measurably does: the best of repeated
+timings, since a ceiling is what the device can do and a busy neighbour only ever slows it. Measured once per
 device signature and cached as JSON under `<cache_dir>/ceilings/<signature_id>.json`.
 """
 
@@ -15,35 +16,36 @@ from pathlib import Path
 import torch
 
 from agnitra.telemetry.signature import signature_id
-from agnitra.telemetry.timing import median_ms
+from agnitra.telemetry.timing import best_ms
 
-# (copy buffer bytes, matmul size per dtype) sized to fill the device but stay quick
-_CPU_PLAN = (256 * 1024**2, {"float32": 2048, "bfloat16": 2048})
-_GPU_PLAN = (1024**3, {"bfloat16": 8192, "float16": 8192, "float32": 4096})
-CEILINGS_VERSION = 1
+# (copy buffer bytes, matmul sizes per dtype) sized to fill the device but stay quick; the best
+# size wins (CPU BLAS peaks at different sizes, and a shared VM is noisy)
+_CPU_PLAN = (256 * 1024**2, {"float32": (1024, 2048), "bfloat16": (1024, 2048)})
+_GPU_PLAN = (1024**3, {"bfloat16": (8192,), "float16": (8192,), "float32": (4096,)})
+CEILINGS_VERSION = 2  # 2: best of repeats and sizes (1 took the median of one size)
 
 
 def measure_copy_gbps(device: torch.device, nbytes: int) -> float:
     """Device-to-device copy, counting bytes read plus bytes written."""
     src = torch.randn(nbytes // 4, device=device)  # random, never zeros: they can run faster
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), device, repeats=10, warmup=3)
+    ms = best_ms(lambda: dst.copy_(src), device, repeats=10, warmup=3)
     return 2 * nbytes / (ms / 1e3) / 1e9
 
 
 def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int) -> float:
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    ms = median_ms(lambda: torch.mm(a, b), device, repeats=10 if device.type == "cuda" else 5, warmup=3)
+    ms = best_ms(lambda: torch.mm(a, b), device, repeats=10, warmup=3)
     return 2 * n**3 / (ms / 1e3) / 1e12
 
 
 def measure_ceilings(device: torch.device) -> dict:
     copy_bytes, matmul_sizes = _GPU_PLAN if device.type == "cuda" else _CPU_PLAN
     tflops = {}
-    for name, n in matmul_sizes.items():
+    for name, sizes in matmul_sizes.items():
         try:
-            tflops[name] = round(measure_matmul_tflops(device, getattr(torch, name), n), 3)
+            tflops[name] = round(max(measure_matmul_tflops(device, getattr(torch, name), n) for n in sizes), 3)
         except RuntimeError:  # dtype without a matmul kernel on this device
             tflops[name] = None
     return {

@@ -69,8 +69,8 @@ class StepClock:
         return [(b - a) / 1e6 for a, b in zip(self._marks, self._marks[1:])]
 
 
-def median_ms(fn: Callable[[], object], device: torch.device, repeats: int = 10, warmup: int = 3) -> float:
-    """Median milliseconds of `fn()` after warm-up."""
+def best_ms(fn: Callable[[], object], device: torch.device, repeats: int = 10, warmup: int = 3) -> float:
+    """Fastest milliseconds of `fn()` over `repeats` calls after warm-up."""
     for _ in range(warmup):
         fn()
-    return float(np.median(time_calls(lambda _: fn(), repeats, device)))
+    return float(min(time_calls(lambda _: fn(), repeats, device)))

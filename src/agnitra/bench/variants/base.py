@@ -27,6 +27,9 @@ class Prepared:
     prefill_fn: Callable[..., tuple] | None = None
     outputs: Callable[[Any], list[torch.Tensor]] = tensor_leaves  # outputs -> comparable tensors
     notes: str = ""
+    # set when the variant computes in another precision than the workload (e.g. "int8"): the
+    # workload's roofline, built on its own dtype's ceiling, does not bound it
+    arithmetic: str = ""
 
 
 class Variant(abc.ABC):

@@ -54,7 +54,7 @@ class OnnxRuntime(Variant):
             notes.append("dynamic int8, per-channel weights")
         module = OrtModule(open_session(path, device), device)
         weakref.finalize(module, shutil.rmtree, workdir, True)  # the files live as long as the session
-        return Prepared(call=module, notes="; ".join(notes))
+        return Prepared(call=module, notes="; ".join(notes), arithmetic="int8" if self.int8 else "")
 
 
 register_variant(OnnxRuntime("onnxruntime", False, "ONNX Runtime, graph optimisations (+ transformer fusions)"))
