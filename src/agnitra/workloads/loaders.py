@@ -168,7 +168,7 @@ def _from_torchscript(path: Path, device: torch.device, shapes: list[InputSpec])
     except Exception as exc:  # noqa: BLE001
         raise WorkloadError(f"{path} could not be loaded as TorchScript ({first_line(exc)}); save it with torch.jit.save") from exc
     if not shapes:
-        raise WorkloadError(f"TorchScript does not record input shapes; pass them, e.g. --input-shape 1x3x224x224 (one per input)")
+        raise WorkloadError("TorchScript does not record input shapes; pass them, e.g. --input-shape 1x3x224x224 (one per input)")
     workload = _as_workload((model, random_inputs(shapes, device, 0)), str(path), device)
     workload.make_inputs = lambda seed: random_inputs(shapes, device, seed)
     return workload

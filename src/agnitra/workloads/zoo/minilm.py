@@ -19,7 +19,8 @@ from torch import nn
 
 from agnitra.workloads.base import TaskKind, Workload
 from agnitra.workloads.registry import BuildOptions, count_on_meta, register_workload
-from agnitra.workloads.zoo.bert import bert_hints, set_eager_attention
+from agnitra.workloads.zoo._hf import set_eager_attention
+from agnitra.workloads.zoo.bert import bert_hints
 
 DEFAULT_SEQ_LEN = 128
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from agnitra.workloads.base import TaskKind, Workload
 from agnitra.workloads.registry import BuildOptions, count_on_meta, register_workload
-from agnitra.workloads.zoo.bert import build_seeded
+from agnitra.workloads.zoo._hf import build_seeded
 
 DEFAULT_DECODER_LEN = 32
 
