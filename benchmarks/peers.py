@@ -56,7 +56,7 @@ PRESETS: dict[str, list[Case]] = {
         Case("resnet50-short-b64", "zoo:resnet50", ["eager", "compile", "compile-reduce-overhead"], dict(batch=64, dtype="fp16")),
         Case("resnet50-b1", "zoo:resnet50", GPU_PEERS, dict(batch=1, dtype="fp16")),
         Case("resnet50-b64", "zoo:resnet50", GPU_PEERS, dict(batch=64, dtype="fp16")),
-        Case("mamba-b1", "zoo:mamba", ["eager", "compile", "compile-reduce-overhead"], dict(batch=1, seq_len=128, dtype="bf16")),
+        Case("mamba-b1", "zoo:mamba", ["eager", "compile", "compile-reduce-overhead"], dict(batch=1, seq_len=64, dtype="bf16")),
         Case("whisper-tiny-b1", "zoo:whisper-tiny", ["eager", "compile", "compile-reduce-overhead"], dict(batch=1, seq_len=32, dtype="fp16")),
     ],
     "cpu": [

@@ -61,3 +61,22 @@ def test_device_command(capsys):
     code, out, _ = _cli(["device", "--device", "cpu", "--json"], capsys)
     doc = json.loads(out)
     assert code == 0 and doc["kind"] == "cpu" and doc["ceilings"]["copy_gbps"] > 0
+
+
+def test_inspect_json_and_files(capsys, tmp_path):
+    code, out, err = _cli(["inspect", "zoo:tinylm", "--size", "tiny", "--device", "cpu", "--runs", "3", "--json", "--out", str(tmp_path)], capsys)
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["schema"] == "agnitra.inspect/1" and doc["ir"]["schema"] == "agnitra.ir/1"
+    assert doc["ir"]["source"] == "export" and doc["ir"]["graph_breaks"] == []
+    assert doc["timing"]["attributed_share"] > 0.5
+    top = doc["hotspots"][0]
+    assert {"module", "kind", "share", "flops", "bytes", "intensity", "bound"} <= set(top)
+    assert doc["signature"]["version"] == "agnitra.signature/1" and len(doc["signature"]["values"]) == len(doc["signature"]["names"])
+    assert {p.name for p in tmp_path.iterdir()} >= {"inspect.json", "ir.json", "inspect.html"}
+
+
+def test_inspect_table(capsys):
+    code, out, _ = _cli(["inspect", "zoo:resnet50", "--size", "tiny", "--device", "cpu", "--runs", "2"], capsys)
+    assert code == 0
+    assert "IR from export" in out and "Hotspots" in out and "conv" in out and "graph breaks: none" in out

@@ -106,3 +106,24 @@ def test_kv_cache_write_counts_written_rows_only():
     (rec,) = [r for r in count_ops(update, cache, pos, k) if r.op == "aten::index_put_"]
     assert rec.bytes_written == k.numel() * 4
     assert rec.bytes_read < cache.numel() * 4 / 10
+
+
+def test_composite_ops_as_torch_export_keeps_them():
+    """cost_of on the ops an exported graph holds (linear, matmul, SDPA, conv2d, layer_norm)."""
+    from agnitra.telemetry.opcount import cost_of
+
+    aten = torch.ops.aten
+    x, w, b = torch.randn(3, 5, 16), torch.randn(24, 16), torch.randn(24)
+    out = aten.linear.default(x, w, b)
+    assert cost_of(aten.linear.default, (x, w, b), {}, out).flops == 2 * 15 * 16 * 24
+    a, m = torch.randn(2, 7, 9), torch.randn(9, 4)
+    assert cost_of(aten.matmul.default, (a, m), {}, aten.matmul.default(a, m)).flops == 2 * 2 * 7 * 4 * 9
+    q = k = v = torch.randn(1, 2, 6, 8)
+    out = aten.scaled_dot_product_attention.default(q, k, v)
+    assert cost_of(aten.scaled_dot_product_attention.default, (q, k, v), {}, out).flops == 4 * 2 * 6 * 6 * 8
+    img, kern = torch.randn(1, 3, 9, 9), torch.randn(4, 3, 3, 3)
+    out = aten.conv2d.default(img, kern, None, [2, 2])
+    assert cost_of(aten.conv2d.default, (img, kern, None, [2, 2]), {}, out).flops == 2 * 4 * 4 * 4 * 3 * 9
+    h = torch.randn(2, 10)
+    out = aten.layer_norm.default(h, [10])
+    assert cost_of(aten.layer_norm.default, (h, [10]), {}, out).flops == 8 * 20

@@ -12,7 +12,7 @@ from agnitra.bench.harness import benchmark as run_harness
 from agnitra.config import Settings, load_settings
 from agnitra.device import resolve_device
 from agnitra.errors import UserError
-from agnitra.report.schema import BenchReport, DeviceReport, ProfileReport
+from agnitra.report.schema import BenchReport, DeviceReport, InspectReport, ProfileReport
 from agnitra.telemetry.ceilings import load_or_measure
 from agnitra.telemetry.profile import profile_workload
 from agnitra.telemetry.signature import device_signature, signature_id
@@ -121,8 +121,46 @@ def benchmark(
     return run_harness(workload, dev, describe_device(dev, settings), config, progress)
 
 
-def write_reports(report: BenchReport | ProfileReport, out_dir: str | Path) -> dict[str, Path]:
+def inspect(model, example_inputs=None, *, device=None, runs: int = 10, warmup: int = 3, timed: bool = True, settings: Settings | None = None, **load_options) -> InspectReport:
+    """Capture the graph, annotate costs and measured time, roll up hotspots, compute the signature."""
+    import datetime as dt
+
+    from agnitra.ir import annotate_bounds, capture_workload, module_hotspots, signature
+    from agnitra.ir.timing import attribute_time
+    from agnitra.ort.session import OrtModule
+    from agnitra.telemetry.signature import software_versions
+
+    workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    device_report = describe_device(dev, settings)
+    ir = capture_workload(workload)
+    ir.device = device_report.name
+    annotate_bounds(ir, device_report.ceilings, workload.dtype)
+    if timed and isinstance(workload.model, OrtModule):
+        ir.notes.append("per-node time is not measured for ONNX models yet (ONNX Runtime profiling comes later); costs are from the graph")
+    elif timed:
+        attribute_time(ir, workload.model, workload.model, workload.example_inputs, dev, runs=runs, warmup=warmup)
+    timing = {}
+    if ir.timing:
+        t = ir.timing
+        timing = {"total_us": t["step_us"], "attributed_share": t["attributed_share"], "measured_ms": t["measured_ms"], "resource": t["resource"], "device_busy_ms": t["device_busy_ms"]}
+    return InspectReport(
+        workload={"name": workload.name, "source": workload.source, "task": workload.task.value, "params": workload.param_count(), "dtype": str(workload.dtype).replace("torch.", ""), "unit": "one decode step (model forward)" if workload.decoder else "one forward call"},
+        device=device_report,
+        ir=ir,
+        hotspots=module_hotspots(ir, device_report.ceilings, workload.dtype),
+        signature=signature(ir).to_dict(),
+        timing=timing,
+        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        versions=software_versions(),
+    )
+
+
+def write_reports(report: BenchReport | ProfileReport | InspectReport, out_dir: str | Path) -> dict[str, Path]:
     from agnitra.report.files import write_bench_report, write_profile_report
 
+    if isinstance(report, InspectReport):
+        from agnitra.report.inspect_files import write_inspect_report
+
+        return write_inspect_report(report, Path(out_dir))
     writer = write_bench_report if isinstance(report, BenchReport) else write_profile_report
     return writer(report, Path(out_dir))

@@ -174,6 +174,50 @@ def _print_device(device) -> None:
     out.print(f"device: [bold]{device.name}[/] ({device.kind}, signature {device.signature.get('id')}); ceilings ({cached}): copy {c.get('copy_gbps')} GB/s, matmul TFLOP/s {tflops}")
 
 
+@app.command()
+def inspect(
+    model: str = typer.Argument(..., help="zoo:NAME, file.py:factory, *.pt2, *.onnx or TorchScript"),
+    device: Optional[str] = DeviceOpt,
+    dtype: Optional[str] = DtypeOpt,
+    batch: Optional[int] = BatchOpt,
+    seq_len: Optional[int] = SeqOpt,
+    input_shape: Optional[list[str]] = ShapeOpt,
+    task: Optional[str] = TaskOpt,
+    size: str = SizeOpt,
+    runs: int = typer.Option(10, "--runs", help="profiled calls for the time attribution"),
+    no_time: bool = typer.Option(False, "--no-time", help="costs only, no measured time"),
+    limit: int = typer.Option(15, "--limit", help="hotspot rows to show"),
+    as_json: bool = JsonOpt,
+    out_dir: Optional[Path] = OutOpt,
+) -> None:
+    """The captured graph: hotspots by module (time, FLOPs, bytes, intensity, bound), graph breaks, op mix."""
+    from agnitra import api
+
+    with _progress(not as_json) as progress:
+        if progress:
+            progress("capturing, annotating and timing", 0.2)
+        report = api.inspect(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, timed=not no_time)
+    _emit(report, as_json, out_dir, lambda r: _render_inspect(r, limit))
+
+
+def _render_inspect(report, limit: int) -> None:
+    from agnitra.report.inspect_console import graph_breaks_table, hotspot_table, op_mix_table
+
+    ir = report.ir
+    _print_device(report.device)
+    out.print(f"[bold]{report.workload['name']}[/] ({report.workload['unit']}): IR from {ir.source}, {len(ir.nodes)} nodes, {ir.params:,} parameters, {ir.total_flops / 1e9:.3f} GFLOP, {ir.total_bytes / 1e6:.1f} MB moved")
+    t = report.timing
+    if t:
+        busy = f", GPU busy {t['device_busy_ms']:.3f} ms" if t.get("device_busy_ms") is not None else ""
+        out.print(f"measured {t['measured_ms']:.3f} ms per call{busy}; ranked by {t['resource']} time; {t['attributed_share']:.1%} of it attributed to named modules")
+    out.print(hotspot_table(report.hotspots, limit=limit))
+    out.print(op_mix_table(ir))
+    breaks = graph_breaks_table(ir)
+    out.print(breaks if breaks is not None else "graph breaks: none")
+    for note in ir.notes:
+        out.print(f"[dim]note: {note}[/]")
+
+
 @app.command("device")
 def device_cmd(
     device: Optional[str] = DeviceOpt,

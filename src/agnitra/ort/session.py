@@ -56,10 +56,11 @@ class OrtModule(nn.Module):
     device memory (IO binding) so nothing crosses to the host.
     """
 
-    def __init__(self, session, device: torch.device) -> None:
+    def __init__(self, session, device: torch.device, path: Path | None = None) -> None:
         super().__init__()
         self.session = session
         self.device = device
+        self.path = path  # the model file, for importing its graph into the IR
         self.input_names = [i.name for i in session.get_inputs()]
         self.output_names = [o.name for o in session.get_outputs()]
 

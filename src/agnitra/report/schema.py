@@ -11,6 +11,7 @@ from typing import Any
 
 SCHEMA = "agnitra.bench/1"
 PROFILE_SCHEMA = "agnitra.profile/1"
+INSPECT_SCHEMA = "agnitra.inspect/1"
 
 
 @dataclass
@@ -140,6 +141,26 @@ class ProfileReport:
 
     def to_dict(self) -> dict[str, Any]:
         return to_dict(self)
+
+
+@dataclass
+class InspectReport:
+    """`agnitra inspect`: the captured IR with costs and measured time, hotspots, signature."""
+
+    workload: dict[str, Any]
+    device: DeviceReport
+    ir: Any  # agnitra.ir.graph.GraphIR (serialised with its own schema, agnitra.ir/1)
+    hotspots: list[Any]  # agnitra.ir.hotspots.Hotspot, sorted by time
+    signature: dict[str, Any]  # version, names, values
+    timing: dict[str, Any] = field(default_factory=dict)  # measured total, attributed share
+    created_at: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    schema: str = INSPECT_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = to_dict({k: v for k, v in self.__dict__.items() if k != "ir"})
+        doc["ir"] = self.ir.to_dict()
+        return doc
 
 
 def to_dict(obj: Any) -> Any:

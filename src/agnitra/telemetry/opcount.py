@@ -42,21 +42,52 @@ class OpCost:
         return self.bytes_read + self.bytes_written
 
 
-def _sdpa_cpu_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
+def _sdpa_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
     return flop_counter.sdpa_flop_count(query.shape, key.shape, value.shape)
+
+
+def _linear_flops(x, weight, *args, out_val=None, **kwargs) -> int:
+    # x [..., K] @ weight[N, K]^T: 2 * rows * K * N
+    return 2 * x.numel() * weight.shape[0]
+
+
+def _matmul_flops(a, b, *args, out_val=None, **kwargs) -> int:
+    # general matmul: every output element is a K-long dot product
+    out = out_val if isinstance(out_val, torch.Tensor) else torch.empty(0)
+    return 2 * out.numel() * a.shape[-1] if a.dim() > 0 else 0
+
+
+def _conv_flops(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *args, out_val=None, **kwargs) -> int:
+    return flop_counter.conv_flop_count(x.shape, weight.shape, out_val.shape, transposed=False)
+
+
+# Composite operators that torch.export keeps in its graph (the dispatch level never sees them)
+_COMPOSITE_FLOPS: dict[str, Callable] = {
+    "_scaled_dot_product_flash_attention_for_cpu": _sdpa_flops,
+    "_scaled_dot_product_fused_attention_overrideable": _sdpa_flops,
+    "scaled_dot_product_attention": _sdpa_flops,
+    "linear": _linear_flops,
+    "matmul": _matmul_flops,
+    "conv1d": _conv_flops,
+    "conv2d": _conv_flops,
+    "conv3d": _conv_flops,
+}
 
 
 def _matmul_flop_fn(packet) -> Callable | None:
     if packet in flop_counter.flop_registry:
         return flop_counter.flop_registry[packet]
-    extra = {
-        "_scaled_dot_product_flash_attention_for_cpu": _sdpa_cpu_flops,
-        "_scaled_dot_product_fused_attention_overrideable": _sdpa_cpu_flops,
-    }
-    return extra.get(packet._qualified_op_name.split("::")[-1])
+    return _COMPOSITE_FLOPS.get(packet._qualified_op_name.split("::")[-1])
 
 
-_PER_ELEMENT = {"_softmax": 5, "_log_softmax": 5, "native_layer_norm": 8, "native_group_norm": 8, "native_batch_norm": 4, "_native_batch_norm_legit_no_training": 4, "gelu": 8, "silu": 4}
+_PER_ELEMENT = {
+    "_softmax": 5, "_log_softmax": 5, "softmax": 5, "log_softmax": 5, "_safe_softmax": 5,
+    "native_layer_norm": 8, "layer_norm": 8, "native_group_norm": 8, "group_norm": 8, "rms_norm": 4,
+    "native_batch_norm": 4, "_native_batch_norm_legit_no_training": 4, "batch_norm": 4,
+    "gelu": 8, "silu": 4,
+}
+# windowed reductions: one FLOP per input element read
+_POOLS = {"max_pool2d", "max_pool1d", "avg_pool2d", "avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool1d", "adaptive_max_pool2d", "max_pool2d_with_indices", "_adaptive_avg_pool2d"}
 _GATHERS = {"embedding", "index_select", "index", "gather"}
 _SCATTERS = {"index_put_", "_index_put_impl_", "index_copy_", "scatter_", "copy_", "index_put"}
 _NO_DATA = {"empty", "empty_strided", "empty_like", "resolve_conj", "resolve_neg", "lift_fresh", "detach", "_local_scalar_dense", "_unsafe_view", "alias"}
@@ -117,7 +148,7 @@ def _flops(func, name: str, args, kwargs, out) -> float:
         return float(_PER_ELEMENT[name] * sum(o.numel() for o in outs[:1]))
     if torch.Tag.pointwise in func.tags:
         return float(sum(o.numel() for o in outs[:1]))
-    if torch.Tag.reduction in func.tags:
+    if torch.Tag.reduction in func.tags or name in _POOLS:
         return float(sum(a.numel() for a in _tensors(args[:1])))
     return 0.0
 

@@ -20,7 +20,7 @@ from agnitra.report.schema import OpRow
 from agnitra.telemetry.opcount import OpCost, aggregate, count_ops
 
 
-def _shape_key(input_shapes) -> tuple[tuple[int, ...], ...]:
+def shape_key(input_shapes) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(s) for s in input_shapes if isinstance(s, (list, tuple)) and len(s) > 0 and all(isinstance(d, int) for d in s))
 
 
@@ -55,7 +55,7 @@ class _Acc:
 def _attribute(event, counted: set, on_gpu: bool, acc: dict) -> None:
     """Walk an event tree: a counted operator takes its inclusive time (its nested calls are
     its implementation); any other operator keeps its self time and its children are visited."""
-    key = (event.name, _shape_key(event.input_shapes))
+    key = (event.name, shape_key(event.input_shapes))
     slot = acc.setdefault(key, _Acc())
     slot.calls += 1
     if key in counted:

@@ -191,7 +191,7 @@ def _from_onnx(path: Path, options: BuildOptions, shapes: list[InputSpec]) -> Wo
     specs = shapes or [_spec_from_graph(name, dims, dtype, options) for name, dims, dtype in graph_inputs]
     if len(specs) != len(graph_inputs):
         raise WorkloadError(f"{path} takes {len(graph_inputs)} inputs ({', '.join(n for n, _, _ in graph_inputs)}) but {len(specs)} --input-shape were given")
-    module = OrtModule(session, options.device)
+    module = OrtModule(session, options.device, path=path)
     workload = _as_workload((module, random_inputs(specs, options.device, 0)), str(path), options.device)
     workload.make_inputs = lambda seed: random_inputs(specs, options.device, seed)
     return workload

@@ -52,7 +52,7 @@ class OnnxRuntime(Variant):
             quantize_int8(path, workdir / "model.int8.onnx")
             path = workdir / "model.int8.onnx"
             notes.append("dynamic int8, per-channel weights")
-        module = OrtModule(open_session(path, device), device)
+        module = OrtModule(open_session(path, device), device, path=path)
         weakref.finalize(module, shutil.rmtree, workdir, True)  # the files live as long as the session
         return Prepared(call=module, notes="; ".join(notes), arithmetic="int8" if self.int8 else "")
 

@@ -1,4 +1,4 @@
-"""`mamba`: a transformers MambaForCausalLM of the mamba-130m shape, random weights, seq 128.
+"""`mamba`: a transformers MambaForCausalLM of the mamba-130m shape, random weights, seq 64.
 
 The selective-scan SSM workload. It is compared on full-sequence logits (teacher-forced by
 construction), so it has no DecoderSpec: one call scores batch x seq_len tokens.
@@ -14,7 +14,7 @@ from agnitra.workloads.base import TaskKind, Workload
 from agnitra.workloads.registry import BuildOptions, count_on_meta, register_workload
 from agnitra.workloads.zoo._hf import build_seeded
 
-DEFAULT_SEQ_LEN = 128
+DEFAULT_SEQ_LEN = 64  # transformers' reference scan unrolls one step per position: 128 doubles capture time
 
 
 class MambaLogits(nn.Module):
@@ -67,7 +67,7 @@ def count(size: str) -> int:
 @register_workload(
     "mamba",
     TaskKind.LM,
-    "Mamba SSM of the mamba-130m shape (768d, 24 layers, state 16), random weights, logits over seq 128",
+    "Mamba SSM of the mamba-130m shape (768d, 24 layers, state 16), random weights, logits over seq 64",
     count,
 )
 def _build(options: BuildOptions) -> Workload:
