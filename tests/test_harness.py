@@ -98,6 +98,8 @@ def test_report_schema_keys(device_report):
     assert {"median", "p95"} <= set(v["latency_ms"]) and {"value", "unit"} <= set(v["throughput"])
     assert {"metric", "value", "passed"} <= set(v["correctness"])
     assert doc["op_breakdown"] and doc["op_breakdown"][0]["op"].startswith("aten::")
+    sig = doc["workload"]["signature"]  # stored with every run, for the search to learn from
+    assert sig["version"] == "agnitra.signature/1" and len(sig["values"]) == len(sig["names"]) > 40
     assert any("energy: not measured" in n for n in doc["notes"])  # said, not silently dropped
 
 

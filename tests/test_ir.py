@@ -194,3 +194,19 @@ def test_signatures_separate_encoders_decoders_and_cnns():
     for name, sig in sigs.items():
         nearest = min((other for other in sigs if other != name), key=lambda other: sig.distance(sigs[other]))
         assert family[nearest] == family[name], f"{name}'s nearest neighbour is {nearest}"
+
+
+def test_onnx_model_is_inspected_with_measured_node_times(tmp_path):
+    from agnitra import api
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 8)).eval()
+    path = tmp_path / "mlp.onnx"
+    torch.onnx.export(model, (torch.randn(16, 64),), str(path), dynamo=False, input_names=["x"])
+    report = api.inspect(str(path), device="cpu", runs=5)
+    ir = report.ir
+    assert ir.source == "onnx" and ir.timing["step_us"] > 0
+    gemms = [n for n in ir.nodes if n.kind == "matmul"]
+    assert len(gemms) == 2 and all(n.time_us > 0 for n in gemms)
+    assert sum(n.share for n in ir.nodes) == pytest.approx(1.0, rel=1e-6)
+    assert report.hotspots[0].time_us > 0 and "graph optimisations off" in ir.notes[-1]

@@ -136,7 +136,9 @@ def inspect(model, example_inputs=None, *, device=None, runs: int = 10, warmup: 
     ir.device = device_report.name
     annotate_bounds(ir, device_report.ceilings, workload.dtype)
     if timed and isinstance(workload.model, OrtModule):
-        ir.notes.append("per-node time is not measured for ONNX models yet (ONNX Runtime profiling comes later); costs are from the graph")
+        from agnitra.ir.onnx_timing import attribute_onnx_time
+
+        attribute_onnx_time(ir, workload.model, workload.example_inputs, dev, runs=runs)
     elif timed:
         attribute_time(ir, workload.model, workload.model, workload.example_inputs, dev, runs=runs, warmup=warmup)
     timing = {}

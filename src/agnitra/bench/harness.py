@@ -49,6 +49,7 @@ class BenchConfig:
     input_sets: int = 4  # forward inputs rotated so repeated runs do not measure a warm cache
     threshold: float | None = None  # correctness threshold; None: the metric's default
     energy_seconds: float = 1.0  # NVML energy pass per variant (GPU only)
+    signature: bool = True  # capture the graph and store the workload signature with the run
 
     def resolved(self, decoder: bool) -> "BenchConfig":
         runs = self.runs if self.runs is not None else (5 if decoder else 50)
@@ -113,9 +114,10 @@ class Harness:
                 self._check_correctness()
             roof = self._roofline()
             ops = self._op_breakdown() if self.config.op_breakdown else []
+            workload_info = self._workload_info()
         self._finish(roof)
         return BenchReport(
-            workload=self._workload_info(),
+            workload=workload_info,
             device=self.device_report,
             conditions=self._conditions(),
             variants=[r.result for r in self.runs],
@@ -340,7 +342,21 @@ class Harness:
             "params": w.param_count(),
             "dtype": str(w.dtype).replace("torch.", ""),
             "description": w.description,
+            "signature": self._signature(),
         }
+
+    def _signature(self) -> dict[str, Any] | None:
+        """The workload signature (untimed, so deterministic), kept with the run for later search."""
+        if not self.config.signature:
+            return None
+        from agnitra.ir import capture_workload, signature
+
+        self.progress("workload signature", 0.98)
+        try:
+            return signature(capture_workload(self.workload)).to_dict()
+        except Exception as exc:  # noqa: BLE001 - a model that does not capture still benchmarks
+            self.notes.append(f"signature: not computed ({_describe(exc)})")
+            return None
 
     def _conditions(self) -> dict[str, Any]:
         c = self.config
