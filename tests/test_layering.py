@@ -16,11 +16,12 @@ LAYERS = {
     "workloads": 2, "ort": 2,
     "telemetry": 3,
     "ir": 4,
-    "verify": 5,
+    "transforms": 5, "kernels": 5, "verify": 5,
     "bench": 6,
-    "report": 7,
-    "api": 8,
-    "cli": 9, "__init__": 9,
+    "search": 7,
+    "report": 8,
+    "api": 9, "optimized": 9,
+    "cli": 10, "__init__": 10,
 }
 
 

@@ -1,7 +1,9 @@
 """Agnitra: measure, optimize and verify PyTorch models for inference."""
 
 from agnitra._version import __version__
-from agnitra.api import benchmark, describe_device, inspect, prepare_workload, profile
+from agnitra.api import benchmark, describe_device, inspect, optimize, prepare_workload, profile
+from agnitra.optimized import OptimizedModel, load
+from agnitra.transforms.recipe import Recipe
 from agnitra.ir import GraphIR, capture
 from agnitra.report.schema import BenchReport, ProfileReport, VariantResult
 from agnitra.workloads.base import DecoderSpec, TaskKind, Workload
@@ -10,6 +12,8 @@ __all__ = [
     "BenchReport",
     "DecoderSpec",
     "GraphIR",
+    "OptimizedModel",
+    "Recipe",
     "ProfileReport",
     "TaskKind",
     "VariantResult",
@@ -19,6 +23,8 @@ __all__ = [
     "capture",
     "describe_device",
     "inspect",
+    "load",
+    "optimize",
     "prepare_workload",
     "profile",
 ]

@@ -12,13 +12,14 @@ from agnitra.bench.harness import benchmark as run_harness
 from agnitra.config import Settings, load_settings
 from agnitra.device import resolve_device
 from agnitra.errors import UserError
-from agnitra.report.schema import BenchReport, DeviceReport, InspectReport, ProfileReport
+from agnitra.report.schema import BenchReport, DeviceReport, InspectReport, OptimizeReport, ProfileReport
 from agnitra.telemetry.ceilings import load_or_measure
 from agnitra.telemetry.profile import profile_workload
 from agnitra.telemetry.signature import device_signature, signature_id
 from agnitra.workloads.base import TaskKind, Workload
 from agnitra.workloads.loaders import load_workload, smoke_test
 from agnitra.workloads.registry import BuildOptions
+from agnitra.verify import Tolerances
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
 
@@ -109,13 +110,14 @@ def benchmark(
     """Measure several variants of one workload side by side in one interleaved run."""
     if runs is not None and runs < 1 or warmup is not None and warmup < 0:
         raise UserError("--runs must be at least 1 and --warmup at least 0")
-    names = [v.strip() for v in variants if v.strip()]
+    from agnitra.bench.variants import Variant, get_variant
+
+    names = [v if isinstance(v, Variant) else v.strip() for v in variants if isinstance(v, Variant) or v.strip()]
     if not names:
         raise UserError("no variants given; e.g. --variants eager,compile")
-    from agnitra.bench.variants import get_variant
-
     for name in names:
-        get_variant(name)  # unknown names fail before anything is built
+        if not isinstance(name, Variant):
+            get_variant(name)  # unknown names fail before anything is built
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold)
     return run_harness(workload, dev, describe_device(dev, settings), config, progress)
@@ -164,5 +166,79 @@ def write_reports(report: BenchReport | ProfileReport | InspectReport, out_dir: 
         from agnitra.report.inspect_files import write_inspect_report
 
         return write_inspect_report(report, Path(out_dir))
+    if isinstance(report, OptimizeReport):
+        from agnitra.report.optimize_report import write_optimize_report
+
+        return write_optimize_report(report, Path(out_dir))
     writer = write_bench_report if isinstance(report, BenchReport) else write_profile_report
     return writer(report, Path(out_dir))
+
+
+OBJECTIVES = ("latency", "throughput", "memory", "energy")
+
+
+def parse_duration(text: str | float | int) -> float:
+    """'10m', '90s', '1h', '300' -> seconds."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    raw = str(text).strip().lower()
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if raw and raw[-1] in units:
+            return float(raw[:-1]) * units[raw[-1]]
+        return float(raw)
+    except ValueError:
+        raise UserError(f"bad duration '{text}'; write e.g. 90s, 10m or 1h") from None
+
+
+def default_peers(workload: Workload, device: torch.device) -> list[str]:
+    """The best built-in peers to measure the answer against (from the peer benchmarks)."""
+    if device.type == "cuda":
+        return ["compile-reduce-overhead"] if workload.decoder else ["compile-max-autotune", "compile-reduce-overhead"]
+    return ["compile"] if workload.decoder else ["compile", "onnxruntime-int8"]
+
+
+def optimize(
+    model,
+    example_inputs=None,
+    *,
+    device=None,
+    objective: str = "latency",
+    budget: str | float = "10m",
+    max_error: float | None = None,
+    min_cosine: float | None = None,
+    min_token_agreement: float | None = None,
+    transforms: Sequence[str] | None = None,
+    strategy: str = "enumerate",
+    candidate_timeout: str | float = "5m",
+    peers: Sequence[str] | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    progress: Progress | None = None,
+    settings: Settings | None = None,
+    **load_options,
+):
+    """Search recipes within the budget, verify each, and return the fastest correct model.
+
+    The answer is never slower than the baseline: when no candidate beats it in the final
+    interleaved run, the original model is returned and the report says so.
+    """
+    from agnitra.optimized import OptimizedModel
+    from agnitra.search.optimize import run_optimize
+
+    if objective not in OBJECTIVES:
+        raise UserError(f"unknown objective '{objective}'; use one of: {', '.join(OBJECTIVES)}")
+    workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    result = run_optimize(
+        workload, dev, describe_device(dev, settings),
+        objective=objective, budget_s=parse_duration(budget), candidate_timeout_s=parse_duration(candidate_timeout),
+        tolerances=Tolerances(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement),
+        transforms=list(transforms) if transforms else None, strategy=strategy,
+        peers=list(peers) if peers is not None else default_peers(workload, dev),
+        run_dir=Path(out) if out else None, resume=resume, progress=progress,
+    )
+    optimized = OptimizedModel(result.model, result.recipe, workload, result.report, result.decode_fn, result.prefill_fn)
+    if out:
+        write_reports(result.report, out)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
+        optimized.save(out)  # + what load() needs to rebuild the model
+    return optimized

@@ -133,15 +133,23 @@ def bench(
     threshold: Optional[float] = typer.Option(None, "--threshold", help="correctness threshold for the workload's metric"),
     no_check: bool = typer.Option(False, "--no-check", help="skip the correctness comparison"),
     no_ops: bool = typer.Option(False, "--no-ops", help="skip the operator breakdown"),
+    recipe: Optional[Path] = typer.Option(None, "--recipe", help="also measure a saved recipe.json against the variants"),
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
     """Measure variants of one workload side by side, interleaved, with correctness and roofline."""
     from agnitra import api
 
+    chosen: list = variants.split(",")
+    if recipe is not None:
+        from agnitra.bench.variants.recipe import RecipeVariant
+        from agnitra.transforms.recipe import Recipe
+
+        loaded = Recipe.load(recipe)
+        chosen.append(RecipeVariant(loaded, name=f"recipe: {loaded.name}"))
     with _progress(not as_json) as progress:
         report = api.benchmark(
-            model, variants=variants.split(","), device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
+            model, variants=chosen, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
             input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k,
             threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress,
         )
@@ -172,6 +180,77 @@ def _print_device(device) -> None:
     tflops = ", ".join(f"{k} {v:.1f}" for k, v in c.get("matmul_tflops", {}).items() if v)
     cached = "cached" if c.get("cached") else "measured now"
     out.print(f"device: [bold]{device.name}[/] ({device.kind}, signature {device.signature.get('id')}); ceilings ({cached}): copy {c.get('copy_gbps')} GB/s, matmul TFLOP/s {tflops}")
+
+
+@app.command()
+def optimize(
+    model: str = typer.Argument(None, help="zoo:NAME, file.py:factory, *.pt2, *.onnx or TorchScript"),
+    device: Optional[str] = DeviceOpt,
+    dtype: Optional[str] = DtypeOpt,
+    batch: Optional[int] = BatchOpt,
+    seq_len: Optional[int] = SeqOpt,
+    tokens: Optional[int] = typer.Option(None, "--tokens", help="decoders: new tokens per generation"),
+    input_shape: Optional[list[str]] = ShapeOpt,
+    task: Optional[str] = TaskOpt,
+    size: str = SizeOpt,
+    objective: str = typer.Option("latency", "--objective", help="latency | throughput | memory | energy"),
+    budget: str = typer.Option("10m", "--budget", help="time for the whole run, e.g. 3m, 600s"),
+    max_error: Optional[float] = typer.Option(None, "--max-error", help="relative L2 error allowed (encoders, generic models)"),
+    min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="mean cosine similarity required (embeddings)"),
+    min_token_agreement: Optional[float] = typer.Option(None, "--min-token-agreement", help="decoders: next-token agreement required (teacher-forced)"),
+    transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: search only these transforms"),
+    list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
+    candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
+    peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants for the final run (default: the best built-in ones)"),
+    resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
+    as_json: bool = JsonOpt,
+    out_dir: Optional[Path] = typer.Option(Path("runs/optimize"), "--out", help="run directory: report, recipe, journal"),
+) -> None:
+    """Search recipes, verify each against the original, return the fastest correct model."""
+    from agnitra import api
+
+    if list_transforms:
+        _list_transforms()
+        return
+    if model is None:
+        raise UserError("give a model to optimize, e.g. `agnitra optimize zoo:tinylm`, or --list-transforms")
+    if resume and not (out_dir / "candidates.jsonl").is_file():
+        raise UserError(f"--resume: {out_dir} holds no earlier run (candidates.jsonl); drop --resume or point --out at it")
+    with _progress(not as_json) as progress:
+        optimized = api.optimize(
+            model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
+            objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement,
+            transforms=transforms.split(",") if transforms else None, candidate_timeout=candidate_timeout,
+            peers=peers.split(",") if peers is not None else None, out=out_dir, resume=resume, progress=progress,
+        )
+    if out_dir is not None:
+        err.print(f"wrote {out_dir}/: report.json, report.html, metrics.csv, candidates.csv, recipe.json, agnitra.json")
+    _emit(optimized.report, as_json, None, _render_optimize)
+
+
+def _list_transforms() -> None:
+    from agnitra.transforms import all_transforms
+
+    table = Table(title="Transforms", title_justify="left")
+    for col in ("name", "stage", "parameters", "what it does", "needs"):
+        table.add_column(col, overflow="fold")
+    import dataclasses
+
+    for t in all_transforms():
+        params = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(t.Params))
+        table.add_row(t.name, t.stage, params or "—", t.description, t.requires or "—")
+    out.print(table)
+
+
+def _render_optimize(report) -> None:
+    from agnitra.report.console import bench_table, candidates_table
+
+    _print_device(report.bench.device)
+    out.print(candidates_table(report))
+    out.print(bench_table(report.bench, title="Final interleaved run: baseline, peers, finalists"))
+    for item in report.search["not_applicable"]:
+        out.print(f"[dim]not applicable: {item['transform']}: {item['reason']}[/]")
+    out.print(f"[bold]{report.verdict}[/]")
 
 
 @app.command()

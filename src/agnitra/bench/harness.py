@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from agnitra.bench.variants import Prepared, get_variant
+from agnitra.bench.variants import Prepared, Variant, get_variant
 from agnitra.errors import NotApplicable, first_line
 from agnitra.models.generate import Generator, random_prompt
 from agnitra.report.schema import BenchReport, Correctness, DecodeStats, DeviceReport, Throughput, VariantResult
@@ -30,7 +30,7 @@ from agnitra.telemetry.profile import unit_of_work
 from agnitra.telemetry.roofline import compulsory_bytes, roofline
 from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import StepClock, summarize, time_calls
-from agnitra.verify import compare
+from agnitra.verify import Tolerances, compare
 from agnitra.workloads.base import Workload, tensor_leaves
 
 Progress = Callable[[str, float], None]  # (message, fraction done)
@@ -39,7 +39,7 @@ HELD_OUT_SEED = 10_000  # inputs for correctness checks, never used for warm-up 
 
 @dataclass
 class BenchConfig:
-    variants: list[str] = field(default_factory=lambda: ["eager"])
+    variants: list[str | Variant] = field(default_factory=lambda: ["eager"])  # names or Variant objects
     runs: int | None = None  # forward: timed calls (default 50); decoders: timed generations (default 5)
     warmup: int | None = None  # forward: calls (default 5); decoders: generations (default 2)
     temperature: float = 0.0
@@ -48,8 +48,10 @@ class BenchConfig:
     op_breakdown: bool = True
     input_sets: int = 4  # forward inputs rotated so repeated runs do not measure a warm cache
     threshold: float | None = None  # correctness threshold; None: the metric's default
+    tolerances: Tolerances = field(default_factory=Tolerances)
     energy_seconds: float = 1.0  # NVML energy pass per variant (GPU only)
     signature: bool = True  # capture the graph and store the workload signature with the run
+    energy: bool = True  # NVML energy pass (GPU); candidate runs of a search skip it
 
     def resolved(self, decoder: bool) -> "BenchConfig":
         runs = self.runs if self.runs is not None else (5 if decoder else 50)
@@ -97,7 +99,8 @@ class Harness:
         self.decoder = workload.decoder
         self.config = config.resolved(self.decoder is not None)
         self.progress = progress or (lambda message, fraction: None)
-        self.runs = [_Run(name, VariantResult(name=name, status="ok")) for name in self.config.variants]
+        self.variants = [v if isinstance(v, Variant) else get_variant(v) for v in self.config.variants]
+        self.runs = [_Run(v.name, VariantResult(name=v.name, status="ok")) for v in self.variants]
         self.notes: list[str] = []
         self.input_sets = self._input_sets()
         self.prompt = random_prompt(self.decoder.batch, self.decoder.prompt_len, self.decoder.vocab_size, 0, device) if self.decoder else None
@@ -129,14 +132,15 @@ class Harness:
         )
 
     def _prepare_all(self) -> None:
-        for i, run in enumerate(self.runs):
+        for i, (variant, run) in enumerate(zip(self.variants, self.runs)):
             self.progress(f"preparing {run.name}", i / max(1, len(self.runs)) * 0.3)
             t0 = time.perf_counter()
             try:
-                run.prepared = get_variant(run.name).prepare(self.workload, self.device)
+                run.prepared = variant.prepare(self.workload, self.device)
                 if self.decoder:
                     p = run.prepared
-                    run.generator = Generator(self.workload.model, p.decode_fn, p.prefill_fn, self.config.temperature, self.config.top_k)
+                    model = p.model if p.model is not None else self.workload.model
+                    run.generator = Generator(model, p.decode_fn, p.prefill_fn, self.config.temperature, self.config.top_k)
                 self._warm_up(run)
             except NotApplicable as exc:
                 run.result.status, run.result.reason = "skipped", str(exc)
@@ -201,6 +205,8 @@ class Harness:
             self.memory_kind = kind
 
     def _measure_energy(self) -> None:
+        if not self.config.energy:
+            return
         reader, reason = open_reader(self.device)
         if reader is None:
             self.notes.append(f"energy: not measured ({reason})")
@@ -246,7 +252,7 @@ class Harness:
             if run.name == reference_name:
                 run.result.correctness = Correctness(self._metric(), None, True, None, {"role": "reference"})
             else:
-                run.result.correctness = compare(self._metric(), outputs[reference_name], outputs[run.name], self.config.threshold)
+                run.result.correctness = compare(self._metric(), outputs[reference_name], outputs[run.name], self.config.threshold, self.config.tolerances)
                 run.result.correctness.details["reference"] = reference_name
 
     def _metric(self) -> str:

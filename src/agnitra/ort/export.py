@@ -33,11 +33,15 @@ def eager_attention(model: torch.nn.Module, wanted: bool):
             restore()
 
 
+def input_names(workload: Workload) -> list[str]:
+    """The ONNX graph's input names, in the order of the workload's example inputs."""
+    return list(workload.hints.get("input_names") or [f"input_{i}" for i in range(len(workload.example_inputs))])
+
+
 def _names(workload: Workload) -> tuple[list[str], list[str]]:
-    inputs = workload.hints.get("input_names") or [f"input_{i}" for i in range(len(workload.example_inputs))]
     with torch.no_grad():
         n_out = len(tensor_leaves(workload.model(*workload.example_inputs)))
-    return list(inputs), [f"output_{i}" for i in range(n_out)]
+    return input_names(workload), [f"output_{i}" for i in range(n_out)]
 
 
 def export_onnx(workload: Workload, path: Path, opset: int = 17) -> str:
@@ -85,3 +89,22 @@ def quantize_int8(path: Path, out: Path) -> None:
         str(path), str(out), weight_type=QuantType.QInt8, per_channel=True,
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
+
+
+def build_ort_model(workload: Workload, workdir: Path, device: torch.device, optimize: bool = True, int8: bool = False) -> tuple[Path, list[str]]:
+    """Export, then (when the hints say what it is) fuse, then (optionally) quantise, in `workdir`.
+
+    Returns the path of the model to run and a note per step. The `onnxruntime` transform uses it;
+    the `onnxruntime` benchmark variants do the same steps in their own `_build`.
+    """
+    path = workdir / "model.onnx"
+    notes = [f"{export_onnx(workload, path)} export"]
+    if optimize and "onnx_model_type" in workload.hints:
+        fused = optimize_transformer(path, workdir / "model.opt.onnx", workload.hints, use_gpu=device.type == "cuda")
+        path = workdir / "model.opt.onnx"
+        notes.append(f"transformer optimizer fused {fused}")
+    if int8:
+        quantize_int8(path, workdir / "model.int8.onnx")
+        path = workdir / "model.int8.onnx"
+        notes.append("dynamic int8, per-channel weights")
+    return path, notes

@@ -41,6 +41,9 @@ def open_session(path: Path, device: torch.device, threads: int | None = None):
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     if device.type == "cpu":
         options.intra_op_num_threads = threads or torch.get_num_threads()
+        # idle worker threads would keep spinning after a call and take the cores from whatever
+        # runs next (the other variants of an interleaved benchmark, or the user's own code)
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     try:
         return ort.InferenceSession(str(path), options, providers=[provider_for(device)])
     except NotApplicable:

@@ -66,6 +66,21 @@ def ops_table(rows: list[OpRow], limit: int = 15, title: str = "Top operators by
     return table
 
 
+def candidates_table(report) -> Table:
+    """The optimize search: one row per measured candidate, in the order measured."""
+    from agnitra.report.console_units import candidate_cells
+    from agnitra.report.optimize_report import CANDIDATE_HEADERS
+
+    table = Table(title=f"Candidates ({report.search['evaluated']} measured of {report.search['space_size']}, {report.search['elapsed_s']} s)", title_justify="left")
+    for i, header in enumerate(CANDIDATE_HEADERS):
+        table.add_column(header, justify="right" if 2 <= i <= 8 else "left", overflow="fold")
+    for c in report.candidates:
+        cells = candidate_cells(c)
+        style = "bold green" if c.name == report.chosen else ("red" if c.status != "ok" or not c.passed else "")
+        table.add_row(*[Text(cell, style=style) for cell in cells])
+    return table
+
+
 def decode_summary(report: BenchReport) -> str | None:
     """A line per variant that decoded tokens (tokens/s, per-token latency, prefill); None if none."""
     decoded = [v for v in report.variants if v.status == "ok" and v.decode is not None]

@@ -12,6 +12,7 @@ from typing import Any
 SCHEMA = "agnitra.bench/1"
 PROFILE_SCHEMA = "agnitra.profile/1"
 INSPECT_SCHEMA = "agnitra.inspect/1"
+OPTIMIZE_SCHEMA = "agnitra.optimize/1"
 
 
 @dataclass
@@ -161,6 +162,62 @@ class InspectReport:
         doc = to_dict({k: v for k, v in self.__dict__.items() if k != "ir"})
         doc["ir"] = self.ir.to_dict()
         return doc
+
+
+@dataclass
+class CandidateResult:
+    """One recipe measured against the baseline in its own short interleaved run."""
+
+    name: str
+    recipe: dict[str, Any]  # recipe.json content
+    key: str  # stable identity, for --resume
+    prior: float  # the speedup the rules expected
+    status: str  # ok | failed | skipped | timeout
+    reason: str = ""
+    latency_ms: Latency | None = None
+    baseline_ms: float | None = None  # baseline median in the same run
+    speedup: float | None = None  # baseline / candidate median latency
+    peak_memory_bytes: int | None = None
+    correctness: Correctness | None = None
+    setup_s: float | None = None
+    eval_s: float | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "ok" and self.correctness is not None and self.correctness.passed
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "CandidateResult":
+        values = dict(doc)
+        if values.get("latency_ms"):
+            values["latency_ms"] = Latency(**values["latency_ms"])
+        if values.get("correctness"):
+            values["correctness"] = Correctness(**values["correctness"])
+        return cls(**{k: v for k, v in values.items() if k in {f.name for f in dataclasses.fields(cls)}})
+
+
+@dataclass
+class OptimizeReport:
+    """`agnitra optimize`: the bench report of the final run plus the search that led to it."""
+
+    bench: BenchReport  # final interleaved run: baseline, peers, chosen recipe
+    objective: str
+    chosen: str | None  # variant name of the chosen recipe; None = the original model is returned
+    recipe: dict[str, Any]  # the chosen recipe.json ({"steps": []} when the original is returned)
+    speedup: float | None  # baseline / chosen median latency in the final run
+    candidates: list[CandidateResult]
+    pareto: list[str]  # names of candidates on the latency / memory / error front
+    search: dict[str, Any]  # strategy, budget, elapsed, evaluated, skipped transforms and why
+    verdict: str  # one line: what was chosen and why, or why nothing was
+    schema: str = OPTIMIZE_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = to_dict({k: v for k, v in self.__dict__.items() if k != "bench"})
+        doc["bench"] = self.bench.to_dict()
+        return doc
+
+    def summary(self) -> str:
+        return self.verdict
 
 
 def to_dict(obj: Any) -> Any:

@@ -8,6 +8,7 @@ Thresholds default per metric and dtype (`default_threshold`) and can be overrid
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -25,6 +26,20 @@ MIN_TOP1 = 0.9  # classifiers: fraction of rows with the same argmax
 MIN_SQNR_DB = 20.0  # decoders: logit signal-to-quantisation-noise ratio
 
 
+@dataclass(frozen=True)
+class Tolerances:
+    """What a candidate must meet against the untouched model; None = the metric's default."""
+
+    max_error: float | None = None  # relative L2 error (rel_error)
+    min_cosine: float | None = None  # mean cosine similarity (embeddings)
+    min_top1: float | None = None  # top-1 agreement (classifiers)
+    min_sqnr_db: float | None = None  # logit SQNR (decoders)
+    min_token_agreement: float | None = None  # next-token agreement (decoders); not required by default
+
+    def threshold(self, metric: str) -> float | None:
+        return {"rel_error": self.max_error, "cosine": self.min_cosine, "top1": self.min_top1, "logits": self.min_sqnr_db}.get(metric)
+
+
 def register_comparator(name: str):
     def wrap(fn: Comparator) -> Comparator:
         COMPARATORS[name] = fn
@@ -33,7 +48,7 @@ def register_comparator(name: str):
     return wrap
 
 
-def compare(metric: str, reference: list[torch.Tensor], candidate: list[torch.Tensor], threshold: float | None = None) -> Correctness:
+def compare(metric: str, reference: list[torch.Tensor], candidate: list[torch.Tensor], threshold: float | None = None, tolerances: Tolerances | None = None) -> Correctness:
     if metric not in COMPARATORS:
         raise ValueError(f"unknown comparison '{metric}'; known: {', '.join(sorted(COMPARATORS))}")
     problem = _structure_problem(reference, candidate)
@@ -42,7 +57,14 @@ def compare(metric: str, reference: list[torch.Tensor], candidate: list[torch.Te
     nonfinite = sum(int((~torch.isfinite(c)).sum()) for c in candidate if c.is_floating_point())
     if nonfinite:
         return Correctness(metric, None, False, threshold, {"error": f"{nonfinite} NaN/Inf values in the output"})
-    return COMPARATORS[metric](reference, candidate, threshold)
+    if threshold is None and tolerances is not None:
+        threshold = tolerances.threshold(metric)
+    result = COMPARATORS[metric](reference, candidate, threshold)
+    agreement = result.details.get("token_agreement")
+    if tolerances and tolerances.min_token_agreement is not None and agreement is not None and agreement < tolerances.min_token_agreement:
+        result.passed = False
+        result.details["failed"] = f"next-token agreement {agreement:.3f} < {tolerances.min_token_agreement}"
+    return result
 
 
 def default_threshold(metric: str, *dtypes: torch.dtype) -> float:

@@ -25,6 +25,7 @@ class Prepared:
     call: Callable[..., Any] | None = None  # call(*inputs) -> outputs
     decode_fn: Callable[..., tuple] | None = None  # decode_one_token(model, tokens, input_pos, temperature, top_k)
     prefill_fn: Callable[..., tuple] | None = None
+    model: Any = None  # decoders: the model the steps run on (None: the workload's own)
     outputs: Callable[[Any], list[torch.Tensor]] = tensor_leaves  # outputs -> comparable tensors
     notes: str = ""
     # set when the variant computes in another precision than the workload (e.g. "int8"): the

@@ -1,0 +1,24 @@
+"""Plain-text cells for a candidate row, shared by the console table, the HTML page and the CSV."""
+
+from __future__ import annotations
+
+from agnitra.report.schema import CandidateResult
+
+
+def candidate_cells(c: CandidateResult) -> list[str]:
+    corr = ""
+    if c.correctness is not None:
+        value = "" if c.correctness.value is None else f"={c.correctness.value:.4g}"
+        corr = f"{c.correctness.metric}{value} {'pass' if c.correctness.passed else 'FAIL'}"
+    return [
+        c.name,
+        c.status,
+        f"{c.speedup:.2f}x" if c.speedup else "",
+        f"{c.latency_ms.median:.4g}" if c.latency_ms else "",
+        f"{c.baseline_ms:.4g}" if c.baseline_ms else "",
+        f"{c.peak_memory_bytes / 2**20:.1f}" if c.peak_memory_bytes is not None else "",
+        corr,
+        f"{c.prior:.2f}",
+        f"{c.setup_s:.1f}" if c.setup_s is not None else "",
+        c.reason,
+    ]

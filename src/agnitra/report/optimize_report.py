@@ -1,0 +1,86 @@
+"""`agnitra optimize` outputs: report.json, metrics.csv, candidates.csv, and a self-contained
+report.html (verdict, speedup bars of the final run, Pareto scatter, per-candidate table), built
+from the bench page's parts."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from agnitra.report.console_units import candidate_cells
+from agnitra.report.files import write_bench_report
+from agnitra.report.html import (
+    _base_layout, _chart_grid, _chart_label, _Charts, _context_section, _header, _notes_list, _page,
+    _results_table, _section, _table, _workload_name, latency_figure,
+)
+from agnitra.report.schema import OptimizeReport
+
+CANDIDATE_HEADERS = ["candidate", "status", "speedup", "median ms", "baseline ms", "peak MiB", "correctness", "prior", "setup s", "reason"]
+
+
+def speedup_figure(report: OptimizeReport) -> go.Figure | None:
+    base = report.bench.variants[0]
+    ok = [v for v in report.bench.variants if v.status == "ok" and v.latency_ms]
+    if base.status != "ok" or len(ok) < 2:
+        return None
+    names = [_chart_label(v.name) for v in ok]
+    speedups = [base.latency_ms.median / v.latency_ms.median for v in ok]
+    colors = ["#2b8a3e" if v.name == report.chosen else "#868e96" for v in ok]
+    fig = go.Figure(go.Bar(x=speedups, y=names, orientation="h", marker_color=colors, hovertemplate="%{y}: %{x:.2f}x<extra></extra>"))
+    fig.update_layout(**_base_layout(f"Speedup over {_chart_label(base.name)} (final interleaved run)", 120 + 40 * len(ok)))
+    fig.update_xaxes(title="x faster than the baseline")
+    return fig
+
+
+def pareto_figure(report: OptimizeReport) -> go.Figure | None:
+    points = [c for c in report.candidates if c.status == "ok" and c.latency_ms]
+    if not points:
+        return None
+    fig = go.Figure()
+    for group, members, color in (("Pareto front", [c for c in points if c.name in report.pareto], "#2b8a3e"), ("passed", [c for c in points if c.passed and c.name not in report.pareto], "#1c7ed6"), ("failed verification", [c for c in points if not c.passed], "#e03131")):
+        if members:
+            fig.add_trace(go.Scatter(
+                x=[c.latency_ms.median for c in members], y=[(c.peak_memory_bytes or 0) / 2**20 for c in members],
+                mode="markers", name=group, marker={"color": color, "size": 10},
+                text=[_chart_label(c.name) for c in members], hovertemplate="%{text}<br>%{x:.3f} ms, %{y:.1f} MiB<extra></extra>",
+            ))
+    fig.update_layout(**_base_layout("Candidates: latency vs peak memory", 420))
+    fig.update_xaxes(title="median latency, ms (lower is better)")
+    fig.update_yaxes(title="peak memory, MiB")
+    return fig
+
+
+def optimize_html(report: OptimizeReport) -> str:
+    bench = report.bench
+    charts = _Charts()
+    skipped = [(s["transform"], s["reason"]) for s in report.search.get("not_applicable", [])]
+    body = "".join([
+        _header("Optimize", bench.workload, bench.device, bench.created_at),
+        f'<p class="summary"><strong>{html.escape(report.verdict)}</strong></p>',
+        _section("Final run", _chart_grid(charts, speedup_figure(report), latency_figure(bench.variants)), _results_table(bench.variants), _notes_list(bench.notes)),
+        _section("Search", _chart_grid(charts, pareto_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(2, 9))),
+        _section("Not applicable here", _table(["transform", "reason"], skipped) if skipped else '<p class="muted">Every transform applied.</p>'),
+        _section("Recipe", f"<pre>{html.escape(json.dumps(report.recipe, indent=2))}</pre>"),
+        _context_section(bench.workload, bench.device, {**bench.conditions, **{f"search.{k}": v for k, v in report.search.items() if k != "not_applicable"}}, bench.versions),
+        f'<p class="muted">Schema {html.escape(report.schema)}</p>',
+    ])
+    return _page(f"Agnitra optimize: {_workload_name(bench.workload)}", body, with_plotly=charts.count > 0)
+
+
+def write_optimize_report(report: OptimizeReport, out_dir: Path) -> dict[str, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = write_bench_report(report.bench, out_dir)  # metrics.csv of the final run; json/html replaced below
+    paths["json"].write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    paths["html"].write_text(optimize_html(report))
+    candidates = out_dir / "candidates.csv"
+    with open(candidates, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CANDIDATE_HEADERS)
+        writer.writerows(candidate_cells(c) for c in report.candidates)
+    recipe = out_dir / "recipe.json"
+    recipe.write_text(json.dumps(report.recipe, indent=2) + "\n")
+    return {**paths, "candidates": candidates, "recipe": recipe}

@@ -1,0 +1,175 @@
+"""The recipe space: which transform combinations are worth measuring here, most promising first.
+
+Built from the transforms that apply (each one's `check()` on this workload and device), combined
+stage by stage (module transforms, then one runtime transform, or one backend instead), with
+rules that prune combinations that cannot help or cannot compose. Each recipe gets a prior: the
+speedup the rules expect, from what is known about the device and the workload; the learned cost
+model of a later stage replaces these priors.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import torch
+
+from agnitra.errors import NotApplicable
+from agnitra.transforms.base import TransformContext, get_transform
+from agnitra.transforms.patcher import check_recipe
+from agnitra.transforms.recipe import Recipe, Step
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One transform with fixed parameters, and the speedup the rules expect from it alone."""
+
+    transform: str
+    params: tuple[tuple[str, object], ...] = ()
+    prior: float = 1.0
+
+    def step(self) -> Step:
+        transform = get_transform(self.transform)
+        params = transform.parse_params(dict(self.params))
+        import dataclasses
+
+        return Step(self.transform, dataclasses.asdict(params))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    recipe: Recipe
+    prior: float  # expected speedup over the baseline, from the rules
+
+
+@dataclass
+class Skipped:
+    transform: str
+    reason: str
+
+
+def _fast_cpu_bf16() -> bool:
+    """AMX or AVX512-BF16: bf16 matmuls run 2-7x faster than fp32 on such CPUs."""
+    from agnitra.telemetry.signature import cpu_signature
+
+    flags = set(cpu_signature()["isa_flags"])
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def module_choices(ctx: TransformContext) -> list[Choice]:
+    cuda, decoder = ctx.device.type == "cuda", ctx.decoder
+    choices = []
+    if ctx.dtype == torch.float32:
+        if cuda:
+            choices += [Choice("precision", (("dtype", "bf16"),), 1.8), Choice("precision", (("dtype", "fp16"),), 1.8)]
+        else:
+            choices.append(Choice("precision", (("dtype", "bf16"),), 2.0 if _fast_cpu_bf16() else 0.8))
+            choices.append(Choice("dynamic-int8", (), 1.6))
+    # weight-only quantisation pays where weights dominate the bytes: decoders, small batches
+    choices.append(Choice("int8-weight-only", (), 1.6 if decoder else 1.1))
+    choices.append(Choice("int4-weight-only", (("group_size", 128),), 2.0 if decoder else 1.0))
+    if cuda:
+        choices += [Choice("fp8", (), 1.5), Choice("sparsity-2of4", (), 1.2)]
+    choices += [Choice("channels-last", (), 1.3), Choice("sdpa", (), 1.2)]
+    return choices
+
+
+def runtime_choices(ctx: TransformContext) -> list[Choice]:
+    cuda = ctx.device.type == "cuda"
+    if cuda:
+        return [
+            Choice("compile", (("mode", "reduce-overhead"),), 3.0 if ctx.decoder else 2.0),
+            Choice("compile", (("mode", "max-autotune"),), 2.0),
+            Choice("compile", (("mode", "default"),), 1.5),
+            Choice("cuda-graphs", (), 1.8),
+            Choice("tf32", (), 1.5),
+        ]
+    return [Choice("compile", (("mode", "default"), ("freezing", True)), 1.3), Choice("compile", (("mode", "default"),), 1.15), Choice("threads", (), 1.02)]
+
+
+def backend_choices(ctx: TransformContext) -> list[Choice]:
+    cpu = ctx.device.type == "cpu"
+    return [Choice("onnxruntime", (("int8", True),), 2.5 if cpu else 1.0), Choice("onnxruntime", (), 1.1)]
+
+
+# combinations that cannot compose or cannot help
+_EXCLUSIVE_MODULE = [{"int8-weight-only", "int4-weight-only", "dynamic-int8", "fp8", "sparsity-2of4"}]
+_BACKEND_ACCEPTS = {"precision", "channels-last", "sdpa"}  # module transforms an ONNX export keeps
+
+
+def _compatible(modules: tuple[Choice, ...], runtime: Choice | None, backend: Choice | None) -> bool:
+    names = [c.transform for c in modules]
+    if len(names) != len(set(names)):
+        return False
+    for group in _EXCLUSIVE_MODULE:
+        if len(group.intersection(names)) > 1:
+            return False
+    if "dynamic-int8" in names and "precision" in names:
+        return False
+    if backend is not None and (runtime is not None or not set(names) <= _BACKEND_ACCEPTS):
+        return False
+    return True
+
+
+def _applicable(choices: list[Choice], ctx: TransformContext, skipped: list[Skipped]) -> list[Choice]:
+    from agnitra.transforms.base import all_transforms
+
+    registered = {t.name for t in all_transforms()}
+    kept = []
+    for choice in choices:
+        if choice.transform not in registered:
+            skipped.append(Skipped(_label(choice), "not available in this installation"))
+            continue
+        try:
+            check_recipe(Recipe((choice.step(),)), ctx)
+            kept.append(choice)
+        except NotApplicable as exc:
+            skipped.append(Skipped(_label(choice), str(exc)))
+    return kept
+
+
+def _label(choice: Choice) -> str:
+    return Step(choice.transform, dict(choice.params)).label()
+
+
+def _other_transforms(allowed: set[str] | None, known: set[str]) -> dict[str, list[Choice]]:
+    """Registered transforms the rules do not know (a user's own): default parameters, no prior."""
+    from agnitra.transforms.base import all_transforms
+
+    extra: dict[str, list[Choice]] = {"module": [], "runtime": [], "backend": []}
+    for t in all_transforms():
+        if t.name not in known and (allowed is None or t.name in allowed):
+            extra[t.stage].append(Choice(t.name, (), 1.0))
+    return extra
+
+
+def recipe_space(ctx: TransformContext, allowed: set[str] | None = None, max_module_transforms: int = 2) -> tuple[list[Candidate], list[Skipped]]:
+    """Applicable recipes, best prior first, and why each transform that was left out does not apply."""
+    skipped: list[Skipped] = []
+
+    def keep(choices: list[Choice]) -> list[Choice]:
+        if allowed is not None:
+            choices = [c for c in choices if c.transform in allowed]
+        return _applicable(choices, ctx, skipped)
+
+    ruled = {"module": module_choices(ctx), "runtime": runtime_choices(ctx), "backend": backend_choices(ctx)}
+    extra = _other_transforms(allowed, {c.transform for choices in ruled.values() for c in choices})
+    modules, runtimes, backends = (keep(ruled[stage] + extra[stage]) for stage in ("module", "runtime", "backend"))
+    candidates: dict[str, Candidate] = {}
+    for k in range(0, max_module_transforms + 1):
+        for combo in itertools.combinations(modules, k):
+            for runtime, backend in [(None, None)] + [(r, None) for r in runtimes] + [(None, b) for b in backends]:
+                if not _compatible(combo, runtime, backend) or (not combo and runtime is None and backend is None):
+                    continue
+                chosen = [*combo] + [c for c in (runtime, backend) if c is not None]
+                recipe = Recipe(tuple(c.step() for c in chosen))
+                try:
+                    check_recipe(recipe, ctx)  # the combination as a whole (e.g. fp16 then ORT)
+                except NotApplicable:
+                    continue
+                prior = 1.0
+                for c in chosen:
+                    prior *= c.prior
+                candidates.setdefault(recipe.key(), Candidate(recipe, prior))
+    ranked = sorted(candidates.values(), key=lambda c: (-c.prior, len(c.recipe.steps), c.recipe.name))
+    return ranked, skipped

@@ -1,0 +1,6 @@
+"""Built-in search strategies; importing this package registers them."""
+
+from agnitra.search.strategies import enumerate as _enumerate  # noqa: F401
+from agnitra.search.strategies.base import STRATEGIES, Strategy, get_strategy, register_strategy
+
+__all__ = ["STRATEGIES", "Strategy", "get_strategy", "register_strategy"]

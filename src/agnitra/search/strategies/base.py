@@ -1,0 +1,44 @@
+"""Search strategies: propose the next recipe to measure, learn from each result.
+
+Three methods, like Optuna's samplers: `ask()` the next candidate (None when done), `tell()` its
+result, and a name. Exhaustive enumeration lives here now; TPE, NSGA-II, PPO and the cost model
+come as new files beside this one.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from agnitra.search.space import Candidate
+
+STRATEGIES: dict[str, type["Strategy"]] = {}
+
+
+class Strategy(abc.ABC):
+    name: str = ""
+
+    def __init__(self, space: list[Candidate]) -> None:
+        self.space = list(space)
+
+    @abc.abstractmethod
+    def ask(self) -> Candidate | None:
+        """The next candidate to measure, or None when the strategy has nothing left."""
+
+    def tell(self, candidate: Candidate, result: Any) -> None:
+        """The measured result of a candidate (status, speedup, correctness)."""
+
+
+def register_strategy(cls: type[Strategy]) -> type[Strategy]:
+    STRATEGIES[cls.name] = cls
+    return cls
+
+
+def get_strategy(name: str) -> type[Strategy]:
+    import agnitra.search.strategies  # noqa: F401
+
+    from agnitra.errors import UserError
+
+    if name not in STRATEGIES:
+        raise UserError(f"unknown search strategy '{name}'; available: {', '.join(STRATEGIES)}")
+    return STRATEGIES[name]

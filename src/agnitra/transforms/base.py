@@ -1,0 +1,118 @@
+"""Transforms: typed, composable changes to a model, each able to say why it does not apply.
+
+A transform has a `Params` dataclass (its typed parameters, defaults included), `check()` that
+raises `NotApplicable(reason)` when it cannot run here (device, dtype, op mix, torch version),
+and `apply()` that returns a changed model **without touching the original**: it works on the
+structural copy the patcher hands it, replacing submodules, parameters and buffers there only.
+A new transform is one new file in this package and one `@register_transform`.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from agnitra.errors import UserError
+from agnitra.workloads.base import Workload
+
+
+@dataclass
+class TransformContext:
+    """What a transform may look at: the workload (original model), device, calibration data."""
+
+    workload: Workload
+    device: torch.device
+    calibration_inputs: list[tuple] = field(default_factory=list)  # never the verification inputs
+
+    @property
+    def decoder(self) -> bool:
+        return self.workload.decoder is not None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.workload.dtype
+
+
+@dataclass
+class NoParams:
+    """For transforms without parameters."""
+
+
+class Transform(abc.ABC):
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    requires: ClassVar[str] = ""  # what it needs, for `--list-transforms`
+    Params: ClassVar[type] = NoParams
+    # "module": changes submodules/weights; "runtime": wraps how the model is run (compile,
+    # CUDA graphs, threads); "backend": hands the model to another runtime (ONNX Runtime)
+    stage: ClassVar[str] = "module"
+
+    def check(self, ctx: TransformContext, params: Any) -> None:
+        """Raise NotApplicable(reason) when this transform cannot run here. Default: always runs."""
+
+    @abc.abstractmethod
+    def apply(self, model: nn.Module, ctx: TransformContext, params: Any) -> nn.Module:
+        """Return the transformed model; `model` is the patcher's copy, never the user's."""
+
+    def default_params(self) -> Any:
+        return self.Params()
+
+    def parse_params(self, raw: dict[str, Any] | None) -> Any:
+        """Params from a plain dict (recipe.json): unknown keys and wrong types are user errors."""
+        raw = dict(raw or {})
+        known = {f.name: f for f in dataclasses.fields(self.Params)}
+        unknown = sorted(set(raw) - set(known))
+        if unknown:
+            raise UserError(f"transform '{self.name}' has no parameter(s) {', '.join(unknown)}; it takes: {', '.join(known) or 'none'}")
+        params = self.Params(**raw)
+        for name, f in known.items():
+            value = getattr(params, name)
+            expected = type(getattr(self.Params(), name))
+            if value is not None and expected is not type(None) and not isinstance(value, expected) and not (expected is float and isinstance(value, int)):
+                raise UserError(f"transform '{self.name}': parameter {name}={value!r} should be {expected.__name__}")
+        return params
+
+
+TRANSFORMS: dict[str, Transform] = {}
+
+
+def register_transform(cls: type[Transform]) -> type[Transform]:
+    if not cls.name or cls.name in TRANSFORMS:
+        raise ValueError(f"transform name {cls.name!r} missing or registered twice")
+    TRANSFORMS[cls.name] = cls()
+    return cls
+
+
+def get_transform(name: str) -> Transform:
+    import agnitra.transforms  # noqa: F401  (registers the built-in transforms)
+
+    if name not in TRANSFORMS:
+        raise UserError(f"unknown transform '{name}'; see `agnitra optimize --list-transforms`")
+    return TRANSFORMS[name]
+
+
+def all_transforms() -> list[Transform]:
+    import agnitra.transforms  # noqa: F401
+
+    return list(TRANSFORMS.values())
+
+
+def replace_modules(model: nn.Module, match, build) -> int:
+    """Replace every submodule for which `match(name, module)` holds by `build(name, module)`.
+
+    Works on the patcher's structural copy: the parent's `_modules` dict is its own, so the
+    user's model keeps its modules. Returns how many were replaced.
+    """
+    count = 0
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            full = f"{parent_name}.{child_name}" if parent_name else child_name
+            if match(full, child):
+                setattr(parent, child_name, build(full, child))
+                count += 1
+    return count

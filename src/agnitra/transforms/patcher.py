@@ -1,0 +1,120 @@
+"""The runtime patcher: applies a recipe to a live model and hands back a drop-in module.
+
+The user's model is never modified. The patcher makes a *structural copy* (new module objects
+with their own child, parameter and buffer dicts, sharing the tensors) and transforms replace
+modules, parameters and buffers in the copy only, so an 8B model is not duplicated. If any step
+fails the copy is dropped and the error says which step; the original is as it was.
+
+Order: module transforms (precision, quantization, layout) first, then decoders get fresh KV
+caches in the new precision, then runtime transforms (compile, CUDA graphs, threads) and
+backends (ONNX Runtime) wrap the result.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from torch import nn
+
+from agnitra.errors import AgnitraError, UserError, first_line
+from agnitra.models.generate import decode_one_token, prefill
+from agnitra.transforms.base import TransformContext, get_transform
+from agnitra.transforms.recipe import Recipe
+
+STAGE_ORDER = {"module": 0, "runtime": 1, "backend": 2}
+
+
+class PatchError(AgnitraError):
+    """A step of a recipe failed; the original model is untouched."""
+
+    def __init__(self, step: str, exc: BaseException) -> None:
+        super().__init__(f"{step}: {first_line(exc)}")
+        self.step = step
+
+
+@dataclass
+class Patched:
+    """A recipe applied: the drop-in module, plus the decode-step functions for decoders."""
+
+    model: nn.Module
+    recipe: Recipe
+    decode_fn: Callable = decode_one_token
+    prefill_fn: Callable = prefill
+    notes: list[str] = field(default_factory=list)
+
+
+def structural_copy(model: nn.Module) -> nn.Module:
+    """New module objects and dicts all the way down; parameter and buffer tensors are shared."""
+    memo: dict[int, nn.Module] = {}
+
+    def clone(module: nn.Module) -> nn.Module:
+        if id(module) in memo:  # a module used twice stays one module
+            return memo[id(module)]
+        new = copy.copy(module)
+        memo[id(module)] = new
+        new._parameters = dict(module._parameters)
+        new._buffers = dict(module._buffers)
+        new._non_persistent_buffers_set = set(module._non_persistent_buffers_set)
+        new._modules = {k: (clone(v) if v is not None else None) for k, v in module._modules.items()}
+        for hooks in ("_forward_hooks", "_forward_pre_hooks"):
+            setattr(new, hooks, copy.copy(getattr(module, hooks)))
+        return new
+
+    return clone(model)
+
+
+def validate_order(recipe: Recipe) -> None:
+    """Module transforms before runtime transforms before backends; each transform once."""
+    stages = [STAGE_ORDER[get_transform(s.transform).stage] for s in recipe.steps]
+    if stages != sorted(stages):
+        raise UserError(f"recipe '{recipe.name}' puts a runtime or backend transform before a module transform; order them module -> runtime -> backend")
+    names = [s.transform for s in recipe.steps]
+    if len(names) != len(set(names)):
+        raise UserError(f"recipe '{recipe.name}' uses a transform twice")
+
+
+def check_recipe(recipe: Recipe, ctx: TransformContext) -> None:
+    """Raise NotApplicable for the first step that cannot run here (before any work is done)."""
+    validate_order(recipe)
+    for step in recipe.steps:
+        transform = get_transform(step.transform)
+        transform.check(ctx, transform.parse_params(step.params))
+
+
+def apply_recipe(recipe: Recipe, ctx: TransformContext) -> Patched:
+    check_recipe(recipe, ctx)
+    model = structural_copy(ctx.workload.model)
+    refreshed_caches = False
+    patched = Patched(model=model, recipe=recipe)
+    for step in recipe.steps:
+        transform = get_transform(step.transform)
+        if transform.stage != "module" and not refreshed_caches:
+            _fresh_caches(patched.model, ctx)
+            refreshed_caches = True
+        try:
+            patched.model = transform.apply(patched.model, ctx, transform.parse_params(step.params))
+        except (UserError, AgnitraError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure drops the copy and names the step
+            raise PatchError(step.label(), exc) from exc
+    if not refreshed_caches:
+        _fresh_caches(patched.model, ctx)
+    patched.decode_fn = getattr(patched.model, "agnitra_decode_fn", decode_one_token)
+    patched.prefill_fn = getattr(patched.model, "agnitra_prefill_fn", prefill)
+    return patched
+
+
+def _fresh_caches(model: nn.Module, ctx: TransformContext) -> None:
+    """Decoders: the copy gets its own KV cache (in its own precision): never the user's."""
+    spec = ctx.workload.decoder
+    if spec is not None and hasattr(model, "setup_caches"):
+        model.setup_caches(spec.batch, spec.max_seq_len)
+
+
+def unwrap(model: Any) -> nn.Module:
+    """The innermost module under any runtime wrappers."""
+    while hasattr(model, "inner") and isinstance(model.inner, nn.Module):
+        model = model.inner
+    return model

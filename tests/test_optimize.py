@@ -1,0 +1,162 @@
+"""agnitra.optimize: recipes, the patcher's rollback, isolation of bad candidates, the
+never-slower rule, save/load and resume."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import pytest
+import torch
+from torch import nn
+
+import agnitra
+from agnitra.errors import UserError
+from agnitra.transforms.base import TRANSFORMS, Transform, TransformContext, register_transform
+from agnitra.transforms.patcher import PatchError, apply_recipe
+from agnitra.transforms.recipe import Recipe
+from agnitra.transforms.wrappers import ModelWrapper
+from agnitra.workloads.base import TaskKind, Workload
+from agnitra.workloads.registry import BuildOptions, build_workload
+
+
+class _Slow(ModelWrapper):
+    def forward(self, *args):
+        time.sleep(0.004)
+        return self.inner(*args)
+
+
+class _Nan(ModelWrapper):
+    def forward(self, *args):
+        return self.inner(*args) * float("nan")
+
+
+def _register(name, apply, stage="module"):
+    if name not in TRANSFORMS:
+        body = {"name": name, "stage": stage, "description": "test transform", "apply": lambda self, model, ctx, params: apply(model)}
+        register_transform(type(f"Test_{name}", (Transform,), body))
+
+
+def _boom(model):
+    raise RuntimeError("boom in apply")
+
+
+def _scale_weights(model):
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            m._parameters["weight"] = nn.Parameter(m.weight.detach() * 2, requires_grad=False)
+    return model
+
+
+_register("test-slow", _Slow)
+_register("test-nan", _Nan)
+_register("test-crash", _boom)
+_register("test-double", _scale_weights)
+
+
+def _mlp() -> Workload:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
+    make = lambda seed: (torch.randn(4, 32, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
+    return Workload("mlp", model, make(0), TaskKind.GENERIC, batch=4, make_inputs=make)
+
+
+def test_recipe_json_round_trip_and_validation(tmp_path):
+    recipe = Recipe.of(("precision", {"dtype": "bf16"}), ("compile", {"mode": "default"}))
+    path = recipe.save(tmp_path / "recipe.json")
+    again = Recipe.load(path)
+    assert [s.transform for s in again.steps] == ["precision", "compile"]
+    assert again.steps[1].params == {"mode": "default", "freezing": False}  # defaults filled in
+    for doc, message in [
+        ({"version": "agnitra.recipe/1", "steps": [{"transform": "warp-drive"}]}, "unknown transform"),
+        ({"version": "agnitra.recipe/1", "steps": [{"transform": "precision", "params": {"bits": 3}}]}, "no parameter"),
+        ({"version": "agnitra.recipe/1", "steps": [{"transform": "precision", "params": {"dtype": 16}}]}, "should be str"),
+        ({"version": "other/2", "steps": []}, "not an agnitra.recipe/1"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            Recipe.from_dict(doc)
+    (tmp_path / "bad.json").write_text("{nope")
+    with pytest.raises(UserError, match="not valid JSON"):
+        Recipe.load(tmp_path / "bad.json")
+
+
+def test_patch_failure_leaves_the_original_untouched():
+    w = _mlp()
+    before = [(id(p), p.clone()) for p in w.model.parameters()]
+    modules_before = list(w.model.children())
+    with pytest.raises(PatchError, match="test-crash: RuntimeError: boom in apply"):
+        apply_recipe(Recipe.of("test-double", "test-crash"), TransformContext(w, torch.device("cpu")))
+    assert list(w.model.children()) == modules_before
+    for (pid, value), p in zip(before, w.model.parameters()):
+        assert id(p) == pid and torch.equal(p, value)  # test-double changed only the copy
+
+
+def test_patched_model_is_a_drop_in_copy():
+    w = _mlp()
+    x = w.example_inputs[0]
+    patched = apply_recipe(Recipe.of("test-double", ("precision", {"dtype": "bf16"})), TransformContext(w, torch.device("cpu")))
+    out = patched.model(x)
+    assert out.dtype == torch.float32 and out.shape == (4, 8)  # outputs keep the original dtype
+    assert w.model[0].weight.dtype == torch.float32  # the user's weights stay fp32
+    assert isinstance(patched.model, nn.Module)
+
+
+def test_runtime_before_module_transform_is_rejected():
+    w = _mlp()
+    with pytest.raises(UserError, match="before a module transform"):
+        apply_recipe(Recipe.of("compile", "test-double"), TransformContext(w, torch.device("cpu")))
+
+
+def test_never_slower_returns_the_original(tmp_path):
+    w = _mlp()
+    fast = agnitra.optimize(w, device="cpu", transforms=["test-slow"], budget="60s", peers=[], out=tmp_path)
+    assert fast.recipe.steps == ()
+    report = fast.report
+    assert report.chosen is None and "original model is returned" in report.verdict
+    slow = next(c for c in report.candidates if c.name == "test-slow")
+    assert slow.status == "ok" and slow.speedup < 1.0
+    x = w.example_inputs[0]
+    assert torch.equal(fast(x), w.model(x))
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["schema"] == "agnitra.optimize/1" and saved["chosen"] is None
+
+
+def test_crashing_and_nan_candidates_do_not_end_the_run(tmp_path):
+    w = _mlp()
+    fast = agnitra.optimize(w, device="cpu", transforms=["test-crash", "test-nan", "test-slow"], budget="60s", peers=[], out=tmp_path)
+    by_name = {c.name: c for c in fast.report.candidates}
+    assert by_name["test-crash"].status == "failed" and "boom in apply" in by_name["test-crash"].reason
+    nan = by_name["test-nan"]
+    assert nan.status == "ok" and not nan.passed and "NaN" in nan.correctness.details["error"]
+    assert "test-slow" in by_name  # measured after the failures
+    assert fast.report.chosen is None
+    lines = (tmp_path / "candidates.jsonl").read_text().splitlines()
+    assert len(lines) == len(fast.report.candidates)
+
+
+def test_resume_reuses_measured_candidates(tmp_path):
+    w = _mlp()
+    first = agnitra.optimize(w, device="cpu", transforms=["test-slow", "test-nan"], budget="60s", peers=[], out=tmp_path)
+    journal = (tmp_path / "candidates.jsonl").read_text()
+    again = agnitra.optimize(w, device="cpu", transforms=["test-slow", "test-nan"], budget="60s", peers=[], out=tmp_path, resume=True)
+    assert (tmp_path / "candidates.jsonl").read_text() == journal  # nothing measured twice
+    assert [c.speedup for c in again.report.candidates] == [c.speedup for c in first.report.candidates]
+
+
+@pytest.mark.slow
+def test_tinylm_optimize_saves_a_recipe_that_reloads_identically(tmp_path):
+    fast = agnitra.optimize("zoo:tinylm", device="cpu", size="tiny", tokens=6, seq_len=4, transforms=["precision", "compile"], budget="3m", out=tmp_path)
+    report = fast.report
+    assert report.candidates and all(c.status in ("ok", "failed", "skipped", "timeout") for c in report.candidates)
+    assert (tmp_path / "recipe.json").is_file() and (tmp_path / "report.html").is_file()
+    loaded = agnitra.load(tmp_path, "zoo:tinylm", device="cpu", size="tiny")
+    assert loaded.recipe == fast.recipe
+    prompt = torch.randint(0, 256, (1, 4), generator=torch.Generator().manual_seed(3))
+    assert torch.equal(fast.generate(prompt, 5), loaded.generate(prompt, 5))
+    baseline = build_workload("tinylm", BuildOptions(size="tiny", tokens=6, seq_len=4))
+    if fast.recipe.steps:
+        assert report.speedup > 1.0 and report.chosen is not None
+    else:
+        assert "original model is returned" in report.verdict
+    assert baseline.model.output.weight.dtype == torch.float32

@@ -1,0 +1,251 @@
+"""Runtime, backend and layout transforms on the CPU: onnxruntime, threads, channels-last, sdpa,
+cuda-graphs (applicability and its shape check only: no GPU here)."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from torch import nn
+
+from agnitra.errors import NotApplicable, WorkloadError
+from agnitra.transforms import Recipe, TransformContext, get_transform
+from agnitra.transforms.cudagraphs import check_same_signature
+from agnitra.transforms.patcher import apply_recipe, unwrap
+from agnitra.transforms.threads import physical_cores
+from agnitra.workloads.base import Workload
+from agnitra.workloads.registry import BuildOptions, build_workload
+from agnitra.workloads.zoo._hf import set_attention
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda")  # only for check(): nothing here touches a GPU
+
+
+def _apply(workload: Workload, *steps, device: torch.device = CPU):
+    return apply_recipe(Recipe.of(*steps), TransformContext(workload, device))
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12)).item()
+
+
+def _reason(transform: str, workload: Workload, device: torch.device = CPU, **params) -> str:
+    t = get_transform(transform)
+    with pytest.raises(NotApplicable) as info:
+        t.check(TransformContext(workload, device), t.parse_params(params))
+    return str(info.value)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return build_workload("bert-base", BuildOptions(size="tiny"))
+
+
+@pytest.fixture(scope="module")
+def tinylm():
+    return build_workload("tinylm", BuildOptions(size="tiny"))
+
+
+class TwoHeads(nn.Module):
+    """A user model returning a dict with a nested tuple, an int64 tensor and a plain int; `unused` is unused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(8, 16)
+        self.head_a = nn.Linear(16, 4)
+        self.head_b = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor, unused: torch.Tensor):
+        h = torch.relu(self.body(x))
+        a = self.head_a(h)
+        return {"scores": a, "pair": (self.head_b(h).softmax(-1), a.argmax(-1)), "version": 3}
+
+
+@pytest.fixture
+def toy() -> Workload:
+    torch.manual_seed(0)
+    return Workload("toy", TwoHeads().eval(), (torch.randn(2, 8), torch.randn(2, 5)), "generic")
+
+
+# ---- onnxruntime -------------------------------------------------------------------------------
+
+
+def _params(model: nn.Module) -> dict[str, int]:
+    return {name: id(p) for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("int8, tolerance", [(False, 1e-4), (True, 5e-2)])
+def test_onnxruntime_on_bert_matches_and_leaves_the_user_model_alone(bert, monkeypatch, int8, tolerance):
+    params_before = _params(bert.model)
+    config_before = bert.model.bert.config
+    seen_during_export = []
+    real_export = torch.onnx.export
+
+    def spying_export(*args, **kwargs):  # the user's model must not be switched to eager even for a while
+        seen_during_export.append(bert.model.bert.config._attn_implementation)
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", spying_export)
+    patched = _apply(bert, ("onnxruntime", {"int8": int8}))
+    with torch.no_grad():
+        expected = bert.model(*bert.example_inputs)
+    got = patched.model(*bert.example_inputs)
+
+    assert type(patched.model).__name__ == "OrtBackend"
+    assert isinstance(got, torch.Tensor) and got.shape == expected.shape and got.dtype == expected.dtype
+    assert _rel(got, expected) < tolerance
+    assert any("fused" in n and "Attention" in n for n in patched.model.notes)  # the transformer optimizer ran
+    assert seen_during_export and set(seen_during_export) == {"sdpa"}
+    assert bert.model.bert.config is config_before and config_before._attn_implementation == "sdpa"
+    assert _params(bert.model) == params_before
+
+
+def test_onnxruntime_keeps_the_output_structure_of_a_user_model(toy):
+    patched = _apply(toy, "onnxruntime")
+    with torch.no_grad():
+        expected = toy.model(*toy.example_inputs)
+    got = patched.model(*toy.example_inputs)
+
+    assert set(got) == {"scores", "pair", "version"} and isinstance(got["pair"], tuple) and got["version"] == 3
+    assert _rel(got["scores"], expected["scores"]) < 1e-4
+    assert _rel(got["pair"][0], expected["pair"][0]) < 1e-4
+    assert got["pair"][1].dtype == torch.int64 and torch.equal(got["pair"][1], expected["pair"][1])
+    bigger = (torch.randn(5, 8), torch.randn(5, 5))  # batch is dynamic in the export
+    assert patched.model(*bigger)["scores"].shape == (5, 4)
+
+
+def test_onnxruntime_files_go_with_the_module(toy):
+    patched = _apply(toy, "onnxruntime")
+    workdir = patched.model.session.path.parent
+    assert workdir.is_dir()
+    del patched
+    gc.collect()
+    assert not workdir.exists()
+
+
+def test_onnxruntime_takes_the_thread_count_of_a_threads_wrapper(toy):
+    patched = _apply(toy, ("threads", {"count": 1}), "onnxruntime")
+    assert type(patched.model).__name__ == "OrtBackend" and type(patched.model.inner).__name__ == "TwoHeads"
+    assert patched.model.session.session.get_session_options().intra_op_num_threads == 1
+    assert _rel(patched.model(*toy.example_inputs)["scores"], toy.model(*toy.example_inputs)["scores"]) < 1e-4
+
+
+def test_onnxruntime_after_bf16_precision_is_not_applicable(bert):
+    with pytest.raises(NotApplicable, match="bfloat16"):
+        _apply(bert, ("precision", {"dtype": "bf16"}), "onnxruntime")
+
+
+def test_onnxruntime_rejects_decoders_and_int8_on_cuda(tinylm, bert):
+    assert "decoder" in _reason("onnxruntime", tinylm)
+    assert "CPU" in _reason("onnxruntime", bert, CUDA, int8=True)
+
+
+# ---- threads -----------------------------------------------------------------------------------
+
+
+class ThreadProbe(nn.Module):
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.seen: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.seen.append(torch.get_num_threads())
+        if self.fail:
+            raise RuntimeError("boom")
+        return x + 1
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield 2
+    torch.set_num_threads(before)
+
+
+def test_threads_sets_the_count_during_the_call_and_restores_it(two_threads):
+    workload = Workload("probe", ThreadProbe(), (torch.zeros(2),), "generic")
+    patched = _apply(workload, ("threads", {"count": 1}))
+    assert torch.equal(patched.model(torch.zeros(2)), torch.ones(2))
+    assert unwrap(patched.model).seen == [1]
+    assert torch.get_num_threads() == two_threads
+
+
+def test_threads_restores_the_count_after_an_exception(two_threads):
+    workload = Workload("probe", ThreadProbe(fail=True), (torch.zeros(2),), "generic")
+    patched = _apply(workload, ("threads", {"count": 1}))
+    with pytest.raises(RuntimeError, match="boom"):
+        patched.model(torch.zeros(2))
+    assert unwrap(patched.model).seen == [1]
+    assert torch.get_num_threads() == two_threads
+
+
+def test_threads_default_is_the_physical_cores_and_not_on_cuda(toy):
+    patched = _apply(toy, "threads")
+    assert patched.model.count == physical_cores() >= 1
+    assert "CUDA" in _reason("threads", toy, CUDA)
+
+
+# ---- channels-last -----------------------------------------------------------------------------
+
+
+def test_channels_last_on_resnet_same_outputs_weights_in_the_copy_only():
+    workload = build_workload("resnet50", BuildOptions(size="tiny"))
+    spatial = [m for m in workload.model.modules() if isinstance(m, nn.Conv2d) and m.kernel_size != (1, 1)]
+    user_weights = [m.weight for m in spatial]
+    patched = _apply(workload, "channels-last")
+    with torch.no_grad():
+        expected = workload.model(*workload.example_inputs)
+        got = patched.model(*workload.example_inputs)
+
+    assert _rel(got, expected) < 1e-5
+    copies = [m for m in unwrap(patched.model).modules() if isinstance(m, nn.Conv2d) and m.kernel_size != (1, 1)]
+    assert spatial and len(copies) == len(spatial)
+    assert all(m.weight.is_contiguous(memory_format=torch.channels_last) and not m.weight.is_contiguous() for m in copies)
+    assert all(m.weight is w and w.is_contiguous() and not w.is_contiguous(memory_format=torch.channels_last) for m, w in zip(spatial, user_weights))
+
+
+def test_channels_last_needs_convolutions(bert):
+    assert "no 2-D convolutions" in _reason("channels-last", bert)
+
+
+# ---- sdpa --------------------------------------------------------------------------------------
+
+
+def test_sdpa_switches_an_eager_bert_in_the_copy_only():
+    workload = build_workload("bert-base", BuildOptions(size="tiny"))
+    set_attention(workload.model.bert, "eager")
+    user_config = workload.model.bert.config
+    patched = _apply(workload, "sdpa")
+    copy = unwrap(patched.model).bert
+
+    assert copy.config._attn_implementation == "sdpa"
+    assert copy.encoder.layer[0].attention.self.config is copy.config  # the attention layers see the copy's config
+    assert workload.model.bert.config is user_config and user_config._attn_implementation == "eager"
+    assert workload.model.bert.encoder.layer[0].attention.self.config is user_config
+    with torch.no_grad():
+        assert _rel(patched.model(*workload.example_inputs), workload.model(*workload.example_inputs)) < 1e-5
+
+
+def test_sdpa_not_applicable_when_already_sdpa(bert, tinylm):
+    assert "already scaled_dot_product_attention" in _reason("sdpa", bert)
+    assert "already scaled_dot_product_attention" in _reason("sdpa", tinylm)
+
+
+# ---- cuda-graphs -------------------------------------------------------------------------------
+
+
+def test_cuda_graphs_needs_cuda_and_leaves_decoders_to_compile(bert, tinylm):
+    assert "CUDA" in _reason("cuda-graphs", bert)
+    assert "reduce-overhead" in _reason("cuda-graphs", tinylm, CUDA)
+
+
+def test_cuda_graphs_refuses_other_shapes_with_both_named():
+    captured = [((1, 16), torch.int64), ((1, 16), torch.int64)]
+    check_same_signature(captured, (torch.zeros(1, 16, dtype=torch.long), torch.ones(1, 16, dtype=torch.long)))
+    with pytest.raises(WorkloadError, match=r"captured for inputs \(1x16 int64, 1x16 int64\).*\(2x16 int64, 2x16 int64\)"):
+        check_same_signature(captured, (torch.zeros(2, 16, dtype=torch.long), torch.zeros(2, 16, dtype=torch.long)))
+    with pytest.raises(WorkloadError, match="float32"):
+        check_same_signature(captured, (torch.zeros(1, 16), torch.zeros(1, 16, dtype=torch.long)))
