@@ -94,8 +94,8 @@ def quantize_int8(path: Path, out: Path) -> None:
 def build_ort_model(workload: Workload, workdir: Path, device: torch.device, optimize: bool = True, int8: bool = False) -> tuple[Path, list[str]]:
     """Export, then (when the hints say what it is) fuse, then (optionally) quantise, in `workdir`.
 
-    Returns the path of the model to run and a note per step. The `onnxruntime` transform uses it;
-    the `onnxruntime` benchmark variants do the same steps in their own `_build`.
+    Returns the path of the model to run and a note per step (the `onnxruntime` transform and the
+    `onnxruntime` benchmark variants both build through here).
     """
     path = workdir / "model.onnx"
     notes = [f"{export_onnx(workload, path)} export"]

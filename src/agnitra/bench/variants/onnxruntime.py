@@ -17,7 +17,7 @@ import torch
 
 from agnitra.bench.variants.base import Prepared, Variant, register_variant
 from agnitra.errors import check
-from agnitra.ort.export import export_onnx, optimize_transformer, quantize_int8
+from agnitra.ort.export import build_ort_model
 from agnitra.ort.session import OrtModule, open_session, provider_for
 from agnitra.workloads.base import Workload
 
@@ -41,17 +41,7 @@ class OnnxRuntime(Variant):
             raise
 
     def _build(self, workload: Workload, device: torch.device, workdir: Path) -> Prepared:
-        path = workdir / "model.onnx"
-        exporter = export_onnx(workload, path)
-        notes = [f"{exporter} export"]
-        if "onnx_model_type" in workload.hints:
-            fused = optimize_transformer(path, workdir / "model.opt.onnx", workload.hints, use_gpu=device.type == "cuda")
-            path = workdir / "model.opt.onnx"
-            notes.append(f"transformer optimizer fused {fused}")
-        if self.int8:
-            quantize_int8(path, workdir / "model.int8.onnx")
-            path = workdir / "model.int8.onnx"
-            notes.append("dynamic int8, per-channel weights")
+        path, notes = build_ort_model(workload, workdir, device, optimize=True, int8=self.int8)
         module = OrtModule(open_session(path, device), device, path=path)
         weakref.finalize(module, shutil.rmtree, workdir, True)  # the files live as long as the session
         return Prepared(call=module, notes="; ".join(notes), arithmetic="int8" if self.int8 else "")
