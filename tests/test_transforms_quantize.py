@@ -61,6 +61,10 @@ def _apply(workload, name: str, params: dict | None = None, device=CPU):
     return apply_recipe(Recipe.of((name, dict(params or {}))), TransformContext(workload, device))
 
 
+def _apply_steps(workload, *steps, device=CPU):
+    return apply_recipe(Recipe.of(*steps), TransformContext(workload, device))
+
+
 def _converted(model: nn.Module, cls: type) -> list[nn.Module]:
     return [m for m in model.modules() if isinstance(m, cls)]
 
@@ -130,9 +134,18 @@ def test_decoder_with_quantised_lm_head(tinylm):
     patched = _apply(tinylm, "int8-weight-only")
     assert isinstance(patched.model.output, q.Int8WeightOnlyLinear)
     cache = patched.model.layers[0].attention.kv_cache.k_cache
-    if not cache.is_floating_point():
-        pytest.xfail("models/llama.py setup_caches takes the KV-cache dtype from output.weight (int8 here)")
+    assert cache.dtype == torch.float32
     assert _rel(_run(tinylm, patched.model), _run(tinylm)) < 2e-2
+
+
+@pytest.mark.parametrize("name, params", [("int8-weight-only", {}), ("int4-weight-only", {"group_size": 32})])
+def test_after_precision_bf16(bert, name, params):
+    """precision first (the fast CPU kernels are the bf16 ones): scales follow the converted weights."""
+    patched = _apply_steps(bert, "precision", (name, params))
+    converted = [m for m in patched.model.modules() if isinstance(m, (q.Int8WeightOnlyLinear, q.Int4WeightOnlyLinear))]
+    assert len(converted) == 12
+    assert all((getattr(m, "scales", None) if name.startswith("int8") else m.scales_and_zeros).dtype == torch.bfloat16 for m in converted)
+    assert _rel(_run(bert, patched.model), _run(bert)) < 2e-2
 
 
 def test_int4_skips_layers_not_divisible_by_group(tinylm):

@@ -167,7 +167,7 @@ class Llama(nn.Module):
         """Preallocate the KV cache of every layer for `batch` sequences of `max_seq_len` positions."""
         if max_seq_len > self.config.rope_len:
             raise ValueError(f"max_seq_len {max_seq_len} exceeds the rotary table ({self.config.rope_len})")
-        weight = self.output.weight
+        weight = self.norm.weight  # activation dtype and device; the LM head may be quantised
         for layer in self.layers:
             layer.attention.kv_cache = KVCache(
                 batch, self.config.n_kv_heads, max_seq_len, self.config.head_dim, weight.dtype, weight.device

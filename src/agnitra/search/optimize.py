@@ -105,6 +105,8 @@ def run_optimize(
         "not_applicable": [{"transform": s.transform, "reason": s.reason} for s in skipped],
         "candidate_timeout_s": candidate_timeout_s,
         "resumed": resume,
+        "peers": list(peers),
+        "finalists": [r.name for r in finalists],
     }
     if chosen_run is None:
         verdict = _nothing_helped(results, finalists, bench)

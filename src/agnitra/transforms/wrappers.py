@@ -20,7 +20,7 @@ class ModelWrapper(nn.Module):
         self._call = call
 
     def forward(self, *args, **kwargs):
-        return (self._call or self.inner)(*args, **kwargs)
+        return (self._call if self._call is not None else self.inner)(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         try:
