@@ -160,3 +160,21 @@ def test_tinylm_optimize_saves_a_recipe_that_reloads_identically(tmp_path):
     else:
         assert "original model is returned" in report.verdict
     assert baseline.model.output.weight.dtype == torch.float32
+
+
+def test_compiled_code_is_forgotten_after_each_candidate(monkeypatch):
+    """Each candidate compiles the same code objects; TorchDynamo keeps only a few versions of one
+    and then refuses (fullgraph) or runs eagerly, so the search resets it after every candidate."""
+    import torch._dynamo
+
+    from agnitra import api
+    from agnitra.search.space import Candidate
+    from agnitra.search.tuner import SearchConfig, evaluate
+
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    w = _mlp()
+    report = api.describe_device(torch.device("cpu"))
+    for name in ("test-slow", "test-crash", "test-nan"):
+        evaluate(Candidate(Recipe.of(name), 1.0), w, torch.device("cpu"), report, SearchConfig(runs=2, warmup=1))
+    assert len(resets) == 3  # after a good, a crashed and a failed candidate alike

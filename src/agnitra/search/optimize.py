@@ -21,7 +21,7 @@ from agnitra.models.generate import decode_one_token, prefill
 from agnitra.report.schema import CandidateResult, DeviceReport, OptimizeReport, VariantResult
 from agnitra.search.space import recipe_space
 from agnitra.search.strategies.base import get_strategy
-from agnitra.search.tuner import SearchConfig, pareto_front, search
+from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.patcher import apply_recipe
 from agnitra.transforms.recipe import Recipe
@@ -91,6 +91,7 @@ def run_optimize(
     results = search(get_strategy(strategy)(space), workload, device, device_report, config, progress)
     finalists = rank(results, objective)[:FINALISTS]
     progress("final interleaved run: baseline, peers, finalists", 0.9)
+    free_candidate(device)  # the final run compiles its variants afresh
     final_variants = [Eager(), *peers, *[RecipeVariant(Recipe.from_dict(r.recipe), name=r.name) for r in finalists]]
     harness = Harness(workload, device, device_report, BenchConfig(variants=final_variants, tolerances=tolerances, op_breakdown=False))
     bench = harness.run()

@@ -85,13 +85,13 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
             report = Harness(workload, device, device_report, bench).run()
     except CandidateTimeout as exc:
         result.status, result.reason = "timeout", str(exc)
-        _free(device)
+        free_candidate(device)
         return _timed(result, t0)
     except Exception as exc:  # noqa: BLE001 - the harness records variant failures; this is the rest
         from agnitra.errors import first_line
 
         result.status, result.reason = "failed", first_line(exc)
-        _free(device)
+        free_candidate(device)
         return _timed(result, t0)
     base, cand = report.variants
     result.status, result.reason = cand.status, cand.reason
@@ -99,7 +99,7 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
     if cand.status == "ok" and base.status == "ok":
         result.baseline_ms = base.latency_ms.median
         result.speedup = base.latency_ms.median / cand.latency_ms.median
-    _free(device)
+    free_candidate(device)
     return _timed(result, t0)
 
 
@@ -108,9 +108,19 @@ def _timed(result: CandidateResult, t0: float) -> CandidateResult:
     return result
 
 
-def _free(device: torch.device) -> None:
+def free_candidate(device: torch.device) -> None:
+    """Forget a finished candidate: its compiled code, and the memory it held.
+
+    Every candidate compiles the same code objects (the model's forward, the decode step);
+    TorchDynamo keeps a few compiled versions per code object and past that limit stops
+    compiling (fullgraph) or silently runs eagerly. Resetting between candidates keeps each one
+    compiled on its own.
+    """
     import gc
 
+    import torch._dynamo
+
+    torch._dynamo.reset()
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
