@@ -32,6 +32,7 @@ BatchOpt = typer.Option(None, "--batch", help="batch size")
 SeqOpt = typer.Option(None, "--seq-len", help="sequence length (decoders: prompt length)")
 ShapeOpt = typer.Option(None, "--input-shape", help="input shape for TorchScript/ONNX, e.g. 1x128:int64 (repeat per input)")
 TaskOpt = typer.Option(None, "--task", help="lm | encoder | embedding | classifier | generic (how outputs are compared)")
+TokensOpt = typer.Option(None, "--tokens", help="decoders: new tokens per generation")
 SizeOpt = typer.Option("full", "--size", help="zoo workloads: full, or tiny (every dimension shrunk, for smoke tests)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
 OutOpt = typer.Option(None, "--out", help="write report.json, metrics.csv and report.html here")
@@ -122,7 +123,7 @@ def bench(
     dtype: Optional[str] = DtypeOpt,
     batch: Optional[int] = BatchOpt,
     seq_len: Optional[int] = SeqOpt,
-    tokens: Optional[int] = typer.Option(None, "--tokens", help="decoders: new tokens per generation"),
+    tokens: Optional[int] = TokensOpt,
     input_shape: Optional[list[str]] = ShapeOpt,
     task: Optional[str] = TaskOpt,
     size: str = SizeOpt,
@@ -189,7 +190,7 @@ def optimize(
     dtype: Optional[str] = DtypeOpt,
     batch: Optional[int] = BatchOpt,
     seq_len: Optional[int] = SeqOpt,
-    tokens: Optional[int] = typer.Option(None, "--tokens", help="decoders: new tokens per generation"),
+    tokens: Optional[int] = TokensOpt,
     input_shape: Optional[list[str]] = ShapeOpt,
     task: Optional[str] = TaskOpt,
     size: str = SizeOpt,
