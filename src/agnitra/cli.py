@@ -298,6 +298,46 @@ def _render_inspect(report, limit: int) -> None:
         out.print(f"[dim]note: {note}[/]")
 
 
+@app.command("tune-matmul")
+def tune_matmul_cmd(
+    dim: Optional[int] = typer.Option(None, "--dim", help="square problem: M = N = K = dim"),
+    shape: Optional[str] = typer.Option(None, "--shape", help="M,N,K (instead of --dim)"),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+    runs: int = typer.Option(20, "--runs", help="timed runs per configuration"),
+    kernel: str = typer.Option("matmul", "--kernel", help="matmul | matmul_bias_gelu"),
+    device: Optional[str] = DeviceOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Autotune Agnitra's matmul template for one shape and compare it with torch.matmul (cuBLAS)."""
+    from agnitra import api
+    from agnitra.report.schema import to_dict
+
+    if (dim is None) == (shape is None):
+        raise UserError("give either --dim N or --shape M,N,K")
+    problem = (dim, dim, dim) if dim else _parse_shape(shape)
+
+    def show(trial) -> None:
+        if not as_json:
+            status = f"{trial.ms:.4f} ms" if trial.ok else f"failed: {trial.reason[:80]}"
+            out.print(f"  {trial.config}  {status}", highlight=False)
+
+    tuning = api.tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, progress=show)
+    r = tuning.result
+    if as_json:
+        sys.stdout.write(json.dumps({"shape": list(problem), "dtype": r.dtype, "best": r.best, "best_ms": r.best_ms, "best_tflops": tuning.tflops(r.best_ms), "default": r.default, "default_ms": r.default_ms, "torch_matmul_ms": tuning.torch_ms, "torch_tflops": tuning.tflops(tuning.torch_ms), "vs_torch": tuning.vs_torch, "strategy": r.strategy, "trials": to_dict(r.trials)}, indent=2) + "\n")
+        return
+    out.print(f"[bold]winner[/] {r.best}: {r.best_ms:.4f} ms = {tuning.tflops(r.best_ms):.1f} TFLOP/s ({r.strategy}, {len(r.trials)} configurations tried)")
+    out.print(f"default {r.default}: {r.default_ms:.4f} ms" if r.default_ms else f"default {r.default}: failed")
+    out.print(f"torch.matmul: {tuning.torch_ms:.4f} ms = {tuning.tflops(tuning.torch_ms):.1f} TFLOP/s -> Agnitra's kernel is {tuning.vs_torch:.2f}x torch.matmul's speed")
+
+
+def _parse_shape(text: str) -> tuple[int, int, int]:
+    parts = text.replace("x", ",").split(",")
+    if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
+        raise UserError(f"bad --shape '{text}'; write M,N,K, e.g. 1,4096,4096")
+    return tuple(int(p) for p in parts)
+
+
 @app.command("device")
 def device_cmd(
     device: Optional[str] = DeviceOpt,

@@ -1,0 +1,140 @@
+"""Kernel benchmark: Agnitra's Triton kernels against cuBLAS and torch.compile, in one run.
+
+    PYTHONPATH=src python benchmarks/kernels.py            # on the GPU machine
+    PYTHONPATH=src python benchmarks/kernels.py --quick    # fewer shapes
+
+For each kernel and shape: the autotuned configuration (tuning cached per device), its median
+time over rotating input sets larger than L2, achieved GB/s counting the bytes it must read and
+write, the fraction of the measured copy bandwidth (or TFLOP/s against the measured matmul peak),
+the default configuration's time, and the peers measured in the same process:
+- weight-only int8/int4 GEMV: torch bf16 F.linear (cuBLAS) and torch.compile of the int8 path a
+  user would write (F.linear(x, w_int8.to(bf16)) * scales), max-autotune, CUDA graphs off;
+- fused norms: eager and torch.compile of the same PyTorch code;
+- matmul: torch.matmul (cuBLAS).
+Writes benchmarks/results/kernels-<device>-<date>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from agnitra import api
+from agnitra.config import load_settings
+from agnitra.device import resolve_device
+from agnitra.kernels.autotune import input_sets, tune
+from agnitra.kernels.spec import get_kernel
+from agnitra.kernels.tuning_cache import TuningCache
+from agnitra.report.schema import to_dict
+from agnitra.telemetry.signature import software_versions
+from agnitra.telemetry.timing import time_calls
+
+LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
+LLAMA_1B = [(1, 2048, 2048), (1, 256, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 32000, 2048)]
+
+
+def _median_ms(fn, sets, device, runs: int) -> float:
+    for i in range(3):
+        fn(*sets[i % len(sets)])
+    return float(np.median(time_calls(lambda i: fn(*sets[i % len(sets)]), runs, device)))
+
+
+def _peer_int8(x, w, scales, *rest):
+    return F.linear(x, w.to(x.dtype)) * scales
+
+
+_COMPILED_INT8 = None
+
+
+def compiled_int8_peer():
+    global _COMPILED_INT8
+    if _COMPILED_INT8 is None:
+        _COMPILED_INT8 = torch.compile(_peer_int8, mode="max-autotune-no-cudagraphs", dynamic=False)
+    return _COMPILED_INT8
+
+
+def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int, peers: dict) -> dict:
+    spec = get_kernel(name)
+    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=False)
+    sets = input_sets(spec, shape, dtype, device, l2)
+    nbytes, flops = spec.bytes(shape, dtype), spec.flops(shape)
+    row = {
+        "kernel": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
+        "config": result.best, "ms": result.best_ms, "default_ms": result.default_ms,
+        "gbps": nbytes / (result.best_ms / 1e3) / 1e9, "tflops": flops / (result.best_ms / 1e3) / 1e12,
+        "bandwidth_fraction": nbytes / (result.best_ms / 1e3) / 1e9 / ceilings["copy_gbps"],
+        "tuned_from_cache": result.cached, "input_sets": len(sets), "peers": {},
+    }
+    for peer_name, (make_inputs, fn) in peers.items():
+        peer_sets = [make_inputs(s) for s in sets]
+        try:
+            row["peers"][peer_name] = _median_ms(fn, peer_sets, device, runs)
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is recorded, not fatal
+            row["peers"][peer_name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    best_peer = min((v for v in row["peers"].values() if isinstance(v, float)), default=None)
+    row["speedup_vs_best_peer"] = best_peer / result.best_ms if best_peer else None
+    print(f"{name:22s} {str(shape):22s} {result.best_ms * 1e3:9.1f} us  {row['gbps']:8.0f} GB/s  {row['bandwidth_fraction']:.0%} of copy  peers {row['peers']}", flush=True)
+    return row
+
+
+def gemv_peers(dtype):
+    """bf16 cuBLAS on the float weight, and torch.compile of the user's int8 path."""
+    def as_float(inputs):
+        x, w_q, scales = inputs[:3]
+        return x, (w_q.to(dtype) * scales[:, None]).to(dtype)
+
+    def as_int8(inputs):
+        x, w_q, scales = inputs[:3]
+        return x, w_q, scales
+
+    return {"cublas_bf16_linear": (as_float, F.linear), "torch_compile_int8": (as_int8, compiled_int8_peer())}
+
+
+def norm_peers(name):
+    reference = get_kernel(name).reference
+    compiled = torch.compile(reference, dynamic=False)
+    return {"eager": (lambda s: s, reference), "torch_compile": (lambda s: s, compiled)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes: check the script on the CPU under TRITON_INTERPRET=1")
+    parser.add_argument("--out-file", default=None)
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    report = api.describe_device(device)
+    cache = TuningCache(load_settings().cache_path, report.signature["id"])
+    l2 = report.signature.get("l2_bytes")
+    dtype = torch.bfloat16
+    rows = []
+    shapes_8b = LLAMA_8B[:2] if args.quick else LLAMA_8B
+    gemv_shapes = [(1, 48, 128), (3, 40, 256)] if args.smoke else shapes_8b + ([] if args.quick else LLAMA_1B)
+    norm_shape, mm_shape = ((6, 96), (32, 48, 64)) if args.smoke else ((8192, 4096), (4096, 4096, 4096))
+    dtype = torch.float16 if args.smoke else dtype  # the interpreter's tl.dot is wrong for bf16
+    for name in ("int8_gemv", "int4_gemv"):
+        for shape in gemv_shapes:
+            problem = shape if name.startswith("int8") else (*shape, 128)
+            rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, gemv_peers(dtype) if name.startswith("int8") else {}))
+    for name in ("rms_norm_residual", "layer_norm_residual"):
+        rows.append(bench_kernel(name, norm_shape, dtype, device, cache, l2, report.ceilings, args.runs, norm_peers(name)))
+    rows.append(bench_kernel("matmul", mm_shape, dtype, device, cache, l2, report.ceilings, args.runs, {"torch_matmul": (lambda s: s, get_kernel("matmul").reference)}))
+    slug = "".join(ch if ch.isalnum() else "-" for ch in report.name.lower()).strip("-")
+    path = Path(args.out_file or f"benchmarks/results/kernels-{slug}-{dt.date.today().isoformat()}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": "agnitra.kernels-bench/1", "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "rows": rows}, indent=2, default=str))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""The autotuner: the best configuration of a kernel for a problem, checked, timed and remembered.
+
+Every configuration tried is checked against the kernel's reference (computed in float64) before
+it is timed; a configuration that fails to compile, runs out of resources or computes a wrong
+answer is recorded with its reason and skipped. Timing: warm-up, then the median of repeated
+runs with CUDA events, rotating through several input sets whose bytes exceed the L2 cache so the
+figure is a DRAM figure. Small spaces are searched exhaustively, large ones with Optuna's TPE over
+the configuration parameters. The default configuration is always measured, so the choice is
+never slower than the default. Results go to the per-device tuning cache and are reused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from agnitra.errors import first_line
+from agnitra.kernels.spec import KernelSpec
+from agnitra.kernels.tuning_cache import TuningCache, cache_key
+from agnitra.telemetry.timing import time_calls
+
+EXHAUSTIVE_LIMIT = 48  # configurations; above this, TPE samples `max_trials` of them
+TOLERANCE = {torch.float32: 1e-3, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+@dataclass
+class Trial:
+    config: dict[str, Any]
+    ms: float | None
+    error: float | None  # relative L2 error against the float64 reference
+    ok: bool
+    reason: str = ""
+
+
+@dataclass
+class TuneResult:
+    kernel: str
+    shape: tuple[int, ...]
+    dtype: str
+    bucket: str
+    best: dict[str, Any]
+    best_ms: float
+    default: dict[str, Any]
+    default_ms: float | None
+    strategy: str
+    cached: bool = False
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def speedup_over_default(self) -> float | None:
+        return self.default_ms / self.best_ms if self.default_ms and self.best_ms else None
+
+
+def _to64(inputs: tuple) -> tuple:
+    return tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
+
+
+def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double(), ref.double()
+    if not torch.isfinite(out).all():
+        return math.inf
+    denom = ref.norm().item()
+    return (out - ref).norm().item() / denom if denom else (out - ref).norm().item()
+
+
+def input_sets(spec: KernelSpec, shape, dtype, device: torch.device, l2_bytes: int | None) -> list[tuple]:
+    """Enough distinct input sets that cycling through them does not run out of the L2 cache."""
+    per_set = max(1.0, spec.bytes(shape, dtype))
+    wanted = 1 if not l2_bytes else min(8, max(1, math.ceil(2 * l2_bytes / per_set)))
+    return [spec.make_inputs(shape, dtype, device, seed) for seed in range(wanted)]
+
+
+def measure(spec: KernelSpec, config: dict, sets: list[tuple], reference: Any, dtype: torch.dtype, device: torch.device, runs: int, warmup: int) -> Trial:
+    try:
+        out = spec.launch(*sets[0], config=config)
+        error = _relative_error(out, reference)
+        if not error <= TOLERANCE.get(dtype, 1e-2):
+            return Trial(config, None, error, False, f"wrong result: relative error {error:.3g}")
+        for i in range(warmup):
+            spec.launch(*sets[i % len(sets)], config=config)
+        times = time_calls(lambda i: spec.launch(*sets[i % len(sets)], config=config), runs, device)
+        return Trial(config, float(np.median(times)), error, True)
+    except Exception as exc:  # noqa: BLE001 - compile errors, out of resources: a record, not a crash
+        return Trial(config, None, None, False, first_line(exc))
+
+
+def _search_space(configs: list[dict]) -> dict[str, list]:
+    keys = sorted({k for c in configs for k in c})
+    return {k: sorted({c.get(k) for c in configs}, key=lambda v: (v is None, str(v))) for k in keys}
+
+
+def _tpe(configs: list[dict], evaluate, max_trials: int, seed: int = 0) -> None:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    valid = {tuple(sorted(c.items())): c for c in configs}
+    space = _search_space(configs)
+
+    def objective(trial):
+        chosen = {k: trial.suggest_categorical(k, values) for k, values in space.items()}
+        config = valid.get(tuple(sorted(chosen.items())))
+        if config is None:
+            raise optuna.TrialPruned()  # not a valid combination
+        t = evaluate(config)
+        return t.ms if t.ok else float("inf")
+
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study.optimize(objective, n_trials=max_trials * 3, callbacks=[_stop_after(max_trials)])
+
+
+def _stop_after(n: int):
+    def callback(study, trial):
+        done = sum(1 for t in study.trials if t.state.name == "COMPLETE")
+        if done >= n:
+            study.stop()
+
+    return callback
+
+
+def tune(
+    spec: KernelSpec,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    runs: int = 20,
+    warmup: int = 5,
+    max_trials: int = 40,
+    strategy: str = "auto",  # auto | exhaustive | tpe
+    cache: TuningCache | None = None,
+    force: bool = False,
+    l2_bytes: int | None = None,
+    progress=None,
+) -> TuneResult:
+    bucket = spec.bucket(shape)
+    key = cache_key(spec.name, bucket, dtype)
+    default = spec.default_config(shape, dtype)
+    if cache is not None and not force:
+        hit = cache.get(key)
+        if hit:
+            return TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, hit["config"], hit["ms"], default, hit.get("default_ms"), hit.get("strategy", ""), cached=True)
+    sets = input_sets(spec, shape, dtype, device, l2_bytes)
+    reference = spec.reference(*_to64(sets[0]))
+    configs = spec.configs(shape, dtype)
+    trials: dict[tuple, Trial] = {}
+
+    def evaluate(config: dict) -> Trial:
+        k = tuple(sorted(config.items()))
+        if k not in trials:
+            trials[k] = measure(spec, config, sets, reference, dtype, device, runs, warmup)
+            if progress:
+                progress(trials[k])
+        return trials[k]
+
+    default_trial = evaluate(default)
+    chosen = "exhaustive" if strategy == "exhaustive" or (strategy == "auto" and len(configs) <= EXHAUSTIVE_LIMIT) else "tpe"
+    if chosen == "exhaustive":
+        for config in configs:
+            evaluate(config)
+    else:
+        _tpe(configs, evaluate, max_trials)
+    ok = [t for t in trials.values() if t.ok]
+    if not ok:
+        reasons = "; ".join(sorted({t.reason for t in trials.values()}))[:500]
+        raise RuntimeError(f"no configuration of {spec.name} ran correctly for shape {shape} {dtype}: {reasons}")
+    best = min(ok, key=lambda t: t.ms)
+    result = TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, best.config, best.ms, default, default_trial.ms, chosen, trials=list(trials.values()))
+    if cache is not None:
+        cache.put(key, {"config": best.config, "ms": best.ms, "default_ms": default_trial.ms, "strategy": chosen, "shape": list(shape), "trials": len(trials)})
+    return result
+
+
+def cached_config(spec: KernelSpec, shape, dtype, cache: TuningCache | None) -> dict:
+    """The tuned configuration for this problem when there is one, else the kernel's default."""
+    if cache is not None:
+        hit = cache.get(cache_key(spec.name, spec.bucket(shape), dtype))
+        if hit:
+            return hit["config"]
+    return spec.default_config(shape, dtype)
+

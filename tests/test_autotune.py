@@ -1,0 +1,116 @@
+"""The autotuner and the per-device tuning cache, with pure-PyTorch stand-in kernels."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+
+import pytest
+import torch
+
+from agnitra.kernels.autotune import tune
+from agnitra.kernels.spec import KernelSpec
+from agnitra.kernels.tuning_cache import TuningCache, cache_key
+
+
+def _launch(a, b, config):
+    if config["mode"] == "raise":
+        raise RuntimeError("out of resource: shared memory")
+    time.sleep(config["sleep_ms"] / 1e3)  # the configuration's 'speed'
+    out = a @ b
+    return out * 1.5 if config["mode"] == "wrong" else out
+
+
+def _spec(configs, default):
+    return KernelSpec(
+        name="toy_matmul",
+        configs=lambda shape, dtype: configs,
+        default_config=lambda shape, dtype: default,
+        launch=_launch,
+        reference=lambda a, b: a @ b,
+        make_inputs=lambda shape, dtype, device, seed: tuple(torch.randn(shape[0], shape[0], generator=torch.Generator().manual_seed(seed)).to(dtype) for _ in range(2)),
+        flops=lambda shape: 2 * shape[0] ** 3,
+        bytes=lambda shape, dtype: 3 * shape[0] ** 2 * 4,
+        bucket=lambda shape: f"n{shape[0]}",
+    )
+
+
+CONFIGS = [
+    {"mode": "ok", "sleep_ms": 3.0},
+    {"mode": "ok", "sleep_ms": 0.2},  # the fastest correct one
+    {"mode": "wrong", "sleep_ms": 0.0},  # faster still, but wrong
+    {"mode": "raise", "sleep_ms": 0.0},
+]
+
+
+def test_exhaustive_picks_the_fastest_correct_config(tmp_path):
+    cache = TuningCache(tmp_path, "sig")
+    result = tune(_spec(CONFIGS, CONFIGS[0]), (16,), torch.float32, torch.device("cpu"), runs=5, warmup=1, cache=cache)
+    assert result.strategy == "exhaustive" and not result.cached
+    assert result.best == {"mode": "ok", "sleep_ms": 0.2}
+    reasons = {t.config["mode"]: t.reason for t in result.trials if not t.ok}
+    assert "relative error" in reasons["wrong"] and "out of resource" in reasons["raise"]
+    assert result.best_ms <= result.default_ms  # never slower than the default
+    assert result.speedup_over_default > 3
+
+
+def test_cached_result_is_reused_without_measuring(tmp_path):
+    cache = TuningCache(tmp_path, "sig")
+    spec = _spec(CONFIGS, CONFIGS[0])
+    first = tune(spec, (16,), torch.float32, torch.device("cpu"), runs=3, warmup=1, cache=cache)
+    calls = []
+    counted = _spec(CONFIGS, CONFIGS[0])
+    object.__setattr__(counted, "launch", lambda *a, config: calls.append(config) or _launch(*a, config))
+    again = tune(counted, (16,), torch.float32, torch.device("cpu"), cache=cache)
+    assert again.cached and again.best == first.best and calls == []
+    forced = tune(counted, (16,), torch.float32, torch.device("cpu"), runs=2, warmup=0, cache=cache, force=True)
+    assert not forced.cached and calls
+    other_bucket = tune(spec, (24,), torch.float32, torch.device("cpu"), runs=2, warmup=0, cache=cache)
+    assert not other_bucket.cached  # another shape bucket is tuned on its own
+
+
+def test_default_config_wins_when_nothing_beats_it(tmp_path):
+    configs = [{"mode": "ok", "sleep_ms": 0.0}, {"mode": "ok", "sleep_ms": 3.0}]
+    result = tune(_spec(configs, configs[0]), (8,), torch.float32, torch.device("cpu"), runs=5, warmup=1)
+    assert result.best == configs[0]
+
+
+def test_large_spaces_use_tpe_and_find_a_fast_config():
+    configs = [{"mode": "ok", "sleep_ms": float(s)} for s in range(1, 60)] + [{"mode": "ok", "sleep_ms": 0.0}]
+    result = tune(_spec(configs, configs[20]), (8,), torch.float32, torch.device("cpu"), runs=2, warmup=0, max_trials=25)
+    assert result.strategy == "tpe"
+    assert len(result.trials) <= 26 + 1
+    assert result.best["sleep_ms"] <= 10  # TPE moves towards the fast end of the space
+
+
+def test_all_configs_failing_is_an_error():
+    configs = [{"mode": "raise", "sleep_ms": 0.0}, {"mode": "wrong", "sleep_ms": 0.0}]
+    with pytest.raises(RuntimeError, match="no configuration of toy_matmul ran correctly"):
+        tune(_spec(configs, configs[0]), (8,), torch.float32, torch.device("cpu"), runs=1, warmup=0)
+
+
+def _writer(args):
+    cache_dir, worker = args
+    cache = TuningCache(cache_dir, "sig")
+    for i in range(20):
+        cache.put(cache_key("k", f"w{worker}_{i}", torch.float16), {"config": {"BLOCK": i}, "ms": float(i)})
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    with mp.get_context("spawn").Pool(4) as pool:
+        pool.map(_writer, [(str(tmp_path), w) for w in range(4)])
+    cache = TuningCache(tmp_path, "sig")
+    entries = cache.entries()
+    assert len(entries) == 80
+    assert json.loads(cache.path.read_text())["version"] == 1
+    assert entries[cache_key("k", "w3_19", torch.float16)]["config"] == {"BLOCK": 19}
+
+
+def test_corrupt_cache_file_is_ignored(tmp_path):
+    cache = TuningCache(tmp_path, "sig")
+    cache.path.parent.mkdir(parents=True)
+    cache.path.write_text("{torn")
+    assert cache.get("anything") is None
+    cache.put("k", {"config": {}, "ms": 1.0})
+    assert cache.get("k")["ms"] == 1.0
