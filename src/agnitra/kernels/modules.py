@@ -1,0 +1,119 @@
+"""Modules backed by Agnitra's kernels: drop-in replacements the `triton-kernels` transform uses.
+
+Each keeps the call semantics of the module it replaces ([..., in] -> [..., out] for Linears,
+[..., N] for norms) and runs its work through the custom operators of `kernels.ops`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from agnitra.kernels import ops
+
+
+def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
+    return x.reshape(-1, k)  # [M, K]
+
+
+class TritonInt8Linear(nn.Module):
+    """y = (x @ W_int8^T) * scales (+ bias): int8 weights per output channel, GEMV or tiled kernel."""
+
+    def __init__(self, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.register_buffer("weight", weight)  # [N, K] int8
+        self.register_buffer("scales", scales)  # [N]
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "TritonInt8Linear":
+        from agnitra.kernels.quant_matmul import quantize_int8_per_channel
+
+        q, scales = quantize_int8_per_channel(linear.weight.detach(), linear.weight.dtype)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        return cls(q, scales, bias, linear.in_features, linear.out_features)
+
+    @classmethod
+    def from_int8_module(cls, module) -> "TritonInt8Linear":
+        """An `Int8WeightOnlyLinear` of the quantize transform: the same format, buffers shared."""
+        return cls(module.weight, module.scales, module.bias, module.in_features, module.out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = ops.int8_weight_only_linear(_flat(x, self.in_features).contiguous(), self.weight, self.scales.to(x.dtype), None if self.bias is None else self.bias.to(x.dtype))
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, weight=int8 per-channel, kernel=triton"
+
+
+class TritonInt4Linear(nn.Module):
+    """Group-wise asymmetric int4 weights packed two per byte; GEMV or tiled kernel."""
+
+    def __init__(self, weight, scales, zeros, bias, in_features: int, out_features: int, group_size: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
+        self.register_buffer("weight", weight)  # [N, K/2] uint8, low nibble = even k
+        self.register_buffer("scales", scales)  # [N, K/G]
+        self.register_buffer("zeros", zeros)  # [N, K/G]
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group_size: int) -> "TritonInt4Linear":
+        from agnitra.kernels.quant_matmul import quantize_int4_groupwise
+
+        packed, scales, zeros = quantize_int4_groupwise(linear.weight.detach(), group_size, linear.weight.dtype)
+        bias = linear.bias.detach() if linear.bias is not None else None
+        return cls(packed, scales, zeros, bias, linear.in_features, linear.out_features, group_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dt = x.dtype
+        y = ops.int4_weight_only_linear(_flat(x, self.in_features).contiguous(), self.weight, self.scales.to(dt), self.zeros.to(dt), self.group_size, None if self.bias is None else self.bias.to(dt))
+        return y.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, weight=int4, kernel=triton"
+
+
+class TritonRMSNorm(nn.Module):
+    def __init__(self, weight: torch.Tensor, eps: float) -> None:
+        super().__init__()
+        self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.rms_norm(x.contiguous(), self.weight, self.eps)
+
+
+class TritonLayerNorm(nn.Module):
+    def __init__(self, norm: nn.LayerNorm) -> None:
+        super().__init__()
+        self.weight, self.bias, self.eps = norm.weight, norm.bias, norm.eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return ops.layer_norm(x.contiguous(), self.weight, self.bias, self.eps)
+
+
+class TritonFeedForward(nn.Module):
+    """Llama's w2(silu(w1 x) * w3 x) with the gating in one kernel (w1, w3, w2 kept as they are)."""
+
+    def __init__(self, ff: nn.Module) -> None:
+        super().__init__()
+        self.w1, self.w2, self.w3 = ff.w1, ff.w2, ff.w3
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(ops.gated_activation(self.w1(x).contiguous(), self.w3(x).contiguous(), "silu"))
+
+
+class TritonLlamaBlock(nn.Module):
+    """Llama block with the residual add fused into the FFN norm: one pass instead of two."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.attention_norm, self.attention = block.attention_norm, block.attention
+        self.ffn_norm, self.feed_forward = block.ffn_norm, block.feed_forward
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        attn = self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
+        normed, h = ops.add_rms_norm(attn.contiguous(), x.contiguous(), self.ffn_norm.weight, self.ffn_norm.eps)
+        return h + self.feed_forward(normed)

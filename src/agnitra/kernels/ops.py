@@ -1,0 +1,126 @@
+"""Agnitra's kernels as PyTorch custom operators, with their tuned configurations.
+
+Registered through `torch.library.custom_op`, so `torch.compile` treats each launch as one opaque
+operator (with a fake implementation for shapes) and CUDA graphs capture the Triton launches
+like any other kernel. The configuration of each launch comes from the per-device tuning cache
+(loaded once per process) for the problem's shape bucket, else the kernel's default.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from agnitra.kernels.spec import get_kernel
+from agnitra.kernels.tuning_cache import cache_key
+
+
+@functools.lru_cache(maxsize=4)
+def _tuned_entries(device_type: str) -> dict[str, Any]:
+    """The tuning cache of this device, read once per process (empty when there is none)."""
+    try:
+        from agnitra.config import load_settings
+        from agnitra.kernels.tuning_cache import TuningCache
+        from agnitra.telemetry.signature import device_signature, signature_id
+
+        signature = signature_id(device_signature(torch.device(device_type)))
+        return TuningCache(load_settings().cache_path, signature).entries()
+    except Exception:  # noqa: BLE001 - no cache, no ceilings yet: defaults are fine
+        return {}
+
+
+@functools.lru_cache(maxsize=4096)
+def config_for(kernel: str, shape: tuple[int, ...], dtype: torch.dtype, device_type: str) -> dict[str, Any]:
+    spec = get_kernel(kernel)
+    hit = _tuned_entries(device_type).get(cache_key(kernel, spec.bucket(shape), dtype))
+    return dict(hit["config"]) if hit else spec.default_config(shape, dtype)
+
+
+def _gemv_or_tiled(prefix: str, m: int) -> str:
+    return f"{prefix}_gemv" if m <= 8 else f"{prefix}_tiled"
+
+
+@torch.library.custom_op("agnitra::int8_weight_only_linear", mutates_args=())
+def int8_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    from agnitra.kernels.quant_matmul import int8_weight_only_matmul
+
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
+    kernel = _gemv_or_tiled("int8", m)
+    config = {**config_for(kernel, (m, n, k), x.dtype, x.device.type), "path": kernel.split("_")[1]}
+    return int8_weight_only_matmul(x, weight, scales, bias, config=config)
+
+
+@int8_weight_only_linear.register_fake
+def _(x, weight, scales, bias):
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
+@torch.library.custom_op("agnitra::int4_weight_only_linear", mutates_args=())
+def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, bias: torch.Tensor | None) -> torch.Tensor:
+    from agnitra.kernels.quant_matmul import int4_weight_only_matmul
+
+    m, n, k = x.shape[0], weight.shape[0], weight.shape[1] * 2
+    kernel = _gemv_or_tiled("int4", m)
+    config = {**config_for(kernel, (m, n, k, group_size), x.dtype, x.device.type), "path": kernel.split("_")[1]}
+    return int4_weight_only_matmul(x, weight, scales, zeros, group_size, bias, config=config)
+
+
+@int4_weight_only_linear.register_fake
+def _(x, weight, scales, zeros, group_size, bias):
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
+def _rows(x: torch.Tensor) -> tuple[int, int]:
+    return x.numel() // x.shape[-1], x.shape[-1]
+
+
+@torch.library.custom_op("agnitra::rms_norm", mutates_args=())
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    from agnitra.kernels import norms
+
+    return norms.rms_norm(x, weight, eps, config=config_for("rms_norm", _rows(x), x.dtype, x.device.type))
+
+
+@rms_norm.register_fake
+def _(x, weight, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("agnitra::add_rms_norm", mutates_args=())
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(RMSNorm(x + residual), x + residual) in one pass over memory."""
+    from agnitra.kernels import norms
+
+    return norms.rms_norm(x, weight, eps, residual=residual, config=config_for("rms_norm_residual", _rows(x), x.dtype, x.device.type))
+
+
+@add_rms_norm.register_fake
+def _(x, residual, weight, eps):
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op("agnitra::layer_norm", mutates_args=())
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None, eps: float) -> torch.Tensor:
+    from agnitra.kernels import norms
+
+    return norms.layer_norm(x, weight, bias, eps, config=config_for("layer_norm", _rows(x), x.dtype, x.device.type))
+
+
+@layer_norm.register_fake
+def _(x, weight, bias, eps):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("agnitra::gated_activation", mutates_args=())
+def gated_activation(a: torch.Tensor, b: torch.Tensor, activation: str) -> torch.Tensor:
+    from agnitra.kernels import gated_mlp
+
+    kernel = "silu_mul" if activation == "silu" else "gelu_mul"
+    return gated_mlp.gated_activation(a, b, activation=activation, config=config_for(kernel, _rows(a), a.dtype, a.device.type))
+
+
+@gated_activation.register_fake
+def _(a, b, activation):
+    return torch.empty_like(a)

@@ -1,0 +1,860 @@
+"""Weight-only quantised matmuls (int8 per output channel, int4 group-wise) in Triton.
+
+y [M, N] = x [M, K] @ W'^T (+ bias [N]), where W' [N, K] is the dequantised weight. These are the
+decode-step GEMVs of Llama-style models: torch.compile cannot fuse through the quantised weight
+formats, and at batch 1 the time is the time to read the weight bytes once.
+
+Formats (the same numerics as `agnitra.transforms.quantize`):
+
+* int8: symmetric per output row. `w_int8` [N, K] int8 (row n = output channel n, K contiguous),
+  `scales` [N] (any float dtype; the transform stores them in the activation dtype):
+  W'[n, k] = w_int8[n, k] * scales[n]. Since the scale is per row it factors out of the K sum:
+  y[m, n] = scales[n] * sum_k x[m, k] * w_int8[n, k].
+* int4: asymmetric per group of `group_size` (G) consecutive input features, tinygemm's form:
+  W'[n, k] = (q[n, k] - 8) * scales[n, g] + zeros[n, g], g = k // G, codes q in 0..15.
+  Packed layout read by these kernels: `w_packed` [N, K/2] uint8, TWO CODES PER BYTE, LOW NIBBLE =
+  EVEN k: byte [n, j] = q[n, 2j] | (q[n, 2j+1] << 4) (`pack_int4` / `unpack_int4` here). NOTE:
+  `transforms.quantize.pack_int4` ("reference" layout) puts the even feature in the HIGH nibble
+  and keeps scales and zeros as one [K/G, N, 2] tensor; `from_transform_int4` converts that form
+  to this one (nibble swap + split/transpose). `scales`, `zeros`: [N, K/G] (any float dtype).
+  Within a group the scale factors out too: sum_k x_k W'_k = s * sum_k x_k (q_k - 8) + z * sum_k x_k.
+
+Kernels (four per format pair, Triton tutorial 03's layout: kernel, host wrapper, reference,
+KernelSpec):
+
+* GEMV (decode, M = 1..8): program (pid_n, pid_k, pid_m) owns BLOCK_N output channels and
+  BLOCK_M (= next power of two of M, at most 8) rows, and walks K in BLOCK_K chunks (chunks pid_k,
+  pid_k + SPLIT_K, ...); M > 8 with an explicit "gemv" path uses the third grid axis over blocks
+  of 8 rows. int8: each chunk loads a [BLOCK_N, BLOCK_K] int8 tile (K contiguous: 16-byte loads
+  per thread), converts it in registers and reduces x * w over K with `tl.sum` into an fp32
+  [BLOCK_M, BLOCK_N] accumulator (no tl.dot: M is far below the MMA tile); for M = 1 it keeps a
+  [BLOCK_N, BLOCK_K] fp32 accumulator and reduces it once after the loop. int4: each chunk loads
+  [BLOCK_N, BLOCK_K/2] bytes, splits them into the even-k and odd-k nibbles, multiplies them by
+  the even and odd elements of x, and applies the group's scale and zero once per chunk (BLOCK_K
+  divides G). Codes become floats without conversion instructions (I2F runs at a quarter of the
+  FMA rate and could bound a GEMV near memory speed): the integer is added / or-ed into the
+  mantissa of 2^23 and 2^23 (+ offset) is subtracted, exactly. SPLIT_K > 1 writes scaled fp32
+  partials [SPLIT_K, M, N] (no atomics: deterministic) and a second small kernel sums them, adds
+  the bias and casts.
+* tiled (M > 8, prefill): tutorial 03's grouped tile loop. int8: the [BLOCK_K, BLOCK_N] weight tile
+  is converted to x's dtype (exact: |q| <= 127) and fed to tl.dot with an fp32 accumulator; the
+  per-column scale multiplies the accumulator once at the end. int4: the tile is dequantised per
+  group (BLOCK_K divides G) in fp32, cast to x's dtype, and two dots (even k, odd k) accumulate.
+  fp32 activations use IEEE fp32 dots (input_precision="ieee", not tf32).
+
+Numerics: every accumulation is fp32; the output is cast to x's dtype once. The int4 tiled path
+rounds the dequantised weight to x's dtype before the dot (like `int4_reference_matmul`); the GEMV
+paths never round the weight. Shapes need not be multiples of the blocks: out-of-range rows and
+columns are wrapped on load and masked on store; int8's K tail is masked; int4 needs K % G == 0
+and G % BLOCK_K == 0 (ValueError otherwise).
+
+Triton is imported lazily: the kernel functions are plain Python here and are `triton.jit`-ed on
+first launch (so TRITON_INTERPRET=1, read then, may be set after this module is imported).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+
+from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
+
+try:  # the kernels' bodies refer to `tl`; they are compiled only when Triton is present
+    import triton.language as tl
+except ImportError:  # pragma: no cover - exercised only without Triton
+    tl = None
+
+GEMV_MAX_M = 8  # the wrapper's automatic choice: GEMV for M <= 8, tiled above
+_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+# ============================================================================================
+# Part 1: Triton kernels
+# ============================================================================================
+
+
+def _int8_gemv_kernel(
+    x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
+    w_ptr,  # [N, K] int8 weight, one row per output channel
+    s_ptr,  # [N] per-row scales (any float dtype)
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [M, N] output (x's dtype), or [SPLIT_K, M, N] fp32 partials when SPLIT_K > 1
+    M, N, K,  # problem size
+    stride_xm, stride_xk,  # x strides (elements)
+    stride_wn, stride_wk,  # w strides
+    stride_ys, stride_ym, stride_yn,  # y strides: split, row, column
+    HAS_BIAS: tl.constexpr,  # add the bias here (the wrapper passes False when SPLIT_K > 1)
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask along K
+    BLOCK_M: tl.constexpr,  # rows of x per program (power of two >= M, at most 8)
+    BLOCK_N: tl.constexpr,  # output channels per program
+    BLOCK_K: tl.constexpr,  # input features per loop step
+    SPLIT_K: tl.constexpr,  # programs sharing one output block along K
+):
+    pid_n = tl.program_id(axis=0)
+    pid_k = tl.program_id(axis=1)
+    pid_m = tl.program_id(axis=2)
+    # rows/channels past the end wrap around (valid addresses, no load masks); stores are masked
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (pid_k * BLOCK_K + offs_k[None, :]) * stride_xk  # [BM, BK]
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (pid_k * BLOCK_K + offs_k[None, :]) * stride_wk  # [BN, BK]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_nk = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # M == 1: products summed over K once, after the loop
+    for k0 in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):
+        if EVEN_K:
+            x = tl.load(x_ptrs)
+            w = tl.load(w_ptrs)
+        else:
+            k_mask = offs_k < K - k0
+            x = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
+            w = tl.load(w_ptrs, mask=k_mask[None, :], other=0)
+        # int8 -> fp32 without a conversion instruction: the bits of 2^23 + 128 + w, minus 2^23 + 128
+        # (exact for |w| <= 128; integer add + float subtract instead of the slower I2F)
+        w = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0  # [BN, BK]
+        if BLOCK_M == 1:
+            acc_nk += w * x.to(tl.float32)  # [BN, BK] * [1, BK]
+        else:
+            # [BM, 1, BK] * [1, BN, BK] summed over K -> [BM, BN]
+            acc += tl.sum(x.to(tl.float32)[:, None, :] * w[None, :, :], axis=2)
+        x_ptrs += SPLIT_K * BLOCK_K * stride_xk
+        w_ptrs += SPLIT_K * BLOCK_K * stride_wk
+    if BLOCK_M == 1:
+        acc += tl.sum(acc_nk, axis=1)[None, :]
+    # the per-row scale factors out of the K sum: one multiply per output
+    scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
+    acc = acc * scale[None, :]
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    y_ptrs = y_ptr + pid_k * stride_ys + rows[:, None] * stride_ym + cols[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def _int4_gemv_kernel(
+    x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
+    w_ptr,  # [N, K/2] uint8, two codes per byte, low nibble = even k
+    s_ptr,  # [N, K/G] group scales
+    z_ptr,  # [N, K/G] group zeros
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [M, N] output (x's dtype), or [SPLIT_K, M, N] fp32 partials when SPLIT_K > 1
+    M, N, K,  # problem size (K in features, not bytes)
+    stride_xm, stride_xk,  # x strides (elements)
+    stride_wn, stride_wk,  # w strides (bytes)
+    stride_sn, stride_sg,  # scales strides
+    stride_zn, stride_zg,  # zeros strides
+    stride_ys, stride_ym, stride_yn,  # y strides: split, row, column
+    GROUP_SIZE: tl.constexpr,  # G, a multiple of BLOCK_K (one group per chunk)
+    HAS_BIAS: tl.constexpr,  # add the bias here (the wrapper passes False when SPLIT_K > 1)
+    BLOCK_M: tl.constexpr,  # rows of x per program (power of two >= M, at most 8)
+    BLOCK_N: tl.constexpr,  # output channels per program
+    BLOCK_K: tl.constexpr,  # input features per loop step (BLOCK_K / 2 bytes per row)
+    SPLIT_K: tl.constexpr,  # programs sharing one output block along K
+):
+    pid_n = tl.program_id(axis=0)
+    pid_k = tl.program_id(axis=1)
+    pid_m = tl.program_id(axis=2)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_j = tl.arange(0, BLOCK_K // 2)  # byte j of the chunk holds features 2j (low) and 2j+1 (high)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (pid_k * BLOCK_K + 2 * offs_j[None, :]) * stride_xk  # [BM, BK/2] even k
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (pid_k * (BLOCK_K // 2) + offs_j[None, :]) * stride_wk  # [BN, BK/2]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):  # K % BLOCK_K == 0: no masks
+        packed = tl.load(w_ptrs).to(tl.int32)  # [BN, BK/2] bytes, zero-extended
+        x_even = tl.load(x_ptrs).to(tl.float32)  # [BM, BK/2]
+        x_odd = tl.load(x_ptrs + stride_xk).to(tl.float32)
+        # codes - 8 in -8..7 without a conversion instruction: the bits of 2^23 + q, minus 2^23 + 8
+        q_even = ((packed & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0  # [BN, BK/2]
+        q_odd = ((packed >> 4) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0
+        if BLOCK_M == 1:
+            part = tl.sum(q_even * x_even + q_odd * x_odd, axis=1)[None, :]  # [BN, BK/2] * [1, BK/2] -> [1, BN]
+        else:
+            part = tl.sum(x_even[:, None, :] * q_even[None, :, :] + x_odd[:, None, :] * q_odd[None, :, :], axis=2)  # [BM, BN]
+        # the chunk lies in one group: its scale and zero factor out of the chunk's sum
+        g = k0 // GROUP_SIZE
+        scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
+        zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)  # [BN]
+        x_sum = tl.sum(x_even + x_odd, axis=1)  # [BM]
+        acc += part * scale[None, :] + x_sum[:, None] * zero[None, :]
+        x_ptrs += SPLIT_K * BLOCK_K * stride_xk
+        w_ptrs += SPLIT_K * (BLOCK_K // 2) * stride_wk
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    y_ptrs = y_ptr + pid_k * stride_ys + rows[:, None] * stride_ym + cols[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def _splitk_reduce_kernel(
+    p_ptr,  # [SPLIT_K, M, N] fp32 partials, contiguous
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [M, N] output
+    M, N,  # output size
+    stride_ym, stride_yn,  # y strides
+    HAS_BIAS: tl.constexpr,  # add the bias
+    SPLIT_K: tl.constexpr,  # partials to sum
+    BLOCK: tl.constexpr,  # outputs per program
+):
+    pid = tl.program_id(axis=0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)  # flat index m * N + n
+    mask = offs < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):  # fixed order: deterministic
+        acc += tl.load(p_ptr + s * M * N + offs, mask=mask, other=0.0)
+    rows = offs // N
+    cols = offs % N
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rows * stride_ym + cols * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _int8_tiled_kernel(
+    x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
+    w_ptr,  # [N, K] int8 weight
+    s_ptr,  # [N] per-row scales
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [M, N] output, x's dtype
+    M, N, K,  # problem size
+    stride_xm, stride_xk,  # x strides
+    stride_wn, stride_wk,  # w strides
+    stride_ym, stride_yn,  # y strides
+    HAS_BIAS: tl.constexpr,  # add the bias
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 activations (no tf32), ignored for 16-bit
+    BLOCK_M: tl.constexpr,  # output tile rows
+    BLOCK_N: tl.constexpr,  # output tile columns
+    BLOCK_K: tl.constexpr,  # K step
+    GROUP_M: tl.constexpr,  # tile rows walked together (L2 reuse of the weight tiles)
+):
+    # grouped ordering of the output tiles (tutorial 03)
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_xm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_wn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + offs_k[None, :] * stride_xk  # [BM, BK]
+    w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_wn[None, :] * stride_wn  # [BK, BN]: W^T tile
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        x = tl.load(x_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        w = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0)
+        # int8 -> x's dtype is exact (|q| <= 127 fits fp16/bf16 mantissas)
+        acc = tl.dot(x, w.to(x.dtype), acc, input_precision=DOT_PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+    scale = tl.load(s_ptr + offs_wn).to(tl.float32)  # [BN]
+    acc = acc * scale[None, :]
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_wn).to(tl.float32)[None, :]
+    offs_ym = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_yn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    y_ptrs = y_ptr + offs_ym[:, None] * stride_ym + offs_yn[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(offs_ym[:, None] < M) & (offs_yn[None, :] < N))
+
+
+def _int4_tiled_kernel(
+    x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
+    w_ptr,  # [N, K/2] uint8, low nibble = even k
+    s_ptr,  # [N, K/G] group scales
+    z_ptr,  # [N, K/G] group zeros
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [M, N] output, x's dtype
+    M, N, K,  # problem size (K in features)
+    stride_xm, stride_xk,  # x strides
+    stride_wn, stride_wk,  # w strides (bytes)
+    stride_sn, stride_sg,  # scales strides
+    stride_zn, stride_zg,  # zeros strides
+    stride_ym, stride_yn,  # y strides
+    GROUP_SIZE: tl.constexpr,  # G, a multiple of BLOCK_K
+    HAS_BIAS: tl.constexpr,  # add the bias
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 activations (no tf32), ignored for 16-bit
+    BLOCK_M: tl.constexpr,  # output tile rows
+    BLOCK_N: tl.constexpr,  # output tile columns
+    BLOCK_K: tl.constexpr,  # K step in features (>= 32: two dots of BLOCK_K / 2)
+    GROUP_M: tl.constexpr,  # tile rows walked together (L2 reuse of the weight tiles)
+):
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    offs_xm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_wn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_j = tl.arange(0, BLOCK_K // 2)  # byte j: features 2j (low nibble), 2j+1 (high)
+    x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + (2 * offs_j[None, :]) * stride_xk  # [BM, BK/2] even k
+    w_ptrs = w_ptr + offs_j[:, None] * stride_wk + offs_wn[None, :] * stride_wn  # [BK/2, BN] bytes of W^T
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):  # K % BLOCK_K == 0: no masks
+        x_even = tl.load(x_ptrs)  # [BM, BK/2]
+        x_odd = tl.load(x_ptrs + stride_xk)
+        packed = tl.load(w_ptrs)  # [BK/2, BN] uint8
+        g = k0 // GROUP_SIZE
+        scale = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(tl.float32)[None, :]  # [1, BN]
+        zero = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(tl.float32)[None, :]
+        w_even = (((packed & 0xF).to(tl.float32) - 8.0) * scale + zero).to(x_even.dtype)  # [BK/2, BN]
+        w_odd = (((packed >> 4).to(tl.float32) - 8.0) * scale + zero).to(x_even.dtype)
+        acc = tl.dot(x_even, w_even, acc, input_precision=DOT_PRECISION)
+        acc = tl.dot(x_odd, w_odd, acc, input_precision=DOT_PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += (BLOCK_K // 2) * stride_wk
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_wn).to(tl.float32)[None, :]
+    offs_ym = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_yn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    y_ptrs = y_ptr + offs_ym[:, None] * stride_ym + offs_yn[None, :] * stride_yn
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(offs_ym[:, None] < M) & (offs_yn[None, :] < N))
+
+
+_JITTED: dict[tuple[str, bool], Any] = {}
+
+
+def _jit(fn):
+    """`triton.jit(fn)`, made once per interpreter setting (read at launch, not at import)."""
+    import triton
+
+    from agnitra.kernels.spec import interpreting
+
+    key = (fn.__name__, interpreting())
+    if key not in _JITTED:
+        _JITTED[key] = triton.jit(fn)
+    return _JITTED[key]
+
+
+# ============================================================================================
+# Part 2: host wrappers
+# ============================================================================================
+
+
+def _block_m(m: int) -> int:
+    """GEMV rows per program: the power of two at or above M, at most GEMV_MAX_M."""
+    return min(pow2_bucket(max(m, 1)), GEMV_MAX_M)
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    return "ieee" if dtype == torch.float32 else "tf32"  # 16-bit operands ignore it
+
+
+def _check_device(x: torch.Tensor) -> None:
+    ok, why = triton_available(x.device)
+    if not ok:
+        raise RuntimeError(why)
+
+
+def _check_activations(x: torch.Tensor) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D [M, K], got shape {tuple(x.shape)}")
+    if x.dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"x must be fp16, bf16 or fp32, got {x.dtype}")
+
+
+def _check_vector(name: str, t: torch.Tensor | None, n: int, device: torch.device) -> None:
+    if t is None:
+        return
+    if tuple(t.shape) != (n,):
+        raise ValueError(f"{name} must have shape ({n},) (one per output channel), got {tuple(t.shape)}")
+    if not t.is_floating_point():
+        raise ValueError(f"{name} must be floating point, got {t.dtype}")
+    if t.device != device:
+        raise ValueError(f"{name} is on {t.device}, x on {device}")
+
+
+def _check_out(out: torch.Tensor | None, m: int, n: int, x: torch.Tensor) -> torch.Tensor:
+    if out is None:
+        return torch.empty((m, n), device=x.device, dtype=x.dtype)
+    if tuple(out.shape) != (m, n) or out.dtype != x.dtype or out.device != x.device:
+        raise ValueError(f"out must be [{m}, {n}] {x.dtype} on {x.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    return out
+
+
+def _choose_path(config: dict[str, Any] | None, m: int) -> str:
+    path = (config or {}).get("path") or ("gemv" if m <= GEMV_MAX_M else "tiled")
+    if path not in ("gemv", "tiled"):
+        raise ValueError(f"config path must be 'gemv' or 'tiled', got {path!r}")
+    return path
+
+
+def _launch_options(cfg: dict[str, Any]) -> dict[str, int]:
+    return {"num_warps": int(cfg.get("num_warps", 4)), "num_stages": int(cfg.get("num_stages", 2))}
+
+
+def _positive_pow2(cfg: dict[str, Any], *keys: str) -> None:
+    for key in keys:
+        v = cfg[key]
+        if not isinstance(v, int) or v < 1 or v & (v - 1):
+            raise ValueError(f"config {key} must be a positive power of two, got {v!r}")
+
+
+def _splitk_finish(partials: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor) -> None:
+    """Sum the [SPLIT_K, M, N] fp32 partials into y, adding the bias."""
+    split_k, m, n = partials.shape
+    block = 1024
+    grid = (_cdiv(m * n, block),)
+    _jit(_splitk_reduce_kernel)[grid](
+        partials, bias if bias is not None else partials, y,
+        m, n, y.stride(0), y.stride(1),
+        HAS_BIAS=bias is not None, SPLIT_K=split_k, BLOCK=block, num_warps=4,
+    )
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def int8_weight_only_matmul(
+    x: torch.Tensor,
+    w_int8: torch.Tensor,
+    scales: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    config: dict[str, Any] | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """y [M, N] = (x [M, K] @ w_int8[N, K]^T) * scales[N] (+ bias[N]), in x's dtype.
+
+    `config`: "path" ("gemv" | "tiled"; default GEMV for M <= 8) and that path's keys (see
+    `int8_gemv_configs` / `int8_tiled_configs`); missing keys take the path's default.
+    `out`: an optional preallocated [M, N] output of x's dtype.
+    """
+    _check_activations(x)
+    if w_int8.dim() != 2 or w_int8.dtype != torch.int8:
+        raise ValueError(f"w_int8 must be a 2-D int8 tensor [N, K], got {tuple(w_int8.shape)} {w_int8.dtype}")
+    m, k = x.shape
+    n = w_int8.shape[0]
+    if w_int8.shape[1] != k:
+        raise ValueError(f"x has K={k} features but w_int8 is {tuple(w_int8.shape)} (expected [N, {k}])")
+    if k == 0 or n == 0:
+        raise ValueError(f"empty problem: N={n}, K={k}")
+    if w_int8.device != x.device:
+        raise ValueError(f"w_int8 is on {w_int8.device}, x on {x.device}")
+    _check_vector("scales", scales, n, x.device)
+    _check_vector("bias", bias, n, x.device)
+    y = _check_out(out, m, n, x)
+    if m == 0:
+        return y
+    _check_device(x)
+    path = _choose_path(config, m)
+    shape = (m, n, k)
+    if path == "gemv":
+        cfg = {**int8_gemv_default_config(shape, x.dtype), **(config or {})}
+        _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
+        block_m, split_k = _block_m(m), cfg["SPLIT_K"]
+        grid = (_cdiv(n, cfg["BLOCK_N"]), split_k, _cdiv(m, block_m))
+        target = y if split_k == 1 else torch.empty((split_k, m, n), device=x.device, dtype=torch.float32)
+        ys = (0, y.stride(0), y.stride(1)) if split_k == 1 else target.stride()
+        _jit(_int8_gemv_kernel)[grid](
+            x, w_int8, scales, bias if bias is not None else scales, target,
+            m, n, k,
+            x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), *ys,
+            HAS_BIAS=bias is not None and split_k == 1, EVEN_K=k % cfg["BLOCK_K"] == 0,
+            BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k,
+            **_launch_options(cfg),
+        )
+        if split_k > 1:
+            _splitk_finish(target, bias, y)
+        return y
+    cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
+    _positive_pow2(cfg, "BLOCK_M", "BLOCK_N", "BLOCK_K")
+    if min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) < 16:
+        raise ValueError(f"tiled path: BLOCK_M, BLOCK_N and BLOCK_K must be >= 16 (tl.dot), got {cfg}")
+    grid = (_cdiv(m, cfg["BLOCK_M"]) * _cdiv(n, cfg["BLOCK_N"]),)
+    _jit(_int8_tiled_kernel)[grid](
+        x, w_int8, scales, bias if bias is not None else scales, y,
+        m, n, k,
+        x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
+        HAS_BIAS=bias is not None, DOT_PRECISION=_dot_precision(x.dtype),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
+        **_launch_options(cfg),
+    )
+    return y
+
+
+def _check_int4_block_k(block_k: int, group_size: int, path: str) -> None:
+    least = 32 if path == "tiled" else 2
+    if block_k < least or group_size % block_k:
+        raise ValueError(
+            f"int4 {path} path: BLOCK_K={block_k} must divide group_size={group_size} (one scale/zero per chunk)"
+            f" and be at least {least}; pick BLOCK_K in {[b for b in (2, 4, 8, 16, 32, 64, 128, 256, 512) if b >= least and group_size % b == 0]}"
+        )
+
+
+def _check_int4_inputs(x, w_packed, scales, zeros, group_size) -> tuple[int, int, int]:
+    _check_activations(x)
+    if w_packed.dim() != 2 or w_packed.dtype != torch.uint8:
+        raise ValueError(f"w_packed must be a 2-D uint8 tensor [N, K/2] (two int4 codes per byte), got {tuple(w_packed.shape)} {w_packed.dtype}")
+    m, k = x.shape
+    n = w_packed.shape[0]
+    if 2 * w_packed.shape[1] != k:
+        raise ValueError(f"x has K={k} features but w_packed is {tuple(w_packed.shape)} (expected [N, {k // 2}] for K={k}: two codes per byte)")
+    if not isinstance(group_size, int) or group_size < 2 or group_size % 2:
+        raise ValueError(f"group_size must be a positive even integer, got {group_size!r}")
+    if k % group_size:
+        raise ValueError(f"K={k} is not a multiple of group_size={group_size}")
+    if n == 0 or k == 0:
+        raise ValueError(f"empty problem: N={n}, K={k}")
+    if w_packed.device != x.device:
+        raise ValueError(f"w_packed is on {w_packed.device}, x on {x.device}")
+    for name, t in (("scales", scales), ("zeros", zeros)):
+        if tuple(t.shape) != (n, k // group_size):
+            raise ValueError(f"{name} must be [N, K/group_size] = [{n}, {k // group_size}], got {tuple(t.shape)}")
+        if not t.is_floating_point() or t.device != x.device:
+            raise ValueError(f"{name} must be a floating-point tensor on {x.device}, got {t.dtype} on {t.device}")
+    return m, n, k
+
+
+def int4_weight_only_matmul(
+    x: torch.Tensor,
+    w_packed: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+    config: dict[str, Any] | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """y [M, N] = x [M, K] @ W'^T (+ bias), W'[n, k] = (q[n, k] - 8) * scales[n, k // G] + zeros[n, k // G].
+
+    `w_packed` [N, K/2] uint8, low nibble = even k (`pack_int4`); scales, zeros [N, K/G].
+    `config` as for `int8_weight_only_matmul`; BLOCK_K must divide group_size (ValueError).
+    """
+    m, n, k = _check_int4_inputs(x, w_packed, scales, zeros, group_size)
+    _check_vector("bias", bias, n, x.device)
+    y = _check_out(out, m, n, x)
+    if m == 0:
+        return y
+    _check_device(x)
+    path = _choose_path(config, m)
+    shape = (m, n, k, group_size)
+    if path == "gemv":
+        cfg = {**int4_gemv_default_config(shape, x.dtype), **(config or {})}
+        _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
+        _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
+        block_m, split_k = _block_m(m), cfg["SPLIT_K"]
+        grid = (_cdiv(n, cfg["BLOCK_N"]), split_k, _cdiv(m, block_m))
+        target = y if split_k == 1 else torch.empty((split_k, m, n), device=x.device, dtype=torch.float32)
+        ys = (0, y.stride(0), y.stride(1)) if split_k == 1 else target.stride()
+        _jit(_int4_gemv_kernel)[grid](
+            x, w_packed, scales, zeros, bias if bias is not None else scales, target,
+            m, n, k,
+            x.stride(0), x.stride(1), w_packed.stride(0), w_packed.stride(1),
+            scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), *ys,
+            GROUP_SIZE=group_size, HAS_BIAS=bias is not None and split_k == 1,
+            BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k,
+            **_launch_options(cfg),
+        )
+        if split_k > 1:
+            _splitk_finish(target, bias, y)
+        return y
+    cfg = {**int4_tiled_default_config(shape, x.dtype), **(config or {})}
+    _positive_pow2(cfg, "BLOCK_M", "BLOCK_N", "BLOCK_K")
+    _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
+    if min(cfg["BLOCK_M"], cfg["BLOCK_N"]) < 16:
+        raise ValueError(f"tiled path: BLOCK_M and BLOCK_N must be >= 16 (tl.dot), got {cfg}")
+    grid = (_cdiv(m, cfg["BLOCK_M"]) * _cdiv(n, cfg["BLOCK_N"]),)
+    _jit(_int4_tiled_kernel)[grid](
+        x, w_packed, scales, zeros, bias if bias is not None else scales, y,
+        m, n, k,
+        x.stride(0), x.stride(1), w_packed.stride(0), w_packed.stride(1),
+        scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(0), y.stride(1),
+        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, DOT_PRECISION=_dot_precision(x.dtype),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
+        **_launch_options(cfg),
+    )
+    return y
+
+
+# ============================================================================================
+# Part 3: quantisers, packing and PyTorch references
+# ============================================================================================
+
+
+def quantize_int8_per_channel(w: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """W [N, K] -> (q [N, K] int8, scales [N] in `dtype`, default W's): transforms.quantize's numerics."""
+    from agnitra.transforms.quantize import quantize_int8_rowwise  # lazy: transforms may import this module
+
+    return quantize_int8_rowwise(w, dtype)
+
+
+def pack_int4(q: torch.Tensor) -> torch.Tensor:
+    """Codes [N, K] in 0..15 -> uint8 [N, K/2]: byte j = q[:, 2j] (low nibble) | q[:, 2j+1] << 4."""
+    if q.dim() != 2 or q.shape[1] % 2:
+        raise ValueError(f"pack_int4 needs codes [N, K] with K even, got {tuple(q.shape)}")
+    q = q.to(torch.uint8)
+    return (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous()
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """uint8 [N, K/2] -> codes [N, K] uint8 (0..15), the inverse of `pack_int4`."""
+    low, high = packed & 0xF, packed >> 4
+    return torch.stack((low, high), dim=-1).reshape(packed.shape[0], -1)
+
+
+def quantize_int4_groupwise(w: torch.Tensor, group_size: int, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """W [N, K] -> (packed [N, K/2] uint8, scales [N, K/G], zeros [N, K/G] in `dtype`, default W's).
+
+    The codes, scales and zeros are transforms.quantize.quantize_int4_groupwise's (tinygemm form),
+    packed low-nibble-first and laid out [N, K/G] for these kernels.
+    """
+    from agnitra.transforms.quantize import quantize_int4_groupwise as _quantize  # lazy (import cycle)
+
+    if group_size < 2 or group_size % 2:
+        raise ValueError(f"group_size must be a positive even integer, got {group_size}")
+    codes, scales_and_zeros = _quantize(w, group_size, dtype)  # [N, K] uint8, [K/G, N, 2]
+    scales = scales_and_zeros[..., 0].t().contiguous()  # [N, K/G]
+    zeros = scales_and_zeros[..., 1].t().contiguous()
+    return pack_int4(codes), scales, zeros
+
+
+def from_transform_int4(packed_high_first: torch.Tensor, scales_and_zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """transforms.quantize's "reference" int4 layout -> this module's.
+
+    (packed [N, K/2] even k in the HIGH nibble, scales_and_zeros [K/G, N, 2]) ->
+    (packed [N, K/2] even k in the LOW nibble, scales [N, K/G], zeros [N, K/G]).
+    """
+    swapped = ((packed_high_first >> 4) | (packed_high_first << 4)).contiguous()  # uint8: bits past 8 drop
+    return swapped, scales_and_zeros[..., 0].t().contiguous(), scales_and_zeros[..., 1].t().contiguous()
+
+
+def int4_dequantize(w_packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The weight [N, K] that packed codes, scales and zeros stand for, computed in `dtype`."""
+    q = unpack_int4(w_packed).to(dtype)  # [N, K]
+    n, k = q.shape
+    s = scales.to(dtype).repeat_interleave(group_size, dim=1)  # [N, K]
+    z = zeros.to(dtype).repeat_interleave(group_size, dim=1)
+    return (q - 8) * s + z
+
+
+def _ref_dtype(x: torch.Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def int8_reference(x: torch.Tensor, w_int8: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ (w_int8 * scales[:, None])^T + bias, dequantised in float64 (x float64) or float32; x's dtype out."""
+    dt = _ref_dtype(x)
+    y = x.to(dt) @ (w_int8.to(dt) * scales.to(dt)[:, None]).t()  # [M, N]
+    if bias is not None:
+        y = y + bias.to(dt)
+    return y.to(x.dtype)
+
+
+def int4_reference(x: torch.Tensor, w_packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x @ W'^T + bias with W' = int4_dequantize(...) in float64 (x float64) or float32; x's dtype out."""
+    dt = _ref_dtype(x)
+    y = x.to(dt) @ int4_dequantize(w_packed, scales, zeros, group_size, dt).t()  # [M, N]
+    if bias is not None:
+        y = y + bias.to(dt)
+    return y.to(x.dtype)
+
+
+# ============================================================================================
+# Part 4: configuration spaces and KernelSpecs
+# ============================================================================================
+
+_SMS = 132  # H100 SXM: the split-K heuristics aim for a few programs per SM
+_MAX_ACC_PER_THREAD = 128  # GEMV: fp32 products per thread per step ([BM, BN, BK] / threads)
+
+
+def _gemv_configs(m: int, n: int, k: int, group: int | None) -> list[dict[str, Any]]:
+    """BLOCK_N x BLOCK_K tiles sized for 16-byte loads, warps, stages, and SPLIT_K where the
+    output blocks alone would leave SMs idle."""
+    bm = _block_m(m)
+    if group is None:  # int8: BLOCK_K bytes per row per step
+        pairs = ((8, 512), (16, 256), (16, 512), (32, 128), (32, 256), (64, 128))
+    else:  # int4: BLOCK_K / 2 bytes per row per step, BLOCK_K dividing G
+        pairs = ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32))
+        pairs = tuple((bn, bk) for bn, bk in pairs if group % bk == 0) or ((64, group), (128, group))
+    out = []
+    for (bn, bk), nw, ns in itertools.product(pairs, (4, 8), (1, 3)):
+        elems = bm * bn * (bk // 2 if group is not None else bk)  # products per step
+        if elems // (32 * nw) > _MAX_ACC_PER_THREAD or elems // (32 * nw) < 8:
+            continue
+        steps = _cdiv(k, bk)
+        blocks = _cdiv(n, bn)
+        for split in (1, 2, 4, 8):
+            if split > 1 and (blocks * split > 4 * _SMS or steps < 2 * split):
+                break
+            out.append({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": ns})
+    return out
+
+
+def _tiled_configs(m: int, n: int, k: int, group: int | None) -> list[dict[str, Any]]:
+    """Tutorial 03's Hopper/Ampere list, trimmed to tiles that M and the group size allow."""
+    base = (
+        (128, 256, 64, 8, 3), (64, 256, 32, 4, 4), (128, 128, 32, 4, 4), (128, 128, 64, 8, 3),
+        (128, 64, 32, 4, 4), (64, 128, 32, 4, 4), (64, 128, 64, 4, 3), (64, 64, 64, 4, 3),
+        (32, 64, 32, 4, 5), (32, 128, 64, 4, 3), (16, 64, 64, 4, 3), (16, 128, 128, 4, 3),
+    )
+    cap = max(16, pow2_bucket(m))
+    out = []
+    for bm, bn, bk, nw, ns in base:
+        if bm > cap:
+            continue
+        if group is not None and (group % bk or bk < 32):
+            continue
+        out.append({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "num_warps": nw, "num_stages": ns})
+    return out
+
+
+def int8_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
+    m, n, k = shape[:3]
+    return _gemv_configs(m, n, k, None)
+
+
+def int8_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
+    m, n, k = shape[:3]
+    bn = 32 if m <= 2 else 16
+    bk = 256 if m <= 2 else 128
+    blocks = _cdiv(n, bn)
+    split = 1
+    while blocks * split * 2 <= 2 * _SMS and _cdiv(k, bk) >= 4 * split:  # at least ~2 programs per SM
+        split *= 2
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
+
+
+def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
+    m, n, k, g = shape[:4]
+    return _gemv_configs(m, n, k, g)
+
+
+def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
+    m, n, k, g = shape[:4]
+    bk = max(b for b in (2, 4, 8, 16, 32, 64, 128) if g % b == 0)  # the largest divisor of G up to 128
+    bn = 32 if m <= 2 else 16
+    blocks = _cdiv(n, bn)
+    split = 1
+    while blocks * split * 2 <= 2 * _SMS and _cdiv(k, bk) >= 4 * split:
+        split *= 2
+    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
+
+
+def int8_tiled_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
+    m, n, k = shape[:3]
+    return _tiled_configs(m, n, k, None)
+
+
+def int8_tiled_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
+    m = shape[0]
+    bm = 128 if m > 64 else 64 if m > 32 else 32 if m > 16 else 16
+    return {"BLOCK_M": bm, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4 if bm <= 64 else 8, "num_stages": 3}
+
+
+def int4_tiled_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
+    m, n, k, g = shape[:4]
+    return _tiled_configs(m, n, k, g)
+
+
+def int4_tiled_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
+    cfg = int8_tiled_default_config(shape, dtype)
+    g = shape[3]
+    cfg["BLOCK_K"] = 64 if g % 64 == 0 else 32
+    return cfg
+
+
+def _make_int8_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int) -> tuple:
+    m, n, k = shape[:3]
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=gen) / k**0.5  # [N, K] fp32, Linear-like magnitudes
+    q, scales = quantize_int8_per_channel(w, dtype)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    bias = (torch.randn(n, generator=gen) * 0.1).to(dtype)
+    return x.to(device), q.to(device), scales.to(device), bias.to(device)
+
+
+def _make_int4_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int) -> tuple:
+    m, n, k, g = shape[:4]
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=gen) / k**0.5
+    packed, scales, zeros = quantize_int4_groupwise(w, g, dtype)
+    x = torch.randn(m, k, generator=gen).to(dtype)
+    bias = (torch.randn(n, generator=gen) * 0.1).to(dtype)
+    return x.to(device), packed.to(device), scales.to(device), zeros.to(device), g, bias.to(device)
+
+
+def _elt(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def _int8_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> float:
+    m, n, k = shape[:3]
+    e = _elt(dtype)
+    return float(n * k + 2 * n * e + m * k * e + m * n * e)  # weight, scales + bias, x, y
+
+
+def _int4_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> float:
+    m, n, k, g = shape[:4]
+    e = _elt(dtype)
+    return float(n * k // 2 + 2 * n * (k // g) * e + n * e + m * k * e + m * n * e)  # weight, scales + zeros, bias, x, y
+
+
+def _flops(shape: tuple[int, ...]) -> float:
+    m, n, k = shape[:3]
+    return 2.0 * m * n * k
+
+
+def _bucket(shape: tuple[int, ...]) -> str:
+    m, n, k = shape[:3]
+    tail = f"_G{shape[3]}" if len(shape) > 3 else ""
+    return f"M{pow2_bucket(m)}_N{n}_K{k}{tail}"
+
+
+def _with_path(fn, path: str):
+    def launch(*inputs, config: dict[str, Any] | None = None):
+        return fn(*inputs, config={**(config or {}), "path": path})
+
+    launch.__name__ = f"{fn.__name__}_{path}"
+    return launch
+
+
+def _int4_launch(path: str):
+    def launch(x, w_packed, scales, zeros, group_size, bias=None, config: dict[str, Any] | None = None):
+        return int4_weight_only_matmul(x, w_packed, scales, zeros, group_size, bias, config={**(config or {}), "path": path})
+
+    launch.__name__ = f"int4_weight_only_matmul_{path}"
+    return launch
+
+
+for _path, _configs, _default in (("gemv", int8_gemv_configs, int8_gemv_default_config), ("tiled", int8_tiled_configs, int8_tiled_default_config)):
+    register_kernel(
+        KernelSpec(
+            name=f"int8_{_path}",
+            configs=_configs,
+            default_config=_default,
+            launch=_with_path(int8_weight_only_matmul, _path),
+            reference=int8_reference,
+            make_inputs=_make_int8_inputs,
+            flops=_flops,
+            bytes=_int8_bytes,
+            bucket=_bucket,
+        )
+    )
+
+for _path, _configs, _default in (("gemv", int4_gemv_configs, int4_gemv_default_config), ("tiled", int4_tiled_configs, int4_tiled_default_config)):
+    register_kernel(
+        KernelSpec(
+            name=f"int4_{_path}",
+            configs=_configs,
+            default_config=_default,
+            launch=_int4_launch(_path),
+            reference=int4_reference,
+            make_inputs=_make_int4_inputs,
+            flops=_flops,
+            bytes=_int4_bytes,
+            bucket=_bucket,
+        )
+    )

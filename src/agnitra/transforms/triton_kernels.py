@@ -1,0 +1,76 @@
+"""`triton-kernels`: Agnitra's own Triton kernels in the model.
+
+- `weights`: "int8" / "int4" quantise eligible nn.Linear layers into kernel-backed modules (GEMV
+  for decode batches, tiled for larger ones); "keep" leaves float Linears alone but still moves
+  `int8-weight-only` modules of an earlier step onto the kernels (same format, no copy).
+- `norms`: RMSNorm (ours) and nn.LayerNorm through the fused norm kernels; in our Llama the
+  residual add is fused into the FFN norm (one pass over the hidden state instead of two).
+- `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel.
+Kernels run as custom operators (torch.compile and CUDA graphs keep them whole) with their
+configurations from the per-device tuning cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from agnitra.errors import NotApplicable, check
+from agnitra.kernels.spec import triton_available
+from agnitra.transforms.base import Transform, TransformContext, register_transform, replace_modules
+
+WEIGHT_MODES = ("keep", "int8", "int4")
+
+
+def _eligible(name: str, module: nn.Module, params) -> bool:
+    skip = [s for s in params.skip.split(",") if s]
+    if not isinstance(module, nn.Linear) or any(s in name for s in skip):
+        return False
+    n, k = module.out_features, module.in_features
+    if min(n, k) < params.min_features:
+        return False
+    return params.weights != "int4" or k % params.group_size == 0
+
+
+@register_transform
+class TritonKernels(Transform):
+    name = "triton-kernels"
+    description = "Agnitra's Triton kernels: int8/int4 weight-only GEMV/GEMM, fused RMSNorm/LayerNorm (+ residual), fused gated MLP"
+    requires = "Triton and a CUDA GPU (TRITON_INTERPRET=1 runs them on the CPU, slowly, for tests)"
+
+    @dataclass
+    class Params:
+        weights: str = "int8"  # keep | int8 | int4
+        group_size: int = 128
+        norms: bool = True
+        mlp: bool = True
+        min_features: int = 16
+        skip: str = ""  # comma-separated qualified-name parts to leave as they are (e.g. "output")
+
+    def check(self, ctx: TransformContext, params) -> None:
+        usable, reason = triton_available(ctx.device)
+        check(usable, reason)
+        check(params.weights in WEIGHT_MODES, f"weights must be one of {', '.join(WEIGHT_MODES)}, not {params.weights!r}")
+        check(ctx.dtype.is_floating_point, "the kernels take floating-point activations")
+
+    def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
+        from agnitra.kernels import modules as km
+        from agnitra.models.llama import Block, FeedForward, RMSNorm
+        from agnitra.transforms.quantize import Int8WeightOnlyLinear
+
+        count = replace_modules(model, lambda n, m: isinstance(m, Int8WeightOnlyLinear), lambda n, m: km.TritonInt8Linear.from_int8_module(m))
+        if params.weights == "int8":
+            count += replace_modules(model, lambda n, m: _eligible(n, m, params), lambda n, m: km.TritonInt8Linear.from_linear(m))
+        elif params.weights == "int4":
+            count += replace_modules(model, lambda n, m: _eligible(n, m, params), lambda n, m: km.TritonInt4Linear.from_linear(m, params.group_size))
+        if params.mlp:
+            count += replace_modules(model, lambda n, m: isinstance(m, FeedForward), lambda n, m: km.TritonFeedForward(m))
+        if params.norms:
+            count += replace_modules(model, lambda n, m: isinstance(m, Block), lambda n, m: km.TritonLlamaBlock(m))
+            count += replace_modules(model, lambda n, m: isinstance(m, RMSNorm), lambda n, m: km.TritonRMSNorm(m.weight, m.eps))
+            count += replace_modules(model, lambda n, m: isinstance(m, nn.LayerNorm) and m.weight is not None and len(m.normalized_shape) == 1, lambda n, m: km.TritonLayerNorm(m))
+        if count == 0:
+            raise NotApplicable("no Linear, norm or MLP module the kernels replace (check weights=, skip= and min_features=)")
+        return model

@@ -1,0 +1,300 @@
+"""Weight-only int8 / int4 matmul kernels (agnitra.kernels.quant_matmul) under Triton's interpreter.
+
+Tiny shapes that are NOT multiples of the block sizes, each kernel against its float64 reference;
+fp32 and fp16 activations (the interpreter's tl.dot is wrong for bf16, so bf16 is checked on the
+CPU only for the GEMV paths, which use no tl.dot, and on a GPU by the `gpu` test).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from agnitra.kernels import quant_matmul as qm  # noqa: E402
+from agnitra.kernels.spec import KERNELS, get_kernel  # noqa: E402
+from agnitra.transforms import quantize as tq  # noqa: E402
+
+pytestmark = pytest.mark.interpreter
+
+CPU = torch.device("cpu")
+# ||y - ref|| / ||ref|| against float64: fp32 arithmetic, fp16 / bf16 output rounding
+TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+
+# (M, N, K): GEMV shapes (M <= 8) and tiled shapes, none multiples of the blocks
+GEMV_SHAPES = [(1, 17, 96), (3, 100, 160), (8, 17, 64), (11, 17, 96)]  # M = 11: two row blocks
+TILED_SHAPES = [(33, 100, 96), (3, 17, 160)]
+GROUP = 32  # int4 group size for the shape lists above (K in {64, 96, 160} are multiples)
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((y.double() - ref).norm() / ref.norm()).item()
+
+
+def _poisoned(m: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+    return torch.full((m, n), float("nan"), dtype=dtype)
+
+
+def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
+    assert torch.isfinite(y).all(), "some outputs were not written (NaN poison left) or are not finite"
+    err = _rel_err(y, ref)
+    assert err < TOL[dtype], f"relative error {err:.2e} over {TOL[dtype]:.0e}"
+
+
+def _int8_case(shape, dtype, seed=0):
+    x, w, s, b = qm._make_int8_inputs(shape, dtype, CPU, seed)
+    ref = qm.int8_reference(x.double(), w, s.double(), b.double())  # [M, N] float64
+    return (x, w, s, b), ref
+
+
+def _int4_case(shape, dtype, seed=0):
+    x, w, s, z, g, b = qm._make_int4_inputs(shape, dtype, CPU, seed)
+    ref = qm.int4_reference(x.double(), w, s.double(), z.double(), g, b.double())
+    return (x, w, s, z, g, b), ref
+
+
+# small blocks keep the interpreter quick and make every test shape a partial block
+GEMV_CFG = {"BLOCK_N": 16, "BLOCK_K": 32, "SPLIT_K": 1, "num_warps": 4}
+TILED_CFG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_warps": 4}
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels against their references
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("path,shape", [("gemv", s) for s in GEMV_SHAPES] + [("tiled", s) for s in TILED_SHAPES])
+def test_int8_matches_reference(path, shape, dtype):
+    (x, w, s, b), ref = _int8_case(shape, dtype)
+    cfg = {**(GEMV_CFG if path == "gemv" else TILED_CFG), "path": path}
+    y = qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(shape[0], shape[1], dtype))
+    assert y.shape == (shape[0], shape[1]) and y.dtype == dtype
+    _check(y, ref, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("path,shape", [("gemv", s) for s in GEMV_SHAPES] + [("tiled", s) for s in TILED_SHAPES])
+def test_int4_matches_reference(path, shape, dtype):
+    (x, w, s, z, g, b), ref = _int4_case((*shape, GROUP), dtype)
+    cfg = {**(GEMV_CFG if path == "gemv" else TILED_CFG), "path": path}
+    y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(shape[0], shape[1], dtype))
+    _check(y, ref, dtype)
+
+
+@pytest.mark.parametrize("path,m", [("gemv", 1), ("gemv", 3), ("tiled", 3)])
+def test_every_code_dequantises_exactly(path, m):
+    """One-hot rows of x pick weight columns: every int8 value (-128..127) and every int4 code
+    (0..15, both nibbles) must come back exactly (scale 1, zero 0, fp32)."""
+    k, idx = 32, [0, 5, 31][:m]
+    x = torch.eye(k)[idx]  # [M, K]
+    w8 = ((torch.arange(256)[:, None] + torch.arange(k)[None, :]) % 256 - 128).to(torch.int8)  # [256, K]
+    y = qm.int8_weight_only_matmul(x, w8, torch.ones(256), config={"path": path})
+    assert torch.equal(y, w8[:, idx].t().float())
+    q = (torch.arange(16)[:, None] + torch.arange(k)[None, :]) % 16  # [16, K] codes
+    y = qm.int4_weight_only_matmul(x, qm.pack_int4(q), torch.ones(16, 1), torch.zeros(16, 1), 32, config={"path": path, "BLOCK_K": 32})
+    assert torch.equal(y, (q[:, idx].t() - 8).float())
+
+
+def test_automatic_path_no_bias_and_strided_x():
+    """config=None (default config, path by M), bias None, x read through its strides."""
+    for m in (2, 9):  # GEMV, tiled
+        x_t = torch.randn(96, m)  # x = x_t.t(): strides (1, M)
+        _, w, s, _ = qm._make_int8_inputs((m, 17, 96), torch.float32, CPU, 1)
+        ref = qm.int8_reference(x_t.t().double(), w, s.double())
+        _check(qm.int8_weight_only_matmul(x_t.t(), w, s), ref, torch.float32)
+        _, wp, sc, ze, g, _ = qm._make_int4_inputs((m, 17, 96, 32), torch.float32, CPU, 1)
+        ref = qm.int4_reference(x_t.t().double(), wp, sc.double(), ze.double(), g)
+        _check(qm.int4_weight_only_matmul(x_t.t(), wp, sc, ze, g), ref, torch.float32)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_bf16_gemv_on_cpu(fmt):
+    """The GEMV paths use no tl.dot, so the interpreter runs bf16 correctly."""
+    shape = (3, 17, 96)
+    if fmt == "int8":
+        (x, w, s, b), ref = _int8_case(shape, torch.bfloat16)
+        y = qm.int8_weight_only_matmul(x, w, s, b, config={**GEMV_CFG, "path": "gemv"}, out=_poisoned(3, 17, torch.bfloat16))
+    else:
+        (x, w, s, z, g, b), ref = _int4_case((*shape, GROUP), torch.bfloat16)
+        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**GEMV_CFG, "path": "gemv"}, out=_poisoned(3, 17, torch.bfloat16))
+    _check(y, ref, torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_split_k_writes_every_partial(fmt, monkeypatch):
+    """SPLIT_K > 1: the fp32 partials buffer is poisoned too (torch.empty filled with NaN)."""
+    empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        t = empty(*args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    monkeypatch.setattr(torch, "empty", nan_empty)
+    shape = (3, 100, 160)
+    cfg = {"path": "gemv", "BLOCK_N": 32, "BLOCK_K": 32, "SPLIT_K": 4}
+    if fmt == "int8":
+        (x, w, s, b), ref = _int8_case(shape, torch.float32)
+        y = qm.int8_weight_only_matmul(x, w, s, b, config=cfg)
+    else:
+        (x, w, s, z, g, b), ref = _int4_case((*shape, GROUP), torch.float32)
+        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+    _check(y, ref, torch.float32)
+
+
+def _spread(configs: list[dict], count: int) -> list[dict]:
+    """`count` configurations spread over the list (its first and last included)."""
+    if len(configs) <= count:
+        return configs
+    step = (len(configs) - 1) / (count - 1)
+    return [configs[round(i * step)] for i in range(count)]
+
+
+@pytest.mark.parametrize("name", ["int8_gemv", "int8_tiled", "int4_gemv", "int4_tiled"])
+def test_configs_from_the_space_agree(name):
+    spec = get_kernel(name)
+    m = 2 if name.endswith("gemv") else 20
+    shape = (m, 40, 128) if name.startswith("int8") else (m, 40, 128, 64)
+    configs = spec.configs(shape, torch.float32)
+    assert configs and len(configs) < 100, f"{len(configs)} configs"
+    inputs = spec.make_inputs(shape, torch.float32, CPU, 3)
+    ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
+    results = [spec.launch(*inputs, config=c) for c in _spread(configs, 3) + [spec.default_config(shape, torch.float32)]]
+    for y in results:
+        _check(y, ref, torch.float32)
+        assert torch.allclose(y, results[0], rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# Formats: packing, quantisers, transforms.quantize equivalence
+# --------------------------------------------------------------------------------------------
+
+
+def test_pack_unpack_round_trip_and_nibble_order():
+    q = torch.randint(0, 16, (5, 12), dtype=torch.uint8)
+    packed = qm.pack_int4(q)
+    assert packed.shape == (5, 6) and packed.dtype == torch.uint8
+    assert torch.equal(packed, q[:, 0::2] | (q[:, 1::2] << 4))  # low nibble = even k
+    assert torch.equal(qm.unpack_int4(packed), q)
+    every_byte = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(2, 128)
+    assert torch.equal(qm.pack_int4(qm.unpack_int4(every_byte)), every_byte)
+    with pytest.raises(ValueError, match="K even"):
+        qm.pack_int4(torch.zeros(2, 3, dtype=torch.uint8))
+
+
+def test_int8_quantiser_matches_transform():
+    w = torch.randn(24, 40)
+    for dtype in (torch.float32, torch.float16):
+        q, s = qm.quantize_int8_per_channel(w, dtype)
+        q_ref, s_ref = tq.quantize_int8_rowwise(w, dtype)
+        assert torch.equal(q, q_ref) and torch.equal(s, s_ref) and s.dtype == dtype
+        module = tq.Int8WeightOnlyLinear(q_ref, s_ref)
+        x = torch.randn(3, 40, dtype=torch.float64)
+        assert torch.allclose(qm.int8_reference(x, q, s.double()), x @ module.dequantized_weight(torch.float64).t())
+
+
+def test_int4_quantiser_matches_transform():
+    w = torch.randn(24, 128)
+    for dtype in (torch.float32, torch.float16):
+        packed, scales, zeros = qm.quantize_int4_groupwise(w, 32, dtype)
+        codes, sz = tq.quantize_int4_groupwise(w, 32, dtype)
+        assert torch.equal(qm.unpack_int4(packed), codes)
+        assert scales.shape == zeros.shape == (24, 4) and scales.dtype == dtype
+        # the same dequantised weight as the transform's reference layout
+        mine = qm.int4_dequantize(packed, scales, zeros, 32, torch.float64)
+        theirs = tq.int4_dequantize(tq.pack_int4(codes), sz, 32, torch.float64)
+        assert torch.equal(mine, theirs)
+        # and the transform's packed layout converts to this one
+        p2, s2, z2 = qm.from_transform_int4(tq.pack_int4(codes), sz)
+        assert torch.equal(p2, packed) and torch.equal(s2, scales) and torch.equal(z2, zeros)
+    # the kernel on a transform-built module's buffers
+    linear = torch.nn.Linear(64, 20)
+    module = tq.Int4WeightOnlyLinear.from_linear(linear, group_size=32, layout="reference")
+    x = torch.randn(2, 64)
+    p, s, z = qm.from_transform_int4(module.weight, module.scales_and_zeros)
+    y = qm.int4_weight_only_matmul(x, p, s, z, 32, module.bias)
+    assert _rel_err(y, module(x).double()) < 1e-5
+
+
+# --------------------------------------------------------------------------------------------
+# Errors, registration
+# --------------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_raise_clear_value_errors():
+    x = torch.randn(2, 64)
+    (_, w, s, _), _ = _int8_case((2, 17, 64), torch.float32)
+    with pytest.raises(ValueError, match=r"w_int8 is \(17, 64\)"):
+        qm.int8_weight_only_matmul(torch.randn(2, 60), w, s)
+    with pytest.raises(ValueError, match="int8"):
+        qm.int8_weight_only_matmul(x, w.float(), s)
+    with pytest.raises(ValueError, match="scales must have shape"):
+        qm.int8_weight_only_matmul(x, w, s[:5])
+    with pytest.raises(ValueError, match="path"):
+        qm.int8_weight_only_matmul(x, w, s, config={"path": "nope"})
+    with pytest.raises(ValueError, match="power of two"):
+        qm.int8_weight_only_matmul(x, w, s, config={"path": "gemv", "BLOCK_K": 48})
+    (_, wp, sc, ze, g, _), _ = _int4_case((2, 17, 64, 32), torch.float32)
+    with pytest.raises(ValueError, match="must divide group_size=32"):
+        qm.int4_weight_only_matmul(x, wp, sc, ze, g, config={"path": "gemv", "BLOCK_K": 64})
+    with pytest.raises(ValueError, match="must divide group_size=32"):
+        qm.int4_weight_only_matmul(x, wp, sc, ze, g, config={"path": "tiled", "BLOCK_K": 16})
+    with pytest.raises(ValueError, match="not a multiple of group_size=48"):
+        qm.int4_weight_only_matmul(x, wp, sc, ze, 48)
+    with pytest.raises(ValueError, match="even integer"):
+        qm.int4_weight_only_matmul(x, wp, sc, ze, 33)
+    with pytest.raises(ValueError, match=r"expected \[N, 32\]"):
+        qm.int4_weight_only_matmul(x, wp[:, :16], sc, ze, g)
+    with pytest.raises(ValueError, match="scales must be"):
+        qm.int4_weight_only_matmul(x, wp, sc.t(), ze, g)
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        qm.quantize_int4_groupwise(torch.randn(4, 48), 32)
+
+
+def test_four_specs_registered_with_costs():
+    assert {"int8_gemv", "int8_tiled", "int4_gemv", "int4_tiled"} <= set(KERNELS)
+    m, n, k, g = 1, 4096, 4096, 128
+    assert get_kernel("int8_gemv").flops((m, n, k)) == 2 * m * n * k
+    assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
+    assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
+    assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096"
+    assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
+    for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):
+        spec = get_kernel(name)
+        configs = spec.configs(shape, torch.bfloat16)
+        assert 4 <= len(configs) <= 80, (name, len(configs))
+        if name.startswith("int4"):
+            assert all(g % c["BLOCK_K"] == 0 for c in configs)
+
+
+# --------------------------------------------------------------------------------------------
+# GPU: bf16 numerics of the compiled kernels (skipped without CUDA)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "fp16", "fp32"])
+def test_gpu_kernels_match_reference(dtype, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # compile for the GPU (this module set it for the CPU tests)
+    cuda = torch.device("cuda")
+    tol = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}[dtype]
+    for name in ("int8_gemv", "int8_tiled", "int4_gemv", "int4_tiled"):
+        spec = get_kernel(name)
+        for m, n, k in ((1, 4096, 4096), (5, 1000, 2048), (8, 4101, 384), (33, 1000, 2048), (300, 520, 1024)):
+            if name.endswith("gemv") != (m <= 8):
+                continue
+            shape = (m, n, k, 128) if name.startswith("int4") else (m, n, k)
+            inputs = spec.make_inputs(shape, dtype, cuda, 0)
+            ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
+            for cfg in _spread(spec.configs(shape, dtype), 4) + [spec.default_config(shape, dtype)]:
+                y = spec.launch(*inputs, config=cfg)
+                torch.cuda.synchronize()
+                assert torch.isfinite(y).all(), (name, shape, cfg)
+                err = _rel_err(y, ref)
+                assert err < tol, (name, shape, cfg, err)

@@ -1,0 +1,88 @@
+"""The `triton-kernels` transform under Triton's interpreter (CPU): module swaps and numerics."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
+
+import pytest
+import torch
+
+from agnitra.errors import NotApplicable
+from agnitra.kernels import modules as km
+from agnitra.models.generate import Generator, random_prompt
+from agnitra.transforms import Recipe, TransformContext
+from agnitra.transforms.patcher import apply_recipe
+from agnitra.workloads.registry import BuildOptions, build_workload
+
+
+@pytest.fixture(scope="module")
+def tinylm():
+    return build_workload("tinylm", BuildOptions(size="tiny"))
+
+
+def _logits(model, patched=None):
+    prompt = random_prompt(1, 6, 256, seed=0, device="cpu")
+    if patched is None:
+        return Generator(model).teacher_forced_logits(prompt, prompt)
+    return Generator(patched.model, patched.decode_fn, patched.prefill_fn).teacher_forced_logits(prompt, prompt)
+
+
+def _apply(w, **params):
+    recipe = Recipe.from_dict(Recipe.of(("triton-kernels", params)).to_dict())
+    return apply_recipe(recipe, TransformContext(w, torch.device("cpu")))
+
+
+def _rel(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def test_norm_and_mlp_kernels_keep_the_function(tinylm):
+    patched = _apply(tinylm, weights="keep")
+    block = patched.model.layers[0]
+    assert isinstance(block, km.TritonLlamaBlock)  # residual add fused into the FFN norm
+    assert isinstance(block.attention_norm, km.TritonRMSNorm) and isinstance(block.feed_forward, km.TritonFeedForward)
+    assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model)) < 1e-5  # fp32
+    assert type(tinylm.model.layers[0]).__name__ == "Block"  # the user's model keeps its modules
+
+
+def test_int8_kernels_compute_what_int8_weight_only_does(tinylm):
+    triton = _apply(tinylm, weights="int8")
+    assert isinstance(triton.model.layers[0].attention.wq, km.TritonInt8Linear)
+    reference = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only").to_dict()), TransformContext(tinylm, torch.device("cpu")))
+    a, b = _logits(tinylm.model, triton), _logits(tinylm.model, reference)
+    assert _rel(a, b) < 1e-4  # same quantisation, different kernels
+    assert 1e-4 < _rel(a, _logits(tinylm.model)) < 3e-2
+
+
+def test_int8_modules_of_an_earlier_step_move_onto_the_kernels_without_copies(tinylm):
+    patched = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only", ("triton-kernels", {"weights": "keep"})).to_dict()), TransformContext(tinylm, torch.device("cpu")))
+    wq = patched.model.layers[0].attention.wq
+    assert isinstance(wq, km.TritonInt8Linear) and wq.weight.dtype == torch.int8
+
+
+def test_int4_kernels_and_skip(tinylm):
+    patched = _apply(tinylm, weights="int4", group_size=32, skip="output")
+    assert isinstance(patched.model.layers[1].feed_forward.w2, km.TritonInt4Linear)
+    assert type(patched.model.output).__name__ == "Linear"
+    assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model)) < 0.2
+
+
+def test_not_applicable_without_gpu_or_interpreter(tinylm, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(NotApplicable, match="CUDA GPUs"):
+        _apply(tinylm, weights="int8")
+
+
+def test_nothing_to_replace_is_not_applicable():
+    w = build_workload("resnet50", BuildOptions(size="tiny"))
+    with pytest.raises(NotApplicable, match="no Linear, norm or MLP"):
+        _apply(w, weights="keep", norms=False, mlp=False)
+
+
+@pytest.mark.slow
+def test_kernels_inside_a_compiled_decode_step(tinylm):
+    patched = apply_recipe(Recipe.from_dict(Recipe.of(("triton-kernels", {"weights": "int8"}), "compile").to_dict()), TransformContext(tinylm, torch.device("cpu")))
+    eager = _apply(tinylm, weights="int8")
+    assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model, eager)) < 1e-4
