@@ -9,9 +9,7 @@ a GPU, and the bf16 bounds below allow for that.
 
 from __future__ import annotations
 
-import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -7,9 +7,7 @@ CPU only for the GEMV paths, which use no tl.dot, and on a GPU by the `gpu` test
 
 from __future__ import annotations
 
-import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 import pytest
 import torch

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before anything imports triton
 
 import pytest
 import torch
