@@ -97,6 +97,24 @@ def gemv_peers(dtype):
     return {"cublas_bf16_linear": (as_float, F.linear), "torch_compile_int8": (as_int8, compiled_int8_peer())}
 
 
+def int4_peers(dtype):
+    """torch's own int4 path on CUDA (tinygemm, `_weight_int4pack_mm`) on the same weights, and cuBLAS bf16."""
+    from agnitra.kernels.quant_matmul import int4_dequantize
+    from agnitra.transforms.quantize import Int4WeightOnlyLinear
+
+    def as_float(inputs):
+        x, packed, scales, zeros, g, bias = inputs
+        return x, int4_dequantize(packed, scales, zeros, g, dtype).to(dtype)
+
+    def as_tinygemm(inputs):
+        x, packed, scales, zeros, g, bias = inputs
+        linear = torch.nn.Linear(x.shape[1], packed.shape[0], bias=False, device=x.device, dtype=dtype)
+        linear.weight.data = int4_dequantize(packed, scales, zeros, g, dtype).to(dtype)
+        return x, Int4WeightOnlyLinear.from_linear(linear, group_size=g, layout="cuda")
+
+    return {"cublas_bf16_linear": (as_float, F.linear), "torch_tinygemm_int4": (as_tinygemm, lambda x, module: module(x))}
+
+
 def norm_peers(name):
     reference = get_kernel(name).reference
     compiled = torch.compile(reference, dynamic=False)
@@ -124,7 +142,8 @@ def main() -> int:
     for name in ("int8_gemv", "int4_gemv"):
         for shape in gemv_shapes:
             problem = shape if name.startswith("int8") else (*shape, 128)
-            rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, gemv_peers(dtype) if name.startswith("int8") else {}))
+            peers = gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {})
+            rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, peers))
     for name in ("rms_norm_residual", "layer_norm_residual"):
         rows.append(bench_kernel(name, norm_shape, dtype, device, cache, l2, report.ceilings, args.runs, norm_peers(name)))
     rows.append(bench_kernel("matmul", mm_shape, dtype, device, cache, l2, report.ceilings, args.runs, {"torch_matmul": (lambda s: s, get_kernel("matmul").reference)}))

@@ -38,6 +38,8 @@ PRESETS: dict[str, list[Case]] = {
     ],
     "h100": [
         Case("llama-1b-decode", "zoo:llama-1b", dict(batch=1, seq_len=32, tokens=128, dtype="bf16", budget="9m")),
+        # the same search without Agnitra's kernels: the gain the kernels bring end to end
+        Case("llama-1b-decode-no-kernels", "zoo:llama-1b", dict(batch=1, seq_len=32, tokens=128, dtype="bf16", budget="9m", exclude_transforms=["triton-kernels"])),
         Case("bert-base-b1", "zoo:bert-base", dict(batch=1, seq_len=128, dtype="fp16", budget="8m")),
         Case("resnet50-b64", "zoo:resnet50", dict(batch=64, dtype="fp16", budget="8m")),
     ],

@@ -178,3 +178,8 @@ def test_compiled_code_is_forgotten_after_each_candidate(monkeypatch):
     for name in ("test-slow", "test-crash", "test-nan"):
         evaluate(Candidate(Recipe.of(name), 1.0), w, torch.device("cpu"), report, SearchConfig(runs=2, warmup=1))
     assert len(resets) == 3  # after a good, a crashed and a failed candidate alike
+
+
+def test_exclude_transforms_keeps_them_out_of_the_search(tmp_path):
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["test-slow", "test-nan"], exclude_transforms=["test-nan"], budget="60s", peers=[], out=tmp_path)
+    assert [c.name for c in fast.report.candidates] == ["test-slow"]

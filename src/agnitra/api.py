@@ -221,6 +221,7 @@ def optimize(
     min_cosine: float | None = None,
     min_token_agreement: float | None = None,
     transforms: Sequence[str] | None = None,
+    exclude_transforms: Sequence[str] | None = None,
     strategy: str = "enumerate",
     candidate_timeout: str | float = "5m",
     peers: Sequence[str] | None = None,
@@ -241,6 +242,10 @@ def optimize(
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective '{objective}'; use one of: {', '.join(OBJECTIVES)}")
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    if exclude_transforms:
+        from agnitra.transforms import all_transforms
+
+        transforms = [t.name for t in all_transforms() if t.name not in set(exclude_transforms) and (not transforms or t.name in transforms)]
     result = run_optimize(
         workload, dev, describe_device(dev, settings),
         objective=objective, budget_s=parse_duration(budget), candidate_timeout_s=parse_duration(candidate_timeout),

@@ -200,6 +200,7 @@ def optimize(
     min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="mean cosine similarity required (embeddings)"),
     min_token_agreement: Optional[float] = typer.Option(None, "--min-token-agreement", help="decoders: next-token agreement required (teacher-forced)"),
     transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: search only these transforms"),
+    exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
     candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants for the final run (default: the best built-in ones)"),
@@ -221,7 +222,8 @@ def optimize(
         optimized = api.optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement,
-            transforms=transforms.split(",") if transforms else None, candidate_timeout=candidate_timeout,
+            transforms=transforms.split(",") if transforms else None, exclude_transforms=exclude_transforms.split(",") if exclude_transforms else None,
+            candidate_timeout=candidate_timeout,
             peers=peers.split(",") if peers is not None else None, out=out_dir, resume=resume, progress=progress,
         )
     if out_dir is not None:
