@@ -135,3 +135,15 @@ def test_debug_shows_the_traceback():
         capture_output=True, text=True, timeout=120,
     )
     assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+def test_unknown_transform_name(capsys):
+    code, _, err = _run_cli(["optimize", "zoo:tinylm", "--size", "tiny", "--device", "cpu", "--transforms", "warp-drive"], capsys)
+    assert code == 2 and "unknown transform 'warp-drive'" in err and "--list-transforms" in err
+
+
+def test_list_transforms(capsys):
+    code, out, _ = _run_cli(["optimize", "--list-transforms"], capsys)
+    assert code == 0
+    for name in ("precision", "compile", "int8-weight-only", "onnxruntime", "triton-kernels", "cuda-graphs"):
+        assert name in out

@@ -241,6 +241,10 @@ def optimize(
 
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective '{objective}'; use one of: {', '.join(OBJECTIVES)}")
+    from agnitra.transforms import get_transform
+
+    for name in list(transforms or []) + list(exclude_transforms or []):
+        get_transform(name)  # an unknown name is a one-line user error, before any work
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     if exclude_transforms:
         from agnitra.transforms import all_transforms
