@@ -30,18 +30,8 @@ import torch
 
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 
-try:
-    import triton
-    import triton.language as tl
-
-    _HAVE_TRITON = True
-except ImportError:  # pragma: no cover - the [gpu] extra is not installed
-    _HAVE_TRITON = False
-
-    class triton:  # type: ignore[no-redef]  # lets the @triton.jit definitions evaluate; matmul() raises
-        @staticmethod
-        def jit(fn):
-            return fn
+from agnitra.kernels._triton import HAVE_TRITON as _HAVE_TRITON
+from agnitra.kernels._triton import tl, triton
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

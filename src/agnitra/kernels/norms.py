@@ -26,19 +26,7 @@ import torch.nn.functional as F
 from agnitra.errors import NotApplicable
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # the specs still register; launching says why (triton_available)
-
-    class triton:  # type: ignore[no-redef]  # noqa: N801 - stands in for the module
-        jit = staticmethod(lambda fn: fn)
-
-        @staticmethod
-        def cdiv(a: int, b: int) -> int:
-            return -(-a // b)
-
-    tl = None
+from agnitra.kernels._triton import tl, triton
 
 
 # ---------------------------------------------------------------------------------------------

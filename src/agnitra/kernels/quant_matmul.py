@@ -61,10 +61,7 @@ import torch
 
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
-try:  # the kernels' bodies refer to `tl`; they are compiled only when Triton is present
-    import triton.language as tl
-except ImportError:  # pragma: no cover - exercised only without Triton
-    tl = None
+from agnitra.kernels._triton import tl  # the kernels' bodies refer to `tl`; compiled only with Triton
 
 GEMV_MAX_M = 8  # the wrapper's automatic choice: GEMV for M <= 8, tiled above
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
