@@ -27,13 +27,22 @@ def speedup_figure(report: OptimizeReport) -> go.Figure | None:
     ok = [v for v in report.bench.variants if v.status == "ok" and v.latency_ms]
     if base.status != "ok" or len(ok) < 2:
         return None
-    names = [_chart_label(v.name) for v in ok]
+    names = [_short(_chart_label(v.name)) for v in ok]
     speedups = [base.latency_ms.median / v.latency_ms.median for v in ok]
     colors = ["#2b8a3e" if v.name == report.chosen else "#868e96" for v in ok]
-    fig = go.Figure(go.Bar(x=speedups, y=names, orientation="h", marker_color=colors, hovertemplate="%{y}: %{x:.2f}x<extra></extra>"))
+    fig = go.Figure(go.Bar(
+        x=speedups, y=names, orientation="h", marker_color=colors, text=[f"{x:.2f}x" for x in speedups], textposition="outside",
+        customdata=[_chart_label(v.name) for v in ok], hovertemplate="%{customdata}: %{x:.2f}x<extra></extra>",
+    ))
     fig.update_layout(**_base_layout(f"Speedup over {_chart_label(base.name)} (final interleaved run)", 120 + 40 * len(ok)))
-    fig.update_xaxes(title="x faster than the baseline")
+    fig.update_layout(margin={"l": 20, "r": 40, "t": 50, "b": 50})
+    fig.update_yaxes(automargin=True)
+    fig.update_xaxes(title="x faster than the baseline", range=[0, max(speedups) * 1.15])
     return fig
+
+
+def _short(label: str, limit: int = 48) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
 def pareto_figure(report: OptimizeReport) -> go.Figure | None:
@@ -61,7 +70,7 @@ def optimize_html(report: OptimizeReport) -> str:
     body = "".join([
         _header("Optimize", bench.workload, bench.device, bench.created_at),
         f'<p class="summary"><strong>{html.escape(report.verdict)}</strong></p>',
-        _section("Final run", _chart_grid(charts, speedup_figure(report), latency_figure(bench.variants)), _results_table(bench.variants), _notes_list(bench.notes)),
+        _section("Final run", _chart_grid(charts, speedup_figure(report)), _chart_grid(charts, latency_figure(bench.variants)), _results_table(bench.variants), _notes_list(bench.notes)),
         _section("Search", _chart_grid(charts, pareto_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(2, 9))),
         _section("Not applicable here", _table(["transform", "reason"], skipped) if skipped else '<p class="muted">Every transform applied.</p>'),
         _section("Recipe", f"<pre>{html.escape(json.dumps(report.recipe, indent=2))}</pre>"),
