@@ -120,6 +120,10 @@ def test_never_slower_returns_the_original(tmp_path):
     assert torch.equal(fast(x), w.model(x))
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["schema"] == "agnitra.optimize/1" and saved["chosen"] is None
+    page = (tmp_path / "report.html").read_text()
+    assert "original model is returned" in page and "test-slow" in page and "Candidates: latency vs peak memory" in page
+    assert 'src="http' not in page and "cdn.plot.ly/plotly" not in page.split("<script")[0]  # self-contained
+    assert (tmp_path / "candidates.csv").read_text().splitlines()[0].startswith("candidate,status,speedup")
 
 
 def test_crashing_and_nan_candidates_do_not_end_the_run(tmp_path):
