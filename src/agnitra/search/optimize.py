@@ -23,20 +23,11 @@ from agnitra.search.space import recipe_space
 from agnitra.search.strategies.base import get_strategy
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, search
 from agnitra.transforms.base import TransformContext
-from agnitra.transforms.patcher import apply_recipe
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
 
 FINALISTS = 2
-# peers that are recipes of our own space: when one wins the final run, its recipe is the answer
-PEER_RECIPES = {
-    "compile": Recipe.of(("compile", {"mode": "default", "freezing": False})),
-    "compile-max-autotune": Recipe.of(("compile", {"mode": "max-autotune", "freezing": False})),
-    "compile-reduce-overhead": Recipe.of(("compile", {"mode": "reduce-overhead", "freezing": False})),
-    "onnxruntime": Recipe.of(("onnxruntime", {"int8": False})),
-    "onnxruntime-int8": Recipe.of(("onnxruntime", {"int8": True})),
-}
 SEARCH_SHARE = 0.8  # of the budget; the rest is the final run
 MIN_GAIN = 1.0  # the answer must beat the baseline's median in the final run
 
@@ -95,7 +86,10 @@ def run_optimize(
     final_variants = [Eager(), *peers, *[RecipeVariant(Recipe.from_dict(r.recipe), name=r.name) for r in finalists]]
     harness = Harness(workload, device, device_report, BenchConfig(variants=final_variants, tolerances=tolerances, op_breakdown=False))
     bench = harness.run()
-    chosen_run = _choose(harness, [r.name for r in finalists] + [p for p in peers if p in PEER_RECIPES], objective)
+    recipes = {r.name: Recipe.from_dict(r.recipe) for r in finalists}
+    # peers that are recipes (the compile modes) compete too: if one wins, its recipe is the answer
+    recipes.update({v.name: v.recipe for v in harness.variants if isinstance(v, RecipeVariant) and v.name not in recipes})
+    chosen_run = _choose(harness, list(recipes), objective)
     baseline = bench.variants[0]
     search_info = {
         "strategy": strategy,
@@ -114,18 +108,15 @@ def run_optimize(
         report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
         return OptimizeResult(workload.model, Recipe(), report)
     chosen = chosen_run.result
-    recipes = {r.name: Recipe.from_dict(r.recipe) for r in finalists}
-    recipe = recipes.get(chosen.name) or Recipe.from_dict(PEER_RECIPES[chosen.name].to_dict())
+    recipe = recipes[chosen.name]
     speedup = baseline.latency_ms.median / chosen.latency_ms.median
     verdict = f"{chosen.name}: {speedup:.2f}x faster than the baseline ({baseline.latency_ms.median:.3f} -> {chosen.latency_ms.median:.3f} ms), {chosen.correctness.metric} {chosen.correctness.value if chosen.correctness.value is not None else ''} within tolerance"
     report = OptimizeReport(bench, objective, chosen.name, recipe.to_dict(), speedup, results, pareto_front(results), search_info, verdict)
-    if chosen.name in recipes:
-        prepared = chosen_run.prepared
-        model = prepared.model if prepared.model is not None else prepared.call
-        return OptimizeResult(model, recipe, report, prepared.decode_fn or decode_one_token, prepared.prefill_fn or prefill)
-    report.verdict += f" (the peer '{chosen.name}' won the final run: its recipe is the answer)"
-    patched = apply_recipe(recipe, TransformContext(workload, device))  # a peer variant holds no patched model
-    return OptimizeResult(patched.model, recipe, report, patched.decode_fn, patched.prefill_fn)
+    if chosen.name in peers:
+        report.verdict += f" (the peer '{chosen.name}' won the final run: its recipe is the answer)"
+    prepared = chosen_run.prepared
+    model = prepared.model if prepared.model is not None else prepared.call
+    return OptimizeResult(model, recipe, report, prepared.decode_fn or decode_one_token, prepared.prefill_fn or prefill)
 
 
 def _choose(harness: Harness, names: list[str], objective: str) -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
-import os
 import platform
 import subprocess
 from pathlib import Path
@@ -134,6 +133,3 @@ def signature_id(signature: dict) -> str:
     digest = hashlib.sha1(json.dumps(stable, sort_keys=True, default=str).encode()).hexdigest()
     return digest[:16]
 
-
-def host_name() -> str:
-    return os.uname().nodename if hasattr(os, "uname") else platform.node()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from agnitra.errors import NotApplicable, check
@@ -24,14 +23,30 @@ from agnitra.transforms.base import Transform, TransformContext, register_transf
 WEIGHT_MODES = ("keep", "int8", "int4")
 
 
-def _eligible(name: str, module: nn.Module, params) -> bool:
-    skip = [s for s in params.skip.split(",") if s]
-    if not isinstance(module, nn.Linear) or any(s in name for s in skip):
-        return False
-    n, k = module.out_features, module.in_features
-    if min(n, k) < params.min_features:
-        return False
-    return params.weights != "int4" or k % params.group_size == 0
+def _fits(params):
+    """int4 groups run along K: a layer whose K is not a multiple of group_size is left alone."""
+
+    def fits(k: int, n: int, device, dtype) -> str | None:
+        if params.weights == "int4" and k % params.group_size:
+            return f"in_features not a multiple of group_size {params.group_size}"
+        return None
+
+    return fits
+
+
+def _convert_float_linears(model: nn.Module, params) -> int:
+    """Quantise the eligible nn.Linear layers (skip=, min_features= as the quantize transforms)."""
+    from agnitra.kernels import modules as km
+    from agnitra.transforms.quantize import convert_linears
+
+    if params.weights == "int8":
+        build = km.TritonInt8Linear.from_linear
+    else:
+        build = lambda linear: km.TritonInt4Linear.from_linear(linear, params.group_size)  # noqa: E731
+    try:
+        return convert_linears(model, TritonKernels.name, params, _fits(params), build)
+    except NotApplicable:
+        return 0  # no Linear fits; norms and the MLP may still be replaced
 
 
 @register_transform
@@ -61,10 +76,8 @@ class TritonKernels(Transform):
         from agnitra.transforms.quantize import Int8WeightOnlyLinear
 
         count = replace_modules(model, lambda n, m: isinstance(m, Int8WeightOnlyLinear), lambda n, m: km.TritonInt8Linear.from_int8_module(m))
-        if params.weights == "int8":
-            count += replace_modules(model, lambda n, m: _eligible(n, m, params), lambda n, m: km.TritonInt8Linear.from_linear(m))
-        elif params.weights == "int4":
-            count += replace_modules(model, lambda n, m: _eligible(n, m, params), lambda n, m: km.TritonInt4Linear.from_linear(m, params.group_size))
+        if params.weights != "keep":
+            count += _convert_float_linears(model, params)
         if params.mlp:
             count += replace_modules(model, lambda n, m: isinstance(m, FeedForward), lambda n, m: km.TritonFeedForward(m))
         if params.norms:

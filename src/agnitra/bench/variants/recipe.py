@@ -15,7 +15,7 @@ CALIBRATION_SEEDS = range(100, 104)  # calibration inputs; verification uses the
 
 class RecipeVariant(Variant):
     def __init__(self, recipe: Recipe, name: str | None = None) -> None:
-        self.recipe = recipe
+        self.recipe = Recipe.from_dict(recipe.to_dict())  # parameters validated, defaults filled in
         self.name = name or recipe.name
         self.description = f"recipe: {recipe.name}"
 
