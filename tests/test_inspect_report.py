@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-from html.parser import HTMLParser
 from pathlib import Path
 
 import plotly.offline
 from rich.console import Console
+
+import pages
 
 from agnitra.ir.graph import IR_SCHEMA, GraphBreak, GraphIR, IRNode
 from agnitra.ir.hotspots import Hotspot, module_hotspots
@@ -97,28 +98,8 @@ def make_report(mlp: str = "layers.0.mlp", breaks: bool = True, timing: dict | N
     )
 
 
-class _AttributeCollector(HTMLParser):
-    """Every tag and (name, value) attribute of a page; script bodies are not parsed as tags."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[str] = []
-        self.attributes: list[tuple[str, str]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self.attributes.extend((name, value or "") for name, value in attrs)
-
-
 def assert_self_contained(page: str) -> None:
-    parsed = _AttributeCollector()
-    parsed.feed(page)
-    parsed.close()
-    linked = [value for name, value in parsed.attributes if name in ("src", "href")]
-    remote = [value for value in linked if "http://" in value or "https://" in value or value.strip().startswith("//")]
-    assert remote == [], f"page links out: {remote}"
-    assert "link" not in parsed.tags
-    assert "@import" not in page and "url(http" not in page
+    pages.assert_self_contained(page)
     assert page.count(PLOTLY_HEAD) == 1
     outside_library = page.replace(PLOTLY_JS, "")
     assert "http://" not in outside_library and "https://" not in outside_library

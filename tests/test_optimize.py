@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 
 import pytest
 import torch
 from torch import nn
 
 import agnitra
+from pages import assert_self_contained
 from agnitra.errors import UserError
 from agnitra.transforms.base import TRANSFORMS, Transform, TransformContext, register_transform
 from agnitra.transforms.patcher import PatchError, apply_recipe
@@ -122,7 +122,7 @@ def test_never_slower_returns_the_original(tmp_path):
     assert saved["schema"] == "agnitra.optimize/1" and saved["chosen"] is None
     page = (tmp_path / "report.html").read_text()
     assert "original model is returned" in page and "test-slow" in page and "Candidates: latency vs peak memory" in page
-    assert 'src="http' not in page and "cdn.plot.ly/plotly" not in page.split("<script")[0]  # self-contained
+    assert_self_contained(page)
     assert (tmp_path / "candidates.csv").read_text().splitlines()[0].startswith("candidate,status,speedup")
 
 

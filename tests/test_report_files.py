@@ -6,12 +6,13 @@ import csv
 import html
 import json
 import math
-from html.parser import HTMLParser
 from pathlib import Path
 
 import plotly.offline
 import pytest
 from rich.console import Console
+
+from pages import assert_self_contained
 
 from agnitra.report.console import bench_table, decode_summary, ops_table
 from agnitra.report.files import BENCH_CSV_COLUMNS, write_bench_report, write_profile_report
@@ -120,26 +121,6 @@ def make_profile_report(nvml: dict | None = None) -> ProfileReport:
         created_at="2025-11-21T16:31:00Z",
         versions={"agnitra": "0.1.0", "torch": "2.13.0"},
     )
-
-
-class _AttributeCollector(HTMLParser):
-    """Every tag and (name, value) attribute of a page; script bodies are not parsed as tags."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tags: list[str] = []
-        self.attributes: list[tuple[str, str]] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.tags.append(tag)
-        self.attributes.extend((name, value or "") for name, value in attrs)
-
-
-def parse_page(page: str) -> _AttributeCollector:
-    collector = _AttributeCollector()
-    collector.feed(page)
-    collector.close()
-    return collector
 
 
 def render(renderable) -> str:
@@ -252,16 +233,6 @@ def test_profile_writes_json_csv_html(tmp_path: Path):
 
 
 # ---------------------------------------------------------------- html
-
-
-def assert_self_contained(page: str) -> None:
-    parsed = parse_page(page)
-    linked = [(name, value) for name, value in parsed.attributes if name in ("src", "href")]
-    remote = [(name, value) for name, value in linked if "http://" in value or "https://" in value
-              or value.strip().startswith("//")]
-    assert remote == [], f"page links out: {remote}"
-    assert "link" not in parsed.tags
-    assert "@import" not in page and "url(http" not in page
 
 
 def test_bench_html_is_self_contained_with_plotly_inlined_once():
