@@ -52,6 +52,7 @@ class BenchConfig:
     energy_seconds: float = 1.0  # NVML energy pass per variant (GPU only)
     signature: bool = True  # capture the graph and store the workload signature with the run
     energy: bool = True  # NVML energy pass (GPU); candidate runs of a search skip it
+    roofline: bool = True  # count the workload's FLOPs and bytes (candidate runs keep no roofline)
 
     def resolved(self, decoder: bool) -> "BenchConfig":
         runs = self.runs if self.runs is not None else (5 if decoder else 50)
@@ -115,7 +116,7 @@ class Harness:
             self._measure_energy()
             if self.config.check:
                 self._check_correctness()
-            roof = self._roofline()
+            roof = self._roofline() if self.config.roofline else None
             ops = self._op_breakdown() if self.config.op_breakdown else []
             workload_info = self._workload_info()
         self._finish(roof)

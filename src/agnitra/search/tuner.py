@@ -77,7 +77,7 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
         variants=[Eager(), RecipeVariant(recipe)],
         runs=config.runs or (2 if decoder else 20),
         warmup=config.warmup if config.warmup is not None else (1 if decoder else 3),
-        op_breakdown=False, signature=False, energy=False, tolerances=config.tolerances,
+        op_breakdown=False, signature=False, energy=False, roofline=False, tolerances=config.tolerances,
     )
     t0 = time.perf_counter()
     try:
