@@ -4,9 +4,16 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 set -u
-export PYTHONPATH=src PYTHONUNBUFFERED=1 AGNITRA_CACHE_DIR=/tmp/agnitra-cache HF_HUB_OFFLINE=1
+if [ -d .whl ]; then  # optuna, plotly: not in the device image
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
+fi
+export PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1 AGNITRA_CACHE_DIR=/tmp/agnitra-cache HF_HUB_OFFLINE=1
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" /tmp/agnitra-cache
+# the tuning cache and ceilings of an earlier machine of the same kind (carry .devcache): no re-tuning
+[ -d .devcache ] && cp -r .devcache/. /tmp/agnitra-cache/
+save_cache() { mkdir -p "$OUT/devcache"; for d in tuning ceilings; do mkdir -p "$OUT/devcache/$d"; cp /tmp/agnitra-cache/$d/*.json "$OUT/devcache/$d/" 2>/dev/null; done; }
+trap save_cache EXIT
 # merged into the committed result file of the day, copied to $OUT after each case group
 RESULT=benchmarks/results/peers-nvidia-h100-80gb-hbm3-$(date +%F).json
 peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --out-file "$RESULT"; cp "$RESULT" "$OUT/"; }
@@ -24,5 +31,30 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
     resnet) peers 300 resnet50-b1,resnet50-b64 ;;
     short) peers 200 llama-8b-decode-short; peers 190 resnet50-short-b1,resnet50-short-b64 ;;
     others) peers 280 mamba-b1,whisper-tiny-b1 ;;
+    kernels)  # bf16 numerics of the compiled kernels, tune-matmul, the kernel benchmark (tunes llama shapes)
+      AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -p no:cacheprovider --timeout 100 -m gpu tests/test_kernels_quant.py tests/test_kernels_matmul.py 2>&1 | tail -15
+      timeout 100 python3 -m agnitra.cli tune-matmul --dim 4096 --runs 20 --dtype bf16 --device cuda
+      timeout 290 python3 benchmarks/kernels.py --shapes 1b,8b --max-trials 12 --runs 50; cp benchmarks/results/kernels-*.json "$OUT/"
+      AGNITRA_GPU_TESTS=1 timeout 75 python3 -m pytest -q -p no:cacheprovider --timeout 60 -m "not gpu" --maxfail 8 tests/test_kernels_quant.py tests/test_kernels_norms.py tests/test_kernels_matmul.py 2>&1 | tail -30
+      ;;
+    e2e)  # kernel tests on the GPU (parallel), the kernel benchmark, llama-1b decode with and without the kernels
+      AGNITRA_GPU_TESTS=1 timeout 110 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 100 tests/test_kernels_quant.py tests/test_kernels_norms.py tests/test_kernels_matmul.py 2>&1 | tail -25
+      timeout 200 python3 benchmarks/kernels.py --shapes 1b,8b --max-trials 10 --runs 30; cp benchmarks/results/kernels-*.json "$OUT/"
+      ro="compile(mode=reduce-overhead)"
+      timeout 250 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b.json"
+      ;;
+    fused)  # llama-1b decode: bf16 compile vs int8 through Inductor vs int8 through Agnitra's kernels (stacked q|k|v, w1|w3)
+      ro="compile(mode=reduce-overhead)"
+      timeout 420 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --recipe "triton-kernels(weights=int8,fuse=false) + $ro" --json > "$OUT/bench-llama-1b-fused.json"
+      ;;
+    check)  # kernels compiled on the GPU (bf16 numerics), inspect llama-1b, llama-1b decode recipes side by side
+      AGNITRA_GPU_TESTS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider --timeout 150 tests/test_kernels_quant.py tests/test_kernels_norms.py tests/test_kernels_matmul.py tests/test_transform_triton.py 2>&1 | tail -40
+      timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
+      ro="compile(mode=reduce-overhead)"
+      timeout 270 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "triton-kernels(weights=int4) + $ro" --recipe "int8-weight-only + $ro" --out "$OUT/bench"
+      ;;
   esac
 } 2>&1 | tee "$OUT/log-$1.txt"

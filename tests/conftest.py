@@ -24,6 +24,19 @@ def _isolated_cache(tmp_path_factory, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def _kernel_tests_on_the_gpu(request):
+    """AGNITRA_GPU_TESTS=1 on a GPU machine: the interpreter tests' tensors are made on CUDA."""
+    from kernel_device import ON_GPU
+
+    if ON_GPU and request.node.get_closest_marker("interpreter"):
+        torch.set_default_device("cuda")
+        yield
+        torch.set_default_device(None)
+    else:
+        yield
+
+
 @pytest.fixture
 def cpu() -> torch.device:
     return torch.device("cpu")

@@ -46,10 +46,10 @@ TOL = {torch.float32: 1e-5, torch.float16: 5e-3}  # max |err| / max |ref| vs flo
 
 def _inputs(M, N, K, dtype, seed=0, device=DEVICE):
     g = torch.Generator().manual_seed(seed)
-    a = torch.randn((M, K), generator=g).to(device=device, dtype=dtype)  # [M, K]
-    b = torch.randn((K, N), generator=g).to(device=device, dtype=dtype)  # [K, N]
-    bias = torch.randn((N,), generator=g).to(device=device, dtype=dtype)  # [N]
-    residual = torch.randn((M, N), generator=g).to(device=device, dtype=dtype)  # [M, N]
+    a = torch.randn((M, K), generator=g, device="cpu").to(device=device, dtype=dtype)  # [M, K]
+    b = torch.randn((K, N), generator=g, device="cpu").to(device=device, dtype=dtype)  # [K, N]
+    bias = torch.randn((N,), generator=g, device="cpu").to(device=device, dtype=dtype)  # [N]
+    residual = torch.randn((M, N), generator=g, device="cpu").to(device=device, dtype=dtype)  # [M, N]
     return a, b, bias, residual
 
 
@@ -289,7 +289,7 @@ def test_kernel_specs_registered():
     assert mm.bucket(shape) == "M1024_N4096_K2048"
     assert fused.bytes(shape, torch.float32) == 4 * (1000 * 2000 + 2000 * 3000 + 1000 * 3000 + 3000)
     assert fused.bucket(shape) == mm.bucket(shape)
-    a, w, bias = fused.make_inputs((4, 6, 8), torch.float32, torch.device("cpu"), 0)
+    a, w, bias = fused.make_inputs((4, 6, 8), torch.float32, DEVICE, 0)
     assert a.shape == (4, 8) and w.shape == (6, 8) and bias.shape == (6,)
 
 

@@ -21,6 +21,7 @@ from agnitra.errors import NotApplicable  # noqa: E402
 from agnitra.kernels import gated_mlp, norms  # noqa: E402
 from agnitra.kernels.spec import KERNELS  # noqa: E402
 from agnitra.models.llama import RMSNorm  # noqa: E402
+from kernel_device import DEVICE  # noqa: E402
 
 pytestmark = pytest.mark.interpreter
 
@@ -37,7 +38,7 @@ CHUNKED = {"BLOCK_N": 32, "ROWS_PER_PROGRAM": 2, "num_warps": 2}  # 4 chunks, th
 
 def _randn(shape, dtype, seed, scale=1.0, shift=0.0):
     gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(shape, generator=gen) * scale + shift).to(dtype)
+    return (torch.randn(shape, generator=gen, device="cpu") * scale + shift).to(DEVICE, dtype)
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -115,7 +116,7 @@ def test_rms_norm_equals_llama_rmsnorm(dtype):
 def test_every_config_gives_the_same_result(kind):
     spec = KERNELS[kind]
     shape = (13, 200)
-    inputs = spec.make_inputs(shape, torch.float32, torch.device("cpu"), 0)
+    inputs = spec.make_inputs(shape, torch.float32, DEVICE, 0)
     space = spec.configs(shape, torch.float32)
     space += [{"BLOCK_N": b, "ROWS_PER_PROGRAM": r, "num_warps": 4} for b in (32, 64, 128) for r in (1, 4)]  # chunked
     assert spec.default_config(shape, torch.float32) in space
@@ -156,8 +157,8 @@ def test_norm_edge_cases(monkeypatch):
     with pytest.raises(ValueError, match="power of two"):
         norms.rms_norm(torch.randn(2, 8), w, EPS, config={"BLOCK_N": 12, "ROWS_PER_PROGRAM": 1, "num_warps": 4})
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(NotApplicable, match="CUDA"):
-        norms.rms_norm(torch.randn(2, 8), w, EPS)
+    with pytest.raises(NotApplicable, match="CUDA"):  # CPU tensors without the interpreter
+        norms.rms_norm(torch.randn(2, 8, device="cpu"), w.cpu(), EPS)
 
 
 def test_norm_specs():
@@ -179,7 +180,7 @@ def test_norm_specs():
 def test_spec_launch_matches_reference(name):
     spec = KERNELS[name]
     shape = (11, 72)
-    inputs = spec.make_inputs(shape, torch.bfloat16, torch.device("cpu"), 0)
+    inputs = spec.make_inputs(shape, torch.bfloat16, DEVICE, 0)
     out = spec.launch(*inputs, config=spec.default_config(shape, torch.bfloat16))
     assert _rel(out, spec.reference(*(t.double() for t in inputs))) < ERROR[torch.bfloat16]
 
@@ -205,7 +206,7 @@ def test_gated_activation(activation, dtype):
 
 def test_gated_configs_and_specs():
     shape = (16, 14336)
-    a, b = KERNELS["silu_mul"].make_inputs((16, 1000), torch.float32, torch.device("cpu"), 0)
+    a, b = KERNELS["silu_mul"].make_inputs((16, 1000), torch.float32, DEVICE, 0)
     first = gated_mlp.gated_activation(a, b, config=gated_mlp.configs((16, 1000), torch.float32)[0])
     for config in gated_mlp.configs((16, 1000), torch.float32)[1:]:
         assert torch.equal(gated_mlp.gated_activation(a, b, config=config), first), config

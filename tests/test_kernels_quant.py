@@ -20,7 +20,7 @@ from agnitra.transforms import quantize as tq  # noqa: E402
 
 pytestmark = pytest.mark.interpreter
 
-CPU = torch.device("cpu")
+from kernel_device import DEVICE as CPU  # noqa: E402 - the CPU, or CUDA with AGNITRA_GPU_TESTS=1
 # ||y - ref|| / ||ref|| against float64: fp32 arithmetic, fp16 / bf16 output rounding
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 
@@ -290,7 +290,7 @@ def test_gpu_kernels_match_reference(dtype, monkeypatch):
             shape = (m, n, k, 128) if name.startswith("int4") else (m, n, k)
             inputs = spec.make_inputs(shape, dtype, cuda, 0)
             ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
-            for cfg in _spread(spec.configs(shape, dtype), 4) + [spec.default_config(shape, dtype)]:
+            for cfg in _spread(spec.configs(shape, dtype), 2) + [spec.default_config(shape, dtype)]:
                 y = spec.launch(*inputs, config=cfg)
                 torch.cuda.synchronize()
                 assert torch.isfinite(y).all(), (name, shape, cfg)

@@ -81,6 +81,16 @@ def test_recipe_json_round_trip_and_validation(tmp_path):
         Recipe.load(tmp_path / "bad.json")
 
 
+def test_inline_recipe_parses_back_from_its_label(tmp_path):
+    recipe = Recipe.parse("int4-weight-only(group_size=64) + compile(mode=reduce-overhead,freezing=true)")
+    assert recipe.steps[0].params["group_size"] == 64 and recipe.steps[1].params == {"mode": "reduce-overhead", "freezing": True}
+    assert Recipe.parse(recipe.name) == recipe  # the label is a valid inline recipe
+    assert Recipe.load_or_parse(str(recipe.save(tmp_path / "r.json"))) == recipe
+    for text, message in [("warp-drive", "unknown transform"), ("compile(mode=default", "cannot read recipe step"), ("compile(bits=3)", "no parameter")]:
+        with pytest.raises(UserError, match=message):
+            Recipe.parse(text)
+
+
 def test_patch_failure_leaves_the_original_untouched():
     w = _mlp()
     before = [(id(p), p.clone()) for p in w.model.parameters()]

@@ -47,17 +47,45 @@ def test_norm_and_mlp_kernels_keep_the_function(tinylm):
 
 def test_int8_kernels_compute_what_int8_weight_only_does(tinylm):
     triton = _apply(tinylm, weights="int8")
-    assert isinstance(triton.model.layers[0].attention.wq, km.TritonInt8Linear)
+    attention = triton.model.layers[0].attention
+    assert isinstance(attention, km.TritonFusedQKVAttention) and isinstance(attention.wqkv, km.TritonInt8Linear)
     reference = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only").to_dict()), TransformContext(tinylm, torch.device("cpu")))
     a, b = _logits(tinylm.model, triton), _logits(tinylm.model, reference)
     assert _rel(a, b) < 1e-4  # same quantisation, different kernels
     assert 1e-4 < _rel(a, _logits(tinylm.model)) < 3e-2
 
 
+def test_stacked_projections_compute_what_separate_ones_do(tinylm):
+    fused, separate = _apply(tinylm, weights="int8"), _apply(tinylm, weights="int8", fuse=False)
+    layer = fused.model.layers[0]
+    assert isinstance(layer.feed_forward, km.TritonFusedFeedForward) and isinstance(separate.model.layers[0].attention.wq, km.TritonInt8Linear)
+    cfg = tinylm.model.config
+    assert layer.attention.wqkv.out_features == (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
+    assert layer.feed_forward.w13.out_features == 2 * cfg.ffn_dim
+    assert _rel(_logits(tinylm.model, fused), _logits(tinylm.model, separate)) < 1e-5  # same rows, one launch
+    names = dict(fused.model.named_modules())
+    assert "layers.0.attention.wo" in names and "layers.0.attention.wq" not in names
+
+
+def test_concat_outputs_stacks_rows_and_refuses_mixed_kinds():
+    gen = torch.Generator().manual_seed(0)
+    linears = [torch.nn.Linear(64, n, bias=True) for n in (16, 48)]
+    for lin in linears:
+        lin.weight.data = torch.randn(lin.weight.shape, generator=gen)
+    x = torch.randn(3, 64, generator=gen)
+    int8 = [km.TritonInt8Linear.from_linear(lin) for lin in linears]
+    assert torch.allclose(km.concat_outputs(int8)(x), torch.cat([m(x) for m in int8], dim=-1), rtol=1e-5, atol=1e-5)
+    int4 = [km.TritonInt4Linear.from_linear(lin, 32) for lin in linears]
+    assert torch.allclose(km.concat_outputs(int4)(x), torch.cat([m(x) for m in int4], dim=-1), rtol=1e-5, atol=1e-5)
+    assert not km.stackable([int8[0], int4[1]]) and not km.stackable([int8[0], linears[1]])
+    with pytest.raises(ValueError, match="one kind"):
+        km.concat_outputs([int8[0], int4[1]])
+
+
 def test_int8_modules_of_an_earlier_step_move_onto_the_kernels_without_copies(tinylm):
     patched = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only", ("triton-kernels", {"weights": "keep"})).to_dict()), TransformContext(tinylm, torch.device("cpu")))
-    wq = patched.model.layers[0].attention.wq
-    assert isinstance(wq, km.TritonInt8Linear) and wq.weight.dtype == torch.int8
+    wqkv = patched.model.layers[0].attention.wqkv  # moved onto the kernels, then stacked
+    assert isinstance(wqkv, km.TritonInt8Linear) and wqkv.weight.dtype == torch.int8
 
 
 def test_int4_kernels_and_skip(tinylm):

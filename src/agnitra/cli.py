@@ -134,7 +134,7 @@ def bench(
     threshold: Optional[float] = typer.Option(None, "--threshold", help="correctness threshold for the workload's metric"),
     no_check: bool = typer.Option(False, "--no-check", help="skip the correctness comparison"),
     no_ops: bool = typer.Option(False, "--no-ops", help="skip the operator breakdown"),
-    recipe: Optional[Path] = typer.Option(None, "--recipe", help="also measure a saved recipe.json against the variants"),
+    recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="also measure a recipe against the variants: a recipe.json, or inline as 'int8-weight-only + compile(mode=reduce-overhead)' (repeatable)"),
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
@@ -142,12 +142,13 @@ def bench(
     from agnitra import api
 
     chosen: list = variants.split(",")
-    if recipe is not None:
+    if recipe:
         from agnitra.bench.variants.recipe import RecipeVariant
         from agnitra.transforms.recipe import Recipe
 
-        loaded = Recipe.load(recipe)
-        chosen.append(RecipeVariant(loaded, name=f"recipe: {loaded.name}"))
+        for text in recipe:
+            loaded = Recipe.load_or_parse(text)
+            chosen.append(RecipeVariant(loaded, name=f"recipe: {loaded.name}"))
     with _progress(not as_json) as progress:
         report = api.benchmark(
             model, variants=chosen, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,

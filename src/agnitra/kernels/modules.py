@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from agnitra.kernels import ops
+from agnitra.models.llama import Attention
 
 
 def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -103,6 +104,64 @@ class TritonFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(ops.gated_activation(self.w1(x).contiguous(), self.w3(x).contiguous(), "silu"))
+
+
+def stackable(linears: list[nn.Module]) -> bool:
+    """Kernel-backed Linears of one kind (int8, or int4 of one group size), input size and bias use."""
+    first = linears[0]
+    return (
+        type(first) in (TritonInt8Linear, TritonInt4Linear)
+        and all(type(m) is type(first) and m.in_features == first.in_features for m in linears)
+        and len({m.bias is None for m in linears}) == 1
+        and len({getattr(m, "group_size", None) for m in linears}) == 1
+    )
+
+
+def concat_outputs(linears: list[nn.Module]) -> nn.Module:
+    """One kernel-backed Linear computing the outputs of several over the same input, side by side.
+
+    Output channels are independent rows (per-row int8 scales; int4 groups run along K), so
+    stacking the rows of `stackable` Linears gives the same numbers in one launch.
+    """
+    if not stackable(linears):
+        raise ValueError("concat_outputs: the Linears must be kernel-backed, of one kind, input size and bias use")
+    first, n = linears[0], sum(m.out_features for m in linears)
+    cat = lambda name: torch.cat([getattr(m, name) for m in linears]) if getattr(first, name) is not None else None  # noqa: E731
+    if isinstance(first, TritonInt8Linear):
+        return TritonInt8Linear(cat("weight"), cat("scales"), cat("bias"), first.in_features, n)
+    return TritonInt4Linear(cat("weight"), cat("scales"), cat("zeros"), cat("bias"), first.in_features, n, first.group_size)
+
+
+class TritonFusedQKVAttention(Attention):
+    """Llama attention with q, k and v from one launch over the stacked wq|wk|wv weights.
+
+    Decode steps are launch-bound: this is two kernels fewer per layer. The rest (rotary
+    embedding, KV cache, SDPA, output projection) is the original module's code and weights.
+    """
+
+    def __init__(self, attention: Attention, wqkv: nn.Module) -> None:
+        nn.Module.__init__(self)
+        self.n_heads, self.n_kv_heads, self.head_dim = attention.n_heads, attention.n_kv_heads, attention.head_dim
+        self.wqkv, self.wo = wqkv, attention.wo
+        self.kv_cache = attention.kv_cache
+
+    def project_qkv(self, x: torch.Tensor):
+        B, T, _ = x.shape
+        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        q, k, v = self.wqkv(x).split([q_size, kv_size, kv_size], dim=-1)
+        return q.view(B, T, self.n_heads, self.head_dim), k.view(B, T, self.n_kv_heads, self.head_dim), v.view(B, T, self.n_kv_heads, self.head_dim)
+
+
+class TritonFusedFeedForward(nn.Module):
+    """Llama's w2(silu(w1 x) * w3 x) as two GEMVs and one gating kernel: w1|w3 stacked in one launch,
+    the gating read from its output in place (three kernels instead of four)."""
+
+    def __init__(self, ff: nn.Module, w13: nn.Module) -> None:
+        super().__init__()
+        self.w13, self.w2 = w13, ff.w2
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(ops.gated_activation_packed(self.w13(x), "silu"))
 
 
 class TritonLlamaBlock(nn.Module):

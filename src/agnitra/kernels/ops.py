@@ -124,3 +124,18 @@ def gated_activation(a: torch.Tensor, b: torch.Tensor, activation: str) -> torch
 @gated_activation.register_fake
 def _(a, b, activation):
     return torch.empty_like(a)
+
+
+@torch.library.custom_op("agnitra::gated_activation_packed", mutates_args=())
+def gated_activation_packed(ab: torch.Tensor, activation: str) -> torch.Tensor:
+    """act(gate) * up for ab [..., 2H] = the output of a fused w1|w3 projection, read in place."""
+    from agnitra.kernels import gated_mlp
+
+    kernel = "silu_mul" if activation == "silu" else "gelu_mul"
+    rows, width = _rows(ab)
+    return gated_mlp.gated_activation_packed(ab, activation=activation, config=config_for(kernel, (rows, width // 2), ab.dtype, ab.device.type))
+
+
+@gated_activation_packed.register_fake
+def _(ab, activation):
+    return ab.new_empty(*ab.shape[:-1], ab.shape[-1] // 2)

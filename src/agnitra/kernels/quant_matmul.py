@@ -766,20 +766,20 @@ def int4_tiled_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dic
 def _make_int8_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int) -> tuple:
     m, n, k = shape[:3]
     gen = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, k, generator=gen) / k**0.5  # [N, K] fp32, Linear-like magnitudes
+    w = torch.randn(n, k, generator=gen, device="cpu") / k**0.5  # [N, K] fp32, Linear-like magnitudes
     q, scales = quantize_int8_per_channel(w, dtype)
-    x = torch.randn(m, k, generator=gen).to(dtype)
-    bias = (torch.randn(n, generator=gen) * 0.1).to(dtype)
+    x = torch.randn(m, k, generator=gen, device="cpu").to(dtype)
+    bias = (torch.randn(n, generator=gen, device="cpu") * 0.1).to(dtype)
     return x.to(device), q.to(device), scales.to(device), bias.to(device)
 
 
 def _make_int4_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int) -> tuple:
     m, n, k, g = shape[:4]
     gen = torch.Generator().manual_seed(seed)
-    w = torch.randn(n, k, generator=gen) / k**0.5
+    w = torch.randn(n, k, generator=gen, device="cpu") / k**0.5
     packed, scales, zeros = quantize_int4_groupwise(w, g, dtype)
-    x = torch.randn(m, k, generator=gen).to(dtype)
-    bias = (torch.randn(n, generator=gen) * 0.1).to(dtype)
+    x = torch.randn(m, k, generator=gen, device="cpu").to(dtype)
+    bias = (torch.randn(n, generator=gen, device="cpu") * 0.1).to(dtype)
     return x.to(device), packed.to(device), scales.to(device), zeros.to(device), g, bias.to(device)
 
 

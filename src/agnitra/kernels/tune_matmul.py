@@ -11,7 +11,7 @@ import torch
 from agnitra.kernels.autotune import TuneResult, input_sets, tune
 from agnitra.kernels.spec import get_kernel, triton_available
 from agnitra.kernels.tuning_cache import TuningCache
-from agnitra.telemetry.timing import time_calls
+from agnitra.telemetry.timing import time_device_calls
 
 
 @dataclass
@@ -41,5 +41,5 @@ def tune_matmul(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.d
     baseline = spec.reference  # the PyTorch reference is the cuBLAS call (same epilogue)
     for i in range(3):
         baseline(*sets[i % len(sets)])
-    torch_ms = float(np.median(time_calls(lambda i: baseline(*sets[i % len(sets)]), runs, device)))
+    torch_ms = float(np.median(time_device_calls(lambda i: baseline(*sets[i % len(sets)]), runs, device)))
     return MatmulTuning(result, torch_ms, spec.flops(shape))

@@ -99,11 +99,17 @@ class Attention(nn.Module):
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
         self.kv_cache: KVCache | None = None
 
-    def forward(self, x, cos, sin, mask, input_pos):
+    def project_qkv(self, x: torch.Tensor):
+        """q [B, T, H, D], k and v [B, T, H_kv, D]."""
         B, T, _ = x.shape
         q = self.wq(x).view(B, T, self.n_heads, self.head_dim)
         k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim)
         v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
+        return q, k, v
+
+    def forward(self, x, cos, sin, mask, input_pos):
+        B, T, _ = x.shape
+        q, k, v = self.project_qkv(x)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
         if self.kv_cache is not None:

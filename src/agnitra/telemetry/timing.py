@@ -46,6 +46,36 @@ def time_calls(fn: Callable[[int], object], count: int, device: torch.device) ->
     return times
 
 
+def time_device_calls(fn: Callable[[int], object], count: int, device: torch.device, per_graph: int = 20) -> list[float]:
+    """Device milliseconds per call, launch overhead excluded, as calls run inside a decode CUDA graph.
+
+    `per_graph` calls (fn(0), fn(1), ...: rotate inputs there) are captured into one CUDA graph,
+    replayed `count` times; each sample is one replay's time over `per_graph`. A kernel of a few
+    microseconds timed from the host measures the host; this measures the kernel. Off the GPU, or
+    when the calls cannot be captured (a host sync inside), it falls back to `time_calls`.
+    """
+    if device.type != "cuda":
+        return time_calls(fn, count, device)
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    try:
+        with torch.cuda.stream(stream):  # warm-up off the default stream, as capture requires
+            for i in range(per_graph):
+                fn(i)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for i in range(per_graph):
+                fn(i)
+    except RuntimeError:
+        torch.cuda.synchronize(device)
+        return time_calls(fn, count, device)
+    graph.replay()
+    samples = time_calls(lambda _: graph.replay(), count, device)
+    del graph
+    return [t / per_graph for t in samples]
+
+
 class StepClock:
     """Marks between decode steps; `intervals_ms()` gives the time between consecutive marks."""
 

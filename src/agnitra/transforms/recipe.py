@@ -74,7 +74,42 @@ class Recipe:
         return cls.from_dict(doc)
 
     @classmethod
+    def parse(cls, text: str) -> "Recipe":
+        """The label form back into a recipe: "triton-kernels(weights=int8) + compile(mode=reduce-overhead)"."""
+        from agnitra.transforms.base import get_transform
+
+        steps = []
+        for part in (p.strip() for p in text.split("+")):
+            name, _, inner = part.partition("(")
+            if not name.strip() or (inner and not inner.endswith(")")):
+                raise UserError(f"cannot read recipe step {part!r}; write it as name or name(key=value,...)")
+            raw = dict(kv.split("=", 1) for kv in inner[:-1].split(",") if "=" in kv) if inner else {}
+            transform = get_transform(name.strip())
+            defaults = dataclasses.asdict(transform.Params())
+            typed = {k.strip(): v.strip() if isinstance(defaults.get(k.strip()), str) else _scalar(v.strip()) for k, v in raw.items()}
+            params = transform.parse_params(typed)
+            steps.append(Step(transform.name, dataclasses.asdict(params)))
+        return cls(tuple(steps))
+
+    @classmethod
+    def load_or_parse(cls, text: str) -> "Recipe":
+        """A recipe.json path, or a recipe written inline."""
+        return cls.load(text) if text.endswith(".json") or Path(text).is_file() else cls.parse(text)
+
+    @classmethod
     def of(cls, *steps: str | tuple[str, dict]) -> "Recipe":
         """Recipe.of("precision", ("compile", {"mode": "max-autotune"}))"""
         built = [Step(s) if isinstance(s, str) else Step(s[0], dict(s[1])) for s in steps]
         return cls(tuple(built))
+
+
+def _scalar(text: str) -> Any:
+    """A parameter value as written inline: bool, int, float or string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

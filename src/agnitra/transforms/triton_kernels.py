@@ -6,6 +6,8 @@
 - `norms`: RMSNorm (ours) and nn.LayerNorm through the fused norm kernels; in our Llama the
   residual add is fused into the FFN norm (one pass over the hidden state instead of two).
 - `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel.
+- `fuse`: with quantised weights, Llama's wq|wk|wv and w1|w3 stacked into one kernel-backed Linear
+  each (decode steps are launch-bound: three launches fewer per layer).
 Kernels run as custom operators (torch.compile and CUDA graphs keep them whole) with their
 configurations from the per-device tuning cache.
 """
@@ -49,6 +51,17 @@ def _convert_float_linears(model: nn.Module, params) -> int:
         return 0  # no Linear fits; norms and the MLP may still be replaced
 
 
+def _fuse_projections(model: nn.Module) -> int:
+    """Stack Llama's q|k|v and gate|up projections where they are kernel-backed Linears of one kind."""
+    from agnitra.kernels import modules as km
+    from agnitra.models.llama import Attention, FeedForward
+
+    qkv = lambda m: [m.wq, m.wk, m.wv]  # noqa: E731
+    count = replace_modules(model, lambda n, m: type(m) is Attention and km.stackable(qkv(m)), lambda n, m: km.TritonFusedQKVAttention(m, km.concat_outputs(qkv(m))))
+    gate_up = lambda m: [m.w1, m.w3]  # noqa: E731
+    return count + replace_modules(model, lambda n, m: type(m) is FeedForward and km.stackable(gate_up(m)), lambda n, m: km.TritonFusedFeedForward(m, km.concat_outputs(gate_up(m))))
+
+
 @register_transform
 class TritonKernels(Transform):
     name = "triton-kernels"
@@ -61,6 +74,7 @@ class TritonKernels(Transform):
         group_size: int = 128
         norms: bool = True
         mlp: bool = True
+        fuse: bool = True
         min_features: int = 16
         skip: str = ""  # comma-separated qualified-name parts to leave as they are (e.g. "output")
 
@@ -78,6 +92,8 @@ class TritonKernels(Transform):
         count = replace_modules(model, lambda n, m: isinstance(m, Int8WeightOnlyLinear), lambda n, m: km.TritonInt8Linear.from_int8_module(m))
         if params.weights != "keep":
             count += _convert_float_linears(model, params)
+        if params.fuse:
+            count += _fuse_projections(model)
         if params.mlp:
             count += replace_modules(model, lambda n, m: isinstance(m, FeedForward), lambda n, m: km.TritonFeedForward(m))
         if params.norms:
