@@ -49,6 +49,10 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 420 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --recipe "triton-kernels(weights=int8,fuse=false) + $ro" --json > "$OUT/bench-llama-1b-fused.json"
       ;;
+    optimize1b)  # agnitra optimize on llama-1b decode within one command
+      timeout 560 python3 benchmarks/optimize.py --preset h100 --cases llama-1b-decode-short; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
+      cp runs/optimize-llama-1b-decode-short/candidates.jsonl "$OUT/" 2>/dev/null
+      ;;
     check)  # kernels compiled on the GPU (bf16 numerics), inspect llama-1b, llama-1b decode recipes side by side
       AGNITRA_GPU_TESTS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider --timeout 150 tests/test_kernels_quant.py tests/test_kernels_norms.py tests/test_kernels_matmul.py tests/test_transform_triton.py 2>&1 | tail -40
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"

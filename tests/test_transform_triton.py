@@ -10,6 +10,7 @@ import torch
 from agnitra.errors import NotApplicable
 from agnitra.kernels import modules as km
 from agnitra.models.generate import Generator, random_prompt
+from agnitra.models.llama import StackedQKVAttention
 from agnitra.transforms import Recipe, TransformContext
 from agnitra.transforms.patcher import apply_recipe
 from agnitra.workloads.registry import BuildOptions, build_workload
@@ -48,7 +49,7 @@ def test_norm_and_mlp_kernels_keep_the_function(tinylm):
 def test_int8_kernels_compute_what_int8_weight_only_does(tinylm):
     triton = _apply(tinylm, weights="int8")
     attention = triton.model.layers[0].attention
-    assert isinstance(attention, km.TritonFusedQKVAttention) and isinstance(attention.wqkv, km.TritonInt8Linear)
+    assert isinstance(attention, StackedQKVAttention) and isinstance(attention.wqkv, km.TritonInt8Linear)
     reference = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only").to_dict()), TransformContext(tinylm, torch.device("cpu")))
     a, b = _logits(tinylm.model, triton), _logits(tinylm.model, reference)
     assert _rel(a, b) < 1e-4  # same quantisation, different kernels
@@ -58,7 +59,7 @@ def test_int8_kernels_compute_what_int8_weight_only_does(tinylm):
 def test_stacked_projections_compute_what_separate_ones_do(tinylm):
     fused, separate = _apply(tinylm, weights="int8"), _apply(tinylm, weights="int8", fuse=False)
     layer = fused.model.layers[0]
-    assert isinstance(layer.feed_forward, km.TritonFusedFeedForward) and isinstance(separate.model.layers[0].attention.wq, km.TritonInt8Linear)
+    assert isinstance(layer.feed_forward, km.TritonStackedFeedForward) and isinstance(separate.model.layers[0].attention.wq, km.TritonInt8Linear)
     cfg = tinylm.model.config
     assert layer.attention.wqkv.out_features == (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
     assert layer.feed_forward.w13.out_features == 2 * cfg.ffn_dim
@@ -112,3 +113,10 @@ def test_kernels_inside_a_compiled_decode_step(tinylm):
     patched = apply_recipe(Recipe.from_dict(Recipe.of(("triton-kernels", {"weights": "int8"}), "compile").to_dict()), TransformContext(tinylm, torch.device("cpu")))
     eager = _apply(tinylm, weights="int8")
     assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model, eager)) < 1e-4
+
+
+def test_fuse_projections_then_kernels_stack_before_quantising(tinylm):
+    patched = apply_recipe(Recipe.from_dict(Recipe.of("fuse-projections", ("triton-kernels", {"weights": "int8"})).to_dict()), TransformContext(tinylm, torch.device("cpu")))
+    layer = patched.model.layers[0]
+    assert isinstance(layer.attention.wqkv, km.TritonInt8Linear) and isinstance(layer.feed_forward, km.TritonStackedFeedForward)
+    assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model, _apply(tinylm, weights="int8"))) < 1e-5

@@ -17,7 +17,7 @@ from torch import nn
 
 from agnitra.errors import NotApplicable, UserError
 from agnitra.transforms import quantize as q
-from agnitra.transforms.base import TRANSFORMS, TransformContext
+from agnitra.transforms.base import TRANSFORMS, TransformContext, get_transform
 from agnitra.transforms.patcher import apply_recipe
 from agnitra.transforms.recipe import Recipe
 from agnitra.workloads.registry import BuildOptions, build_workload
@@ -330,3 +330,33 @@ def test_cuda_fp8_and_sparsity_modules():
         sparse = q.SemiSparseLinear.from_linear(linear)
         pruned, _ = q.prune_2of4(linear.weight)
         assert _rel(sparse(x), x.double() @ pruned.double().T + linear.bias.double()) < 1e-2
+
+
+# --------------------------------------------------------------------------------------------
+# fuse-projections: stacked q|k|v and gate|up, alone and before a quantiser
+# --------------------------------------------------------------------------------------------
+
+
+def test_fuse_projections_computes_the_same_and_leaves_the_user_model_alone(tinylm):
+    from agnitra.models.llama import StackedFeedForward, StackedQKVAttention
+
+    before = _snapshot(tinylm.model)
+    patched = apply_recipe(Recipe.of("fuse-projections"), TransformContext(tinylm, CPU))
+    layer = patched.model.layers[0]
+    assert isinstance(layer.attention, StackedQKVAttention) and isinstance(layer.feed_forward, StackedFeedForward)
+    assert _rel(_run(tinylm, patched.model), _run(tinylm)) < 1e-5  # fp32: the same rows, one GEMM
+    _assert_untouched(tinylm.model, before)
+
+
+def test_fuse_projections_before_int8_quantises_the_same_rows(tinylm):
+    stacked = apply_recipe(Recipe.of("fuse-projections", "int8-weight-only"), TransformContext(tinylm, CPU))
+    separate = apply_recipe(Recipe.of("int8-weight-only"), TransformContext(tinylm, CPU))
+    assert type(stacked.model.layers[0].attention.wqkv).__name__ == "Int8WeightOnlyLinear"
+    assert _rel(_run(tinylm, stacked.model), _run(tinylm, separate.model)) < 1e-5
+
+
+def test_fuse_projections_needs_llama_projections_and_to_come_first(tinylm, bert):
+    with pytest.raises(NotApplicable, match="no Llama attention"):
+        get_transform("fuse-projections").check(TransformContext(bert, CPU), None)
+    with pytest.raises(NotApplicable, match="before it"):
+        apply_recipe(Recipe.of("int8-weight-only", "fuse-projections"), TransformContext(tinylm, CPU))

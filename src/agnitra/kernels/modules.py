@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from agnitra.kernels import ops
-from agnitra.models.llama import Attention
+from agnitra.models.llama import StackedFeedForward
 
 
 def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -132,36 +132,11 @@ def concat_outputs(linears: list[nn.Module]) -> nn.Module:
     return TritonInt4Linear(cat("weight"), cat("scales"), cat("zeros"), cat("bias"), first.in_features, n, first.group_size)
 
 
-class TritonFusedQKVAttention(Attention):
-    """Llama attention with q, k and v from one launch over the stacked wq|wk|wv weights.
+class TritonStackedFeedForward(StackedFeedForward):
+    """Stacked w1|w3 (kernel-backed) with the gating read from its output in place by one kernel."""
 
-    Decode steps are launch-bound: this is two kernels fewer per layer. The rest (rotary
-    embedding, KV cache, SDPA, output projection) is the original module's code and weights.
-    """
-
-    def __init__(self, attention: Attention, wqkv: nn.Module) -> None:
-        nn.Module.__init__(self)
-        self.n_heads, self.n_kv_heads, self.head_dim = attention.n_heads, attention.n_kv_heads, attention.head_dim
-        self.wqkv, self.wo = wqkv, attention.wo
-        self.kv_cache = attention.kv_cache
-
-    def project_qkv(self, x: torch.Tensor):
-        B, T, _ = x.shape
-        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
-        q, k, v = self.wqkv(x).split([q_size, kv_size, kv_size], dim=-1)
-        return q.view(B, T, self.n_heads, self.head_dim), k.view(B, T, self.n_kv_heads, self.head_dim), v.view(B, T, self.n_kv_heads, self.head_dim)
-
-
-class TritonFusedFeedForward(nn.Module):
-    """Llama's w2(silu(w1 x) * w3 x) as two GEMVs and one gating kernel: w1|w3 stacked in one launch,
-    the gating read from its output in place (three kernels instead of four)."""
-
-    def __init__(self, ff: nn.Module, w13: nn.Module) -> None:
-        super().__init__()
-        self.w13, self.w2 = w13, ff.w2
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(ops.gated_activation_packed(self.w13(x), "silu"))
+    def gate(self, ab: torch.Tensor) -> torch.Tensor:
+        return ops.gated_activation_packed(ab.contiguous(), "silu")
 
 
 class TritonLlamaBlock(nn.Module):

@@ -132,6 +132,62 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(self.w1(x)) * self.w3(x))
 
 
+class StackedQKVAttention(Attention):
+    """Attention with q|k|v from one Linear over the stacked wq, wk, wv rows: one GEMM (a GEMV in
+    decode steps) instead of three. Everything else is the original module's code and weights."""
+
+    def __init__(self, attention: Attention, wqkv: nn.Module) -> None:
+        nn.Module.__init__(self)
+        self.n_heads, self.n_kv_heads, self.head_dim = attention.n_heads, attention.n_kv_heads, attention.head_dim
+        self.wqkv, self.wo = wqkv, attention.wo
+        self.kv_cache = attention.kv_cache
+
+    def project_qkv(self, x: torch.Tensor):
+        B, T, _ = x.shape
+        q_size, kv_size = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        q, k, v = self.wqkv(x).split([q_size, kv_size, kv_size], dim=-1)
+        return q.view(B, T, self.n_heads, self.head_dim), k.view(B, T, self.n_kv_heads, self.head_dim), v.view(B, T, self.n_kv_heads, self.head_dim)
+
+
+class StackedFeedForward(nn.Module):
+    """w2(silu(gate) * up) with gate|up from one Linear over the stacked w1, w3 rows."""
+
+    def __init__(self, w13: nn.Module, w2: nn.Module) -> None:
+        super().__init__()
+        self.w13, self.w2 = w13, w2
+
+    def gate(self, ab: torch.Tensor) -> torch.Tensor:
+        a, b = ab.chunk(2, dim=-1)
+        return F.silu(a) * b
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(self.gate(self.w13(x)))
+
+
+def linears_stack(linears: list[nn.Module]) -> bool:
+    """Floating-point nn.Linear of one input size, dtype and bias use: `stack_linears` can stack them."""
+    first = linears[0]
+    return all(
+        type(m) is nn.Linear and m.weight.is_floating_point() and m.in_features == first.in_features
+        and m.weight.dtype == first.weight.dtype and (m.bias is None) == (first.bias is None)
+        for m in linears
+    )
+
+
+def stack_linears(linears: list[nn.Linear]) -> nn.Linear | None:
+    """One nn.Linear whose output is the outputs of `linears` (same input) side by side, or None
+    when they are not all floating-point nn.Linear of one input size, dtype and bias use."""
+    if not linears_stack(linears):
+        return None
+    first = linears[0]
+    out = sum(m.out_features for m in linears)
+    stacked = nn.Linear(first.in_features, out, bias=first.bias is not None, device="meta")
+    stacked.weight = nn.Parameter(torch.cat([m.weight.detach() for m in linears]), requires_grad=False)
+    if first.bias is not None:
+        stacked.bias = nn.Parameter(torch.cat([m.bias.detach() for m in linears]), requires_grad=False)
+    return stacked
+
+
 class Block(nn.Module):
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()

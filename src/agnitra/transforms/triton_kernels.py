@@ -51,15 +51,16 @@ def _convert_float_linears(model: nn.Module, params) -> int:
         return 0  # no Linear fits; norms and the MLP may still be replaced
 
 
-def _fuse_projections(model: nn.Module) -> int:
-    """Stack Llama's q|k|v and gate|up projections where they are kernel-backed Linears of one kind."""
+def _stack_projections(model: nn.Module) -> int:
+    """Stack Llama's q|k|v and gate|up projections where they are kernel-backed Linears of one kind
+    (what `fuse-projections` does before quantisation, done here on the kernels' modules)."""
     from agnitra.kernels import modules as km
-    from agnitra.models.llama import Attention, FeedForward
+    from agnitra.models.llama import Attention, FeedForward, StackedFeedForward, StackedQKVAttention
 
     qkv = lambda m: [m.wq, m.wk, m.wv]  # noqa: E731
-    count = replace_modules(model, lambda n, m: type(m) is Attention and km.stackable(qkv(m)), lambda n, m: km.TritonFusedQKVAttention(m, km.concat_outputs(qkv(m))))
+    count = replace_modules(model, lambda n, m: type(m) is Attention and km.stackable(qkv(m)), lambda n, m: StackedQKVAttention(m, km.concat_outputs(qkv(m))))
     gate_up = lambda m: [m.w1, m.w3]  # noqa: E731
-    return count + replace_modules(model, lambda n, m: type(m) is FeedForward and km.stackable(gate_up(m)), lambda n, m: km.TritonFusedFeedForward(m, km.concat_outputs(gate_up(m))))
+    return count + replace_modules(model, lambda n, m: type(m) is FeedForward and km.stackable(gate_up(m)), lambda n, m: StackedFeedForward(km.concat_outputs(gate_up(m)), m.w2))
 
 
 @register_transform
@@ -86,16 +87,17 @@ class TritonKernels(Transform):
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         from agnitra.kernels import modules as km
-        from agnitra.models.llama import Block, FeedForward, RMSNorm
+        from agnitra.models.llama import Block, FeedForward, RMSNorm, StackedFeedForward
         from agnitra.transforms.quantize import Int8WeightOnlyLinear
 
         count = replace_modules(model, lambda n, m: isinstance(m, Int8WeightOnlyLinear), lambda n, m: km.TritonInt8Linear.from_int8_module(m))
         if params.weights != "keep":
             count += _convert_float_linears(model, params)
         if params.fuse:
-            count += _fuse_projections(model)
+            count += _stack_projections(model)
         if params.mlp:
-            count += replace_modules(model, lambda n, m: isinstance(m, FeedForward), lambda n, m: km.TritonFeedForward(m))
+            count += replace_modules(model, lambda n, m: type(m) is FeedForward, lambda n, m: km.TritonFeedForward(m))
+            count += replace_modules(model, lambda n, m: type(m) is StackedFeedForward, lambda n, m: km.TritonStackedFeedForward(m.w13, m.w2))
         if params.norms:
             count += replace_modules(model, lambda n, m: isinstance(m, Block), lambda n, m: km.TritonLlamaBlock(m))
             count += replace_modules(model, lambda n, m: isinstance(m, RMSNorm), lambda n, m: km.TritonRMSNorm(m.weight, m.eps))
