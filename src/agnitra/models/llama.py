@@ -174,11 +174,10 @@ def linears_stack(linears: list[nn.Module]) -> bool:
     )
 
 
-def stack_linears(linears: list[nn.Linear]) -> nn.Linear | None:
-    """One nn.Linear whose output is the outputs of `linears` (same input) side by side, or None
-    when they are not all floating-point nn.Linear of one input size, dtype and bias use."""
+def stack_linears(linears: list[nn.Linear]) -> nn.Linear:
+    """One nn.Linear whose output is the outputs of `linears` (same input, `linears_stack`) side by side."""
     if not linears_stack(linears):
-        return None
+        raise ValueError("stack_linears: floating-point nn.Linear of one input size, dtype and bias use only")
     first = linears[0]
     out = sum(m.out_features for m in linears)
     stacked = nn.Linear(first.in_features, out, bias=first.bias is not None, device="meta")

@@ -16,13 +16,34 @@ from agnitra.errors import NotApplicable, check
 from agnitra.transforms.base import Transform, TransformContext, register_transform, replace_modules
 
 
-def _targets(model: nn.Module):
-    """(attentions, feed-forwards) whose projections are floating-point nn.Linear that stack."""
-    from agnitra.models.llama import Attention, FeedForward, linears_stack as stackable
+def _projections(module: nn.Module) -> list[nn.Module] | None:
+    """The q|k|v projections of a Llama Attention, the gate|up ones of a FeedForward, else None."""
+    from agnitra.models.llama import Attention, FeedForward
 
-    attentions = [m for m in model.modules() if type(m) is Attention and stackable([m.wq, m.wk, m.wv])]
-    ffns = [m for m in model.modules() if type(m) is FeedForward and stackable([m.w1, m.w3])]
-    return attentions, ffns
+    if type(module) is Attention:
+        return [module.wq, module.wk, module.wv]
+    if type(module) is FeedForward:
+        return [module.w1, module.w3]
+    return None
+
+
+def _stacked(module: nn.Module, stack) -> nn.Module:
+    from agnitra.models.llama import Attention, StackedFeedForward, StackedQKVAttention
+
+    stacked = stack(_projections(module))
+    return StackedQKVAttention(module, stacked) if type(module) is Attention else StackedFeedForward(stacked, module.w2)
+
+
+def stack_projections(model: nn.Module, stackable, stack) -> int:
+    """Replace each Llama Attention / FeedForward whose projections satisfy `stackable(list)` by its
+    stacked variant over `stack(list)`; returns how many."""
+    return replace_modules(model, lambda n, m: (p := _projections(m)) is not None and stackable(p), lambda n, m: _stacked(m, stack))
+
+
+def _has_targets(model: nn.Module) -> bool:
+    from agnitra.models.llama import linears_stack
+
+    return any((p := _projections(m)) is not None and linears_stack(p) for m in model.modules())
 
 
 @register_transform
@@ -33,15 +54,12 @@ class FuseProjections(Transform):
     stage = "module"
 
     def check(self, ctx: TransformContext, params) -> None:
-        attentions, ffns = _targets(ctx.workload.model)
-        check(attentions or ffns, "no Llama attention or feed-forward with separate q/k/v or gate/up nn.Linear projections to stack")
+        check(_has_targets(ctx.workload.model), "no Llama attention or feed-forward with separate q/k/v or gate/up nn.Linear projections to stack")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
-        from agnitra.models.llama import Attention, FeedForward, StackedFeedForward, StackedQKVAttention, stack_linears
+        from agnitra.models.llama import linears_stack, stack_linears
 
-        attentions, ffns = (set(map(id, group)) for group in _targets(model))
-        count = replace_modules(model, lambda n, m: type(m) is Attention and id(m) in attentions, lambda n, m: StackedQKVAttention(m, stack_linears([m.wq, m.wk, m.wv])))
-        count += replace_modules(model, lambda n, m: type(m) is FeedForward and id(m) in ffns, lambda n, m: StackedFeedForward(stack_linears([m.w1, m.w3]), m.w2))
+        count = stack_projections(model, linears_stack, stack_linears)
         if count == 0:
             raise NotApplicable("the projections are no longer plain Linears (a quantising step ran first?); put fuse-projections before it")
         return model

@@ -21,6 +21,7 @@ from torch import nn
 from agnitra.errors import NotApplicable, check
 from agnitra.kernels.spec import triton_available
 from agnitra.transforms.base import Transform, TransformContext, register_transform, replace_modules
+from agnitra.transforms.fuse_projections import stack_projections
 
 WEIGHT_MODES = ("keep", "int8", "int4")
 
@@ -49,18 +50,6 @@ def _convert_float_linears(model: nn.Module, params) -> int:
         return convert_linears(model, TritonKernels.name, params, _fits(params), build)
     except NotApplicable:
         return 0  # no Linear fits; norms and the MLP may still be replaced
-
-
-def _stack_projections(model: nn.Module) -> int:
-    """Stack Llama's q|k|v and gate|up projections where they are kernel-backed Linears of one kind
-    (what `fuse-projections` does before quantisation, done here on the kernels' modules)."""
-    from agnitra.kernels import modules as km
-    from agnitra.models.llama import Attention, FeedForward, StackedFeedForward, StackedQKVAttention
-
-    qkv = lambda m: [m.wq, m.wk, m.wv]  # noqa: E731
-    count = replace_modules(model, lambda n, m: type(m) is Attention and km.stackable(qkv(m)), lambda n, m: StackedQKVAttention(m, km.concat_outputs(qkv(m))))
-    gate_up = lambda m: [m.w1, m.w3]  # noqa: E731
-    return count + replace_modules(model, lambda n, m: type(m) is FeedForward and km.stackable(gate_up(m)), lambda n, m: StackedFeedForward(km.concat_outputs(gate_up(m)), m.w2))
 
 
 @register_transform
@@ -93,8 +82,8 @@ class TritonKernels(Transform):
         count = replace_modules(model, lambda n, m: isinstance(m, Int8WeightOnlyLinear), lambda n, m: km.TritonInt8Linear.from_int8_module(m))
         if params.weights != "keep":
             count += _convert_float_linears(model, params)
-        if params.fuse:
-            count += _stack_projections(model)
+        if params.fuse:  # what fuse-projections does before quantisation, here on the kernels' modules
+            count += stack_projections(model, km.stackable, km.concat_outputs)
         if params.mlp:
             count += replace_modules(model, lambda n, m: type(m) is FeedForward, lambda n, m: km.TritonFeedForward(m))
             count += replace_modules(model, lambda n, m: type(m) is StackedFeedForward, lambda n, m: km.TritonStackedFeedForward(m.w13, m.w2))
