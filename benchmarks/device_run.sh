@@ -3,7 +3,7 @@
 #   bash benchmarks/device_run.sh profile      # device ceilings, profile of the llama-1b decode step
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
-#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|optimize1b   # inspect, kernel tests and benchmark, decode recipes, optimize
+#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|decode8b|optimize1b   # inspect, kernel tests and benchmark, decode recipes, optimize
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -50,9 +50,23 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 420 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --recipe "triton-kernels(weights=int8,fuse=false) + $ro" --json > "$OUT/bench-llama-1b-fused.json"
       ;;
-    optimize1b)  # agnitra optimize on llama-1b decode within one command
-      timeout 560 python3 benchmarks/optimize.py --preset h100 --cases llama-1b-decode-short; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
+    optimize1b)  # agnitra optimize on llama-1b decode within one command (512 teacher-forced positions verified)
+      AGNITRA_GPU_TESTS=1 timeout 45 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 40 tests/test_kernels_decode.py 2>&1 | tail -8
+      timeout 530 python3 benchmarks/optimize.py --preset h100 --cases llama-1b-decode-short; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
       cp runs/optimize-llama-1b-decode-short/candidates.jsonl "$OUT/" 2>/dev/null
+      ;;
+    decode)  # the fused decode-step kernels: GPU numerics, tuning at llama-1b shapes, llama-1b decode end to end
+      AGNITRA_GPU_TESTS=1 timeout 90 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 80 tests/test_kernels_decode.py 2>&1 | tail -15
+      timeout 150 python3 benchmarks/kernels.py --only decode --shapes 1b --max-trials 12 --runs 30 --out-file "$OUT/kernels-decode.json"
+      ro="compile(mode=reduce-overhead)"
+      timeout 300 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --json > "$OUT/bench-llama-1b-decode.json"
+      ;;
+    decode8b)  # llama-8b: the decode kernels tuned at its shapes, then bf16 compile vs the fused int8 decode
+      timeout 200 python3 benchmarks/kernels.py --only decode --shapes 8b --max-trials 12 --runs 30 --out-file "$OUT/kernels-decode-8b.json"
+      ro="compile(mode=reduce-overhead)"
+      timeout 380 python3 -m agnitra.cli bench zoo:llama-8b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-8b-decode.json"
       ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"

@@ -38,6 +38,16 @@ from agnitra.telemetry.timing import time_device_calls
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
 LLAMA_1B = [(1, 2048, 2048), (1, 256, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 32000, 2048)]
+# the fused decode-step kernels: (kernel, shape); GEMV shape = (M, outputs or pairs, K),
+# attention = (M, heads, head dim, kv heads, cache slots)
+DECODE = {
+    "1b": [("decode_gemv", (1, 1280, 2048)), ("decode_gemv", (1, 2048, 2048)), ("decode_gemv_gated", (1, 5632, 2048)),
+           ("decode_gemv", (1, 2048, 5632)), ("decode_gemv", (1, 32000, 2048)), ("decode_attention", (1, 32, 64, 4, 160)),
+           ("decode_attention", (1, 32, 64, 4, 544))],
+    "8b": [("decode_gemv", (1, 3072, 4096)), ("decode_gemv", (1, 4096, 4096)), ("decode_gemv", (1, 14336, 4096)), ("decode_gemv_gated", (1, 14336, 4096)),
+           ("decode_gemv", (1, 4096, 14336)), ("decode_gemv", (1, 128256, 4096)), ("decode_attention", (1, 32, 128, 8, 160))],
+}
+GROUPS = ("matmul", "norms", "gemv", "decode")
 
 
 torch._dynamo.config.recompile_limit = 64  # the compiled int8 peer meets every shape
@@ -134,6 +144,7 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny shapes: check the script on the CPU under TRITON_INTERPRET=1")
     parser.add_argument("--shapes", default="8b,1b", help="GEMV shape sets: 8b (llama-8b decode), 1b (llama-1b decode)")
     parser.add_argument("--max-trials", type=int, default=16, help="TPE trials per problem where the space is large")
+    parser.add_argument("--only", default=",".join(GROUPS), help=f"kernel groups to run: {', '.join(GROUPS)}")
     parser.add_argument("--out-file", default=None)
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -158,13 +169,21 @@ def main() -> int:
             print(f"{name} {problem} FAILED: {rows[-1]['error']}", flush=True)
         path.write_text(json.dumps({"schema": "agnitra.kernels-bench/1", "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "rows": rows}, indent=2, default=str))
 
-    add("matmul", mm_shape, {"torch_matmul": (lambda s: s, get_kernel("matmul").reference)})
-    for name in ("rms_norm_residual", "layer_norm_residual"):
-        add(name, norm_shape, norm_peers(name))
-    for shape in gemv_shapes:
-        for name in ("int8_gemv", "int4_gemv"):
-            problem = shape if name.startswith("int8") else (*shape, 128)
-            add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}))
+    groups = set(args.only.split(","))
+    if "matmul" in groups:
+        add("matmul", mm_shape, {"torch_matmul": (lambda s: s, get_kernel("matmul").reference)})
+    if "norms" in groups:
+        for name in ("rms_norm_residual", "layer_norm_residual"):
+            add(name, norm_shape, norm_peers(name))
+    if "gemv" in groups:
+        for shape in gemv_shapes:
+            for name in ("int8_gemv", "int4_gemv"):
+                problem = shape if name.startswith("int8") else (*shape, 128)
+                add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}))
+    if "decode" in groups:  # no peer kernel: the end-to-end decode benchmark compares the whole step
+        cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE[key]]
+        for name, problem in cases:
+            add(name, problem, {})
     print(f"wrote {path}")
     return 0
 

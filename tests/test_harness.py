@@ -152,3 +152,17 @@ def test_onnxruntime_fuses_a_zoo_transformer_and_restores_its_attention(device_r
     note = next(n for n in report.notes if n.startswith("onnxruntime:"))
     assert "torchscript export" in note and "Attention" in note  # ORT's optimizer fused attention
     assert workload.model.bert.config._attn_implementation == "sdpa"
+
+
+def test_decoders_verify_the_requested_positions_in_windows(device_report):
+    from agnitra.transforms import Recipe
+    from agnitra.bench.variants.recipe import RecipeVariant
+    from agnitra.verify import Tolerances
+
+    workload = build_workload("tinylm", BuildOptions(size="tiny", tokens=6, seq_len=4))
+    config = BenchConfig(variants=["eager", RecipeVariant(Recipe.of("int8-weight-only"))], runs=1, warmup=0, op_breakdown=False, tolerances=Tolerances(check_positions=15))
+    report = benchmark(workload, torch.device("cpu"), device_report, config)
+    int8 = report.variants[1]
+    assert int8.status == "ok", int8.reason
+    assert int8.correctness.details["positions"] == 18  # three windows of 6 (the timed cache holds 4 + 6)
+    assert report.conditions["correctness"] == "teacher-forced logits over 18 positions (3 prompts x 6) x batch 1"

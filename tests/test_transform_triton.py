@@ -38,7 +38,7 @@ def _rel(a, b):
 
 
 def test_norm_and_mlp_kernels_keep_the_function(tinylm):
-    patched = _apply(tinylm, weights="keep")
+    patched = _apply(tinylm, weights="keep", fuse=False, decode=False)
     block = patched.model.layers[0]
     assert isinstance(block, km.TritonLlamaBlock)  # residual add fused into the FFN norm
     assert isinstance(block.attention_norm, km.TritonRMSNorm) and isinstance(block.feed_forward, km.TritonFeedForward)
@@ -57,7 +57,7 @@ def test_int8_kernels_compute_what_int8_weight_only_does(tinylm):
 
 
 def test_stacked_projections_compute_what_separate_ones_do(tinylm):
-    fused, separate = _apply(tinylm, weights="int8"), _apply(tinylm, weights="int8", fuse=False)
+    fused, separate = _apply(tinylm, weights="int8", decode=False), _apply(tinylm, weights="int8", fuse=False, decode=False)
     layer = fused.model.layers[0]
     assert isinstance(layer.feed_forward, km.TritonStackedFeedForward) and isinstance(separate.model.layers[0].attention.wq, km.TritonInt8Linear)
     cfg = tinylm.model.config
@@ -84,13 +84,13 @@ def test_concat_outputs_stacks_rows_and_refuses_mixed_kinds():
 
 
 def test_int8_modules_of_an_earlier_step_move_onto_the_kernels_without_copies(tinylm):
-    patched = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only", ("triton-kernels", {"weights": "keep"})).to_dict()), TransformContext(tinylm, torch.device("cpu")))
+    patched = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only", ("triton-kernels", {"weights": "keep", "decode": False})).to_dict()), TransformContext(tinylm, torch.device("cpu")))
     wqkv = patched.model.layers[0].attention.wqkv  # moved onto the kernels, then stacked
     assert isinstance(wqkv, km.TritonInt8Linear) and wqkv.weight.dtype == torch.int8
 
 
 def test_int4_kernels_and_skip(tinylm):
-    patched = _apply(tinylm, weights="int4", group_size=32, skip="output")
+    patched = _apply(tinylm, weights="int4", group_size=32, skip="output", decode=False)
     assert isinstance(patched.model.layers[1].feed_forward.w2, km.TritonInt4Linear)
     assert type(patched.model.output).__name__ == "Linear"
     assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model)) < 0.2
@@ -120,3 +120,35 @@ def test_fuse_projections_then_kernels_stack_before_quantising(tinylm):
     layer = patched.model.layers[0]
     assert isinstance(layer.attention.wqkv, km.TritonInt8Linear) and isinstance(layer.feed_forward, km.TritonStackedFeedForward)
     assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model, _apply(tinylm, weights="int8"))) < 1e-5
+
+
+def test_decode_kernels_compute_what_the_unfused_step_does(tinylm):
+    from agnitra.kernels import decode_modules as dm
+
+    fused, unfused = _apply(tinylm, weights="int8"), _apply(tinylm, weights="int8", decode=False)
+    assert all(isinstance(layer, dm.TritonDecodeBlock) for layer in fused.model.layers)
+    assert isinstance(fused.model.norm, dm.FoldedRMSNorm) and isinstance(fused.model.output, dm.NormedOutput)
+    # prefill runs the block's modules, decode steps the fused kernels; both fill and read one cache
+    assert _rel(_logits(tinylm.model, fused), _logits(tinylm.model, unfused)) < 1e-4
+
+
+def test_decode_kernels_with_float_weights_and_two_sequences(tinylm):
+    patched = _apply(tinylm, weights="keep")  # q|k|v and w1|w3 stacked as float Linears
+    assert isinstance(patched.model.layers[0].attention, StackedQKVAttention)
+    prompt = random_prompt(2, 5, 256, seed=1, device="cpu")
+    tinylm.model.setup_caches(2, 16)
+    patched.model.setup_caches(2, 16)
+    try:
+        ref = Generator(tinylm.model).teacher_forced_logits(prompt, prompt)
+        got = Generator(patched.model, patched.decode_fn, patched.prefill_fn).teacher_forced_logits(prompt, prompt)
+    finally:
+        spec = tinylm.decoder
+        tinylm.model.setup_caches(spec.batch, spec.max_seq_len)
+    assert _rel(got, ref) < 1e-5  # fp32: the fused step is the same function
+
+
+def test_decode_says_why_it_cannot_fuse(tinylm):
+    with pytest.raises(NotApplicable, match="decode=true: .*set decode=false"):
+        _apply(tinylm, weights="int4", group_size=32)
+    with pytest.raises(NotApplicable, match="not stacked"):
+        _apply(tinylm, weights="int8", fuse=False)

@@ -261,11 +261,25 @@ class Harness:
 
     def _check_outputs(self, run: _Run) -> list[torch.Tensor]:
         if self.decoder:
-            spec = self.decoder
-            reference = random_prompt(spec.batch, spec.max_new_tokens, spec.vocab_size, 1, self.device)
-            return [run.generator.teacher_forced_logits(self.prompt, reference)]
+            return [torch.cat([run.generator.teacher_forced_logits(prompt, reference) for prompt, reference in self._check_windows()], dim=1)]
         leaves = [run.prepared.outputs(run.prepared.call(*chunk)) for chunk in self._check_batches()]
         return [torch.cat([leaf[i].detach().to("cpu") for leaf in leaves]) for i in range(len(leaves[0]))]
+
+    def _check_windows(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(prompt, teacher tokens) windows covering `check_positions` decode positions: the first
+        with the timed prompt, the others with fresh prompts (seeded: every variant sees the same)."""
+        spec = self.decoder
+        positions = self.config.tolerances.check_positions or spec.max_new_tokens
+        windows = []
+        for i in range(-(-positions // spec.max_new_tokens)):
+            prompt = self.prompt if i == 0 else random_prompt(spec.batch, spec.prompt_len, spec.vocab_size, 100 + i, self.device)
+            windows.append((prompt, random_prompt(spec.batch, spec.max_new_tokens, spec.vocab_size, 1 + i, self.device)))
+        return windows
+
+    def _check_description(self) -> str:
+        n, length = len(self._check_windows()), self.decoder.max_new_tokens
+        windows = f" ({n} prompts x {length})" if n > 1 else ""
+        return f"teacher-forced logits over {n * length} positions{windows} x batch {self.decoder.batch}"
 
     def _check_batches(self) -> list[tuple]:
         """Held-out inputs in chunks of the benchmark batch (no recompilation for new shapes)."""
@@ -389,7 +403,7 @@ class Harness:
                 top_k=c.top_k,
                 runs_unit="generations",
                 prefill="eager in every variant, timed apart",
-                correctness=f"teacher-forced logits over {self.decoder.max_new_tokens} positions x batch {self.decoder.batch}",
+                correctness=self._check_description(),
             )
         else:
             cond.update(mode="forward", runs_unit="calls")

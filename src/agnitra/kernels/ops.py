@@ -139,3 +139,68 @@ def gated_activation_packed(ab: torch.Tensor, activation: str) -> torch.Tensor:
 @gated_activation_packed.register_fake
 def _(ab, activation):
     return ab.new_empty(*ab.shape[:-1], ab.shape[-1] // 2)
+
+
+# --- the decode-step kernels of `kernels.decode_layer` (one token a sequence, batch <= 8) ---
+
+
+def _gemv_config(kernel: str, x: torch.Tensor, outputs: int) -> dict[str, Any]:
+    return config_for(kernel, (x.shape[0], outputs, x.shape[1]), x.dtype, x.device.type)
+
+
+@torch.library.custom_op("agnitra::decode_norm_gemv", mutates_args=())
+def decode_norm_gemv(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, gain: torch.Tensor | None, eps: float, residual: torch.Tensor | None) -> torch.Tensor:
+    """(RMSNorm(x) * gain, or x) @ W^T * scales (+ residual): [M, K] -> [M, N]."""
+    from agnitra.kernels import decode_layer
+
+    return decode_layer.norm_gemv(x, weight, scales, gain, eps, residual, config=_gemv_config("decode_gemv", x, weight.shape[0]))
+
+
+@decode_norm_gemv.register_fake
+def _(x, weight, scales, gain, eps, residual):
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
+@torch.library.custom_op("agnitra::decode_gated_norm_gemv", mutates_args=())
+def decode_gated_norm_gemv(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, gain: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """silu(gate) * up over the stacked W1|W3 rows: [M, K] -> [M, N/2]."""
+    from agnitra.kernels import decode_layer
+
+    return decode_layer.gated_norm_gemv(x, weight, scales, gain, eps, config=_gemv_config("decode_gemv_gated", x, weight.shape[0] // 2))
+
+
+@decode_gated_norm_gemv.register_fake
+def _(x, weight, scales, gain, eps):
+    return x.new_empty(x.shape[0], weight.shape[0] // 2)
+
+
+@torch.library.custom_op("agnitra::decode_qkv_rope_cache", mutates_args=("k_cache", "v_cache"))
+def decode_qkv_rope_cache(
+    x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor | None, gain: torch.Tensor, eps: float,
+    cos: torch.Tensor, sin: torch.Tensor, input_pos: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, n_heads: int,
+) -> torch.Tensor:
+    """q of RMSNorm(x) @ Wqkv^T, rotated; k (rotated) and v written into the caches at input_pos."""
+    from agnitra.kernels import decode_layer
+
+    config = _gemv_config("decode_gemv", x, weight.shape[0] // 2)
+    return decode_layer.qkv_rope_cache(x, weight, scales, gain, eps, cos, sin, input_pos, k_cache, v_cache, n_heads, config=config)
+
+
+@decode_qkv_rope_cache.register_fake
+def _(x, weight, scales, gain, eps, cos, sin, input_pos, k_cache, v_cache, n_heads):
+    return x.new_empty(x.shape[0], n_heads * k_cache.shape[-1])
+
+
+@torch.library.custom_op("agnitra::decode_attention", mutates_args=())
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, input_pos: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Each query head over its kv head's cache slots 0..input_pos: [M, H*D] -> [M, H*D]."""
+    from agnitra.kernels import decode_layer
+
+    _, n_kv, slots, d = k_cache.shape
+    config = config_for("decode_attention", (q.shape[0], n_heads, d, n_kv, slots), q.dtype, q.device.type)
+    return decode_layer.decode_attention(q, k_cache, v_cache, input_pos, n_heads, config=config)
+
+
+@decode_attention.register_fake
+def _(q, k_cache, v_cache, input_pos, n_heads):
+    return torch.empty_like(q)

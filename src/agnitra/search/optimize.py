@@ -7,6 +7,8 @@ same conditions), and only if it beats the baseline. Otherwise the original mode
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,7 +80,9 @@ def run_optimize(
     t0 = time.perf_counter()
     ctx = TransformContext(workload, device)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
-    config = SearchConfig(budget_s=budget_s * SEARCH_SHARE, candidate_timeout_s=candidate_timeout_s, tolerances=tolerances, run_dir=run_dir, resume=resume)
+    # candidates are screened on one window of positions; the final run verifies all of them
+    screening = dataclasses.replace(tolerances, check_positions=None)
+    config = SearchConfig(budget_s=budget_s * SEARCH_SHARE, candidate_timeout_s=candidate_timeout_s, tolerances=screening, run_dir=run_dir, resume=resume)
     results = search(get_strategy(strategy)(space), workload, device, device_report, config, progress)
     finalists = rank(results, objective)[:FINALISTS]
     progress("final interleaved run: baseline, peers, finalists", 0.9)

@@ -6,8 +6,12 @@
 - `norms`: RMSNorm (ours) and nn.LayerNorm through the fused norm kernels; in our Llama the
   residual add is fused into the FFN norm (one pass over the hidden state instead of two).
 - `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel.
-- `fuse`: with quantised weights, Llama's wq|wk|wv and w1|w3 stacked into one kernel-backed Linear
-  each (decode steps are launch-bound: three launches fewer per layer).
+- `fuse`: Llama's wq|wk|wv and w1|w3 stacked into one Linear each, kernel-backed for int8/int4
+  (decode steps are launch-bound: three launches fewer per layer).
+- `decode`: each Llama block's decode steps in five fused kernels (`kernels.decode_layer`: norm
+  folded into the projections, rotary + cache write and residual adds in their epilogues, one
+  attention kernel), the final norm folded into the LM head. Needs stacked projections and int8
+  (or float) weights: otherwise the transform says why rather than skip it (decode=false opts out).
 Kernels run as custom operators (torch.compile and CUDA graphs keep them whole) with their
 configurations from the per-device tuning cache.
 """
@@ -52,6 +56,20 @@ def _convert_float_linears(model: nn.Module, params) -> int:
         return 0  # no Linear fits; norms and the MLP may still be replaced
 
 
+def _use_decode_kernels(model: nn.Module) -> int:
+    """Llama blocks (and the head) onto the fused decode kernels; NotApplicable naming the blocker."""
+    from agnitra.kernels import decode_modules as dm
+    from agnitra.kernels.modules import TritonLlamaBlock
+    from agnitra.models.llama import Block
+
+    blocks = [m for m in model.modules() if isinstance(m, (Block, TritonLlamaBlock))]
+    blockers = sorted({b for m in blocks if (b := dm.decode_block_blocker(m)) is not None})
+    if blockers:
+        raise NotApplicable(f"decode=true: {blockers[0]}; set decode=false to keep the unfused decode step")
+    count = replace_modules(model, lambda n, m: isinstance(m, (Block, TritonLlamaBlock)), lambda n, m: dm.TritonDecodeBlock(m))
+    return count + (dm.fold_head_norm(model) if count else 0)
+
+
 @register_transform
 class TritonKernels(Transform):
     name = "triton-kernels"
@@ -65,6 +83,7 @@ class TritonKernels(Transform):
         norms: bool = True
         mlp: bool = True
         fuse: bool = True
+        decode: bool = True
         min_features: int = 16
         skip: str = ""  # comma-separated qualified-name parts to leave as they are (e.g. "output")
 
@@ -76,7 +95,7 @@ class TritonKernels(Transform):
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         from agnitra.kernels import modules as km
-        from agnitra.models.llama import Block, FeedForward, RMSNorm, StackedFeedForward
+        from agnitra.models.llama import Block, FeedForward, RMSNorm, StackedFeedForward, linears_stack, stack_linears
         from agnitra.transforms.quantize import Int8WeightOnlyLinear
 
         count = replace_modules(model, lambda n, m: isinstance(m, Int8WeightOnlyLinear), lambda n, m: km.TritonInt8Linear.from_int8_module(m))
@@ -84,6 +103,8 @@ class TritonKernels(Transform):
             count += _convert_float_linears(model, params)
         if params.fuse:  # what fuse-projections does before quantisation, here on the kernels' modules
             count += stack_projections(model, km.stackable, km.concat_outputs)
+            if params.weights == "keep":  # float projections: stacked as fuse-projections stacks them
+                count += stack_projections(model, linears_stack, stack_linears)
         if params.mlp:
             count += replace_modules(model, lambda n, m: type(m) is FeedForward, lambda n, m: km.TritonFeedForward(m))
             count += replace_modules(model, lambda n, m: type(m) is StackedFeedForward, lambda n, m: km.TritonStackedFeedForward(m.w13, m.w2))
@@ -91,6 +112,8 @@ class TritonKernels(Transform):
             count += replace_modules(model, lambda n, m: isinstance(m, Block), lambda n, m: km.TritonLlamaBlock(m))
             count += replace_modules(model, lambda n, m: isinstance(m, RMSNorm), lambda n, m: km.TritonRMSNorm(m.weight, m.eps))
             count += replace_modules(model, lambda n, m: isinstance(m, nn.LayerNorm) and m.weight is not None and len(m.normalized_shape) == 1, lambda n, m: km.TritonLayerNorm(m))
+        if params.decode:
+            count += _use_decode_kernels(model)
         if count == 0:
             raise NotApplicable("no Linear, norm or MLP module the kernels replace (check weights=, skip= and min_features=)")
         return model
