@@ -3,7 +3,7 @@
 #   bash benchmarks/device_run.sh profile      # device ceilings, profile of the llama-1b decode step
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
-#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|decode8b|optimize1b   # inspect, kernel tests and benchmark, decode recipes, optimize
+#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|decode8b|optimize1b   # inspect, kernel tests and benchmark, decode recipes, optimize
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -62,11 +62,16 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 300 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --json > "$OUT/bench-llama-1b-decode.json"
       ;;
-    decode8b)  # llama-8b: the decode kernels tuned at its shapes, then bf16 compile vs the fused int8 decode
-      timeout 200 python3 benchmarks/kernels.py --only decode --shapes 8b --max-trials 12 --runs 30 --out-file "$OUT/kernels-decode-8b.json"
+    retune)  # the decode kernels re-tuned at llama-1b and -8b shapes, llama-1b decode end to end
+      timeout 300 python3 benchmarks/kernels.py --only decode --shapes 1b,8b --max-trials 12 --runs 30 --out-file "$OUT/kernels-decode.json"
+      ro="compile(mode=reduce-overhead)"
+      timeout 250 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-decode.json"
+      ;;
+    decode8b)  # llama-8b: bf16 compile vs the fused int8 decode (kernels tuned by the retune phase)
       ro="compile(mode=reduce-overhead)"
       timeout 380 python3 -m agnitra.cli bench zoo:llama-8b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
-        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-8b-decode.json"
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --json > "$OUT/bench-llama-8b-decode.json"
       ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"

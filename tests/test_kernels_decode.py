@@ -110,6 +110,9 @@ def test_shape_and_format_errors_name_the_problem():
 
 
 def test_default_config_covers_the_gpu_with_programs():
-    assert dl.default_config((1, 2048, 2048), torch.bfloat16)["BLOCK_N"] == 8  # 256 programs
+    assert dl.default_config((1, 2048, 2048), torch.bfloat16)["BLOCK_N"] == 4  # 512 programs
+    assert dl.default_config((1, 32000, 2048), torch.bfloat16)["BLOCK_N"] == 32
     assert dl.default_config((1, 64, 96), torch.bfloat16)["BLOCK_N"] == 4  # never below 4
-    assert all(c["BLOCK_N"] * c["BLOCK_K"] <= 8192 for c in dl.configs((1, 2048, 2048), torch.bfloat16))
+    space = dl.configs((1, 2048, 2048), torch.bfloat16)
+    assert dl.default_config((1, 2048, 2048), torch.bfloat16) in space
+    assert all(1024 <= c["BLOCK_N"] * c["BLOCK_K"] <= 16384 and c["BLOCK_K"] <= 2048 for c in space)

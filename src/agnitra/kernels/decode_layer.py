@@ -233,22 +233,24 @@ def _check_weight(w: torch.Tensor, scales: torch.Tensor | None, k: int) -> None:
 
 
 def default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
-    """Enough programs to cover the SMs (BLOCK_N 4..32 outputs), 256-feature steps, 4 warps."""
+    """Several programs an SM (BLOCK_N 4..32 outputs), 512-feature steps, 4 warps (H100 tuning
+    picked 4 x 512 at every llama-1b shape but the LM head's)."""
     m, p, k = shape[:3]
     block_n = 32
-    while block_n > 4 and _cdiv(p, block_n) * m < 256:
+    while block_n > 4 and _cdiv(p, block_n) * m < 512:
         block_n //= 2
-    return {"BLOCK_N": block_n, "BLOCK_K": min(256, pow2_bucket(k)), "num_warps": 4}
+    return {"BLOCK_N": block_n, "BLOCK_K": min(512, pow2_bucket(k)), "num_warps": 4}
 
 
 def configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
+    """BLOCK_N x BLOCK_K tiles of 1K..16K weights: long steps keep bytes in flight per SM."""
     k = shape[2]
     return [
         {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w}
         for bn in (2, 4, 8, 16, 32)
-        for bk in (128, 256, 512)
-        for w in (2, 4, 8)
-        if bk <= max(128, pow2_bucket(k)) and bn * bk <= 8192 and bn * bk >= 32 * 16 * w
+        for bk in (256, 512, 1024, 2048)
+        for w in (4, 8)
+        if bk <= max(256, pow2_bucket(k)) and 1024 <= bn * bk <= 16384 and bn * bk >= 32 * 16 * w
     ]
 
 
