@@ -3,7 +3,7 @@
 #   bash benchmarks/device_run.sh profile      # device ceilings, profile of the llama-1b decode step
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
-#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|decode8b|optimize1b   # inspect, kernel tests and benchmark, decode recipes, optimize
+#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -72,6 +72,11 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       ro="compile(mode=reduce-overhead)"
       timeout 380 python3 -m agnitra.cli bench zoo:llama-8b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --json > "$OUT/bench-llama-8b-decode.json"
+      ;;
+    resnet64|bert1)  # agnitra optimize on resnet50 batch 64 / bert-base batch 1 within one command
+      case_id=$([ "$1" = resnet64 ] && echo resnet50-b64-short || echo bert-base-b1-short)
+      timeout 560 python3 benchmarks/optimize.py --preset h100 --cases "$case_id"; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
+      cp "runs/optimize-$case_id/candidates.jsonl" "$OUT/" 2>/dev/null
       ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
