@@ -3,7 +3,7 @@
 #   bash benchmarks/device_run.sh profile      # device ceilings, profile of the llama-1b decode step
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
-#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
+#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -66,6 +66,12 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 300 python3 benchmarks/kernels.py --only decode --shapes 1b,8b --max-trials 12 --runs 30 --out-file "$OUT/kernels-decode.json"
       ro="compile(mode=reduce-overhead)"
       timeout 250 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-decode.json"
+      ;;
+    prefetch)  # the decode GEMVs re-tuned with prefetching in their space, llama-1b decode end to end
+      timeout 330 python3 benchmarks/kernels.py --only decode --shapes 1b,8b --max-trials 50 --runs 30 --out-file "$OUT/kernels-decode.json"
+      ro="compile(mode=reduce-overhead)"
+      timeout 200 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-decode.json"
       ;;
     decode8b)  # llama-8b: bf16 compile vs the fused int8 decode (kernels tuned by the retune phase)

@@ -22,6 +22,7 @@ DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 IDS = ["fp32", "fp16", "bf16"]
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
 CFG = {"BLOCK_N": 8, "BLOCK_K": 32}  # every test shape is a partial block
+PREFETCHED = {**CFG, "PREFETCH": True}
 
 
 def _rel(y, ref):
@@ -40,21 +41,23 @@ def _d(t):
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("shape", [(1, 17, 96), (3, 40, 100)])
 @pytest.mark.parametrize("norm,residual", [(False, False), (True, False), (False, True), (True, True)])
-def test_norm_gemv_matches_reference(shape, dtype, norm, residual):
+@pytest.mark.parametrize("cfg", [CFG, PREFETCHED], ids=["plain", "prefetch"])
+def test_norm_gemv_matches_reference(shape, dtype, norm, residual, cfg):
     x, w, s, g, eps, r = get_kernel("decode_gemv").make_inputs(shape, dtype, DEVICE, 0)
     g, r = (g if norm else None), (r if residual else None)
-    y = dl.norm_gemv(x, w, s, g, eps, r, CFG)
+    y = dl.norm_gemv(x, w, s, g, eps, r, cfg)
     assert y.shape == shape[:2] and y.dtype == dtype
     _check(y, dl.norm_gemv_reference(x.double(), w, s.double(), _d(g), eps, _d(r)), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
 @pytest.mark.parametrize("int8", [True, False], ids=["int8", "float"])
-def test_gated_norm_gemv_matches_reference(dtype, int8):
+@pytest.mark.parametrize("cfg", [CFG, PREFETCHED], ids=["plain", "prefetch"])
+def test_gated_norm_gemv_matches_reference(dtype, int8, cfg):
     x, w, s, g, eps = get_kernel("decode_gemv_gated").make_inputs((2, 21, 80), dtype, DEVICE, 1)
     if not int8:
         w, s = (w.float() * s.float()[:, None]).to(dtype), None
-    y = dl.gated_norm_gemv(x, w, s, g, eps, CFG)
+    y = dl.gated_norm_gemv(x, w, s, g, eps, cfg)
     assert y.shape == (2, 21)
     _check(y, dl.gated_norm_gemv_reference(x.double(), _d(w) if not int8 else w, _d(s), g.double(), eps), dtype)
 
@@ -74,7 +77,7 @@ def test_qkv_rope_writes_the_cache_slot_and_returns_rotated_q(dtype):
     x, w, s, g, cos, sin, pos, (kc, vc), heads = _rope_case(dtype)
     kc_ref, vc_ref = kc.double().clone(), vc.double().clone()
     before = kc.clone()
-    q = dl.qkv_rope_cache(x, w, s, g, 1e-5, cos, sin, pos, kc, vc, heads, {"BLOCK_N": 8, "BLOCK_K": 32})
+    q = dl.qkv_rope_cache(x, w, s, g, 1e-5, cos, sin, pos, kc, vc, heads, PREFETCHED)
     q_ref = dl.qkv_rope_cache_reference(x.double(), w, s.double(), g.double(), 1e-5, cos.double(), sin.double(), pos, kc_ref, vc_ref, heads)
     _check(q, q_ref, dtype)
     _check(kc[:2, :, 5], kc_ref[:2, :, 5], dtype)

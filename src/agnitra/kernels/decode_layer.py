@@ -74,6 +74,7 @@ def _decode_gemv_kernel(
     EPILOGUE: tl.constexpr,  # "none" | "residual" | "gated" | "rope"
     HALF: tl.constexpr,  # "rope": D / 2
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0
+    PREFETCH: tl.constexpr,  # load step k+1's weight tiles before computing step k (bytes in flight)
     BLOCK_N: tl.constexpr,  # outputs (pairs) per program
     BLOCK_K: tl.constexpr,  # input features per loop step
 ):
@@ -99,8 +100,23 @@ def _decode_gemv_kernel(
     acc_a = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     sq = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    if PREFETCH:  # the weight tiles of step 0, requested before the loop
+        wa_next = tl.load(wa_ptrs, mask=(offs_k < K)[None, :], other=0)
+        wb_next = wa_next
+        if PAIRED:
+            wb_next = tl.load(wb_ptrs, mask=(offs_k < K)[None, :], other=0)
     for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
+        if PREFETCH:  # this step's tiles arrived during the last step; request the next step's now
+            wa, wb = wa_next, wb_next
+            ahead = (offs_k < K - k0 - BLOCK_K)[None, :]
+            wa_next = tl.load(wa_ptrs + BLOCK_K, mask=ahead, other=0)
+            if PAIRED:
+                wb_next = tl.load(wb_ptrs + BLOCK_K, mask=ahead, other=0)
+            k_mask = offs_k < K - k0
+            x = tl.load(x_ptrs, mask=k_mask, other=0.0).to(tl.float32)
+            if NORM:
+                g = tl.load(g_ptr + k0 + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        elif EVEN_K:
             x = tl.load(x_ptrs).to(tl.float32)
             wa = tl.load(wa_ptrs)
             if PAIRED:
@@ -239,17 +255,19 @@ def default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]
     block_n = 32
     while block_n > 4 and _cdiv(p, block_n) * m < 512:
         block_n //= 2
-    return {"BLOCK_N": block_n, "BLOCK_K": min(512, pow2_bucket(k)), "num_warps": 4}
+    return {"BLOCK_N": block_n, "BLOCK_K": min(512, pow2_bucket(k)), "num_warps": 4, "PREFETCH": False}
 
 
 def configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
-    """BLOCK_N x BLOCK_K tiles of 1K..16K weights: long steps keep bytes in flight per SM."""
+    """BLOCK_N x BLOCK_K tiles of 1K..16K weights (long steps keep bytes in flight per SM), with
+    and without prefetching the next step's tiles."""
     k = shape[2]
     return [
-        {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w}
+        {"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": w, "PREFETCH": prefetch}
         for bn in (2, 4, 8, 16, 32)
         for bk in (256, 512, 1024, 2048)
         for w in (4, 8)
+        for prefetch in (False, True)
         if bk <= max(256, pow2_bucket(k)) and 1024 <= bn * bk <= 16384 and bn * bk >= 32 * 16 * w
     ]
 
@@ -268,7 +286,7 @@ def _launch_gemv(x, w, scales, y, p, *, gain=None, eps=0.0, residual=None, epilo
         k_cache.stride(0) if rope else 0, k_cache.stride(1) if rope else 0, k_cache.stride(2) if rope else 0,
         p if epilogue == "gated" else 0, q_rows, kv_rows,
         NORM=gain is not None, W_INT8=w.dtype == torch.int8, HAS_SCALE=scales is not None,
-        EPILOGUE=epilogue, HALF=half, EVEN_K=k % cfg["BLOCK_K"] == 0,
+        EPILOGUE=epilogue, HALF=half, EVEN_K=k % cfg["BLOCK_K"] == 0, PREFETCH=bool(cfg.get("PREFETCH", False)),
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 2)),
     )
     return y
