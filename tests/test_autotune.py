@@ -114,3 +114,10 @@ def test_corrupt_cache_file_is_ignored(tmp_path):
     assert cache.get("anything") is None
     cache.put("k", {"config": {}, "ms": 1.0})
     assert cache.get("k")["ms"] == 1.0
+
+
+def test_a_trial_budget_covering_the_space_tries_every_config():
+    configs = [{"mode": "ok", "sleep_ms": float(s) / 2} for s in range(1, 50)] + [{"mode": "ok", "sleep_ms": 0.0}]
+    result = tune(_spec(configs, configs[20]), (8,), torch.float32, torch.device("cpu"), runs=1, warmup=0, max_trials=50)
+    assert result.strategy == "exhaustive" and len(result.trials) == 50
+    assert result.best["sleep_ms"] == 0.0

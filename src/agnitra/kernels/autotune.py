@@ -158,7 +158,9 @@ def tune(
         return trials[k]
 
     default_trial = evaluate(default)
-    chosen = "exhaustive" if strategy == "exhaustive" or (strategy == "auto" and len(configs) <= EXHAUSTIVE_LIMIT) else "tpe"
+    # a budget of trials that covers the space tries it all (TPE would sample repeats and miss some)
+    small = len(configs) <= max(EXHAUSTIVE_LIMIT, max_trials)
+    chosen = "exhaustive" if strategy == "exhaustive" or (strategy == "auto" and small) else "tpe"
     if chosen == "exhaustive":
         for config in configs:
             evaluate(config)
