@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.kernels._triton import tl
-from agnitra.kernels.quant_matmul import _check_device, _jit
+from agnitra.kernels.quant_matmul import _cdiv, _check_device, _jit, quantize_int8_per_channel
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 
 EPILOGUES = ("none", "residual", "gated", "rope")
@@ -228,10 +228,6 @@ def _decode_attention_kernel(
 # ============================================================================================
 # Part 2: host wrappers
 # ============================================================================================
-
-
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def _check_rows(name: str, t: torch.Tensor, k: int) -> None:
@@ -430,9 +426,9 @@ def _gen(seed):
 
 
 def _int8_rows(n, k, gen, device):
-    w = torch.randn(n, k, generator=gen, device="cpu") / k**0.5
-    scales = w.abs().amax(1).clamp_min(1e-8) / 127
-    return torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8).to(device), scales
+    """int8 weight rows [N, K] on `device` and their scales [N] (fp32, CPU): the transform's numerics."""
+    q, scales = quantize_int8_per_channel(torch.randn(n, k, generator=gen, device="cpu") / k**0.5)
+    return q.to(device), scales
 
 
 def _gemv_inputs(epilogue):

@@ -57,25 +57,16 @@ class TritonDecodeBlock(nn.Module):
 
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
-        from agnitra.kernels.modules import TritonLlamaBlock
-
         self.attention_norm, self.attention = block.attention_norm, block.attention
         self.ffn_norm, self.feed_forward = block.ffn_norm, block.feed_forward
-        self.fused_residual_norm = isinstance(block, TritonLlamaBlock)
-
-    def _prefill(self, x, cos, sin, mask, input_pos):
-        attn = self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
-        if self.fused_residual_norm:
-            normed, h = ops.add_rms_norm(attn.contiguous(), x.contiguous(), self.ffn_norm.weight, self.ffn_norm.eps)
-            return h + self.feed_forward(normed)
-        h = x + attn
-        return h + self.feed_forward(self.ffn_norm(h))
+        # prefill: the replaced block's own forward over these same modules (Block or TritonLlamaBlock)
+        self._unfused_forward = type(block).forward
 
     def forward(self, x, cos, sin, mask, input_pos):
         cache = self.attention.kv_cache
         B, T, dim = x.shape
         if T != 1 or cache is None or B > DECODE_MAX_ROWS:
-            return self._prefill(x, cos, sin, mask, input_pos)
+            return self._unfused_forward(self, x, cos, sin, mask, input_pos)
         att, ff = self.attention, self.feed_forward
         xf = x.reshape(B, dim).contiguous()
         wqkv, sqkv = linear_weights(att.wqkv)

@@ -35,6 +35,19 @@ from agnitra.kernels._triton import tl, triton
 
 
 @triton.jit
+def _load_rows(x_ptr, r_ptr, h_ptr, rows, cols, mask, stride_xm, stride_rm, stride_hm, HAS_RESIDUAL: tl.constexpr):
+    """x[rows, cols] in fp32; with a residual, h = x + residual is stored (in x's dtype, as
+    `x + residual` keeps the residual stream in PyTorch) and returned in its place."""
+    x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        h = (x + r).to(x_ptr.dtype.element_ty)
+        tl.store(h_ptr + rows[:, None] * stride_hm + cols[None, :], h, mask=mask)
+        x = h.to(tl.float32)
+    return x
+
+
+@triton.jit
 def _rms_norm_kernel(
     x_ptr,  # *x [M, N]: the rows to normalise (columns contiguous)
     r_ptr,  # *residual [M, N]: added to x first (read only when HAS_RESIDUAL)
@@ -62,12 +75,7 @@ def _rms_norm_kernel(
     if SINGLE_PASS:
         # one pass: the rows stay in registers
         mask = row_mask[:, None] & (cols[None, :] < N)  # [R, BLOCK_N]
-        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        if HAS_RESIDUAL:
-            r = tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            h = (x + r).to(dtype)  # the residual stream is kept in x's dtype, as `x + residual` in PyTorch
-            tl.store(h_ptr + rows[:, None] * stride_hm + cols[None, :], h, mask=mask)
-            x = h.to(tl.float32)
+        x = _load_rows(x_ptr, r_ptr, h_ptr, rows, cols, mask, stride_xm, stride_rm, stride_hm, HAS_RESIDUAL)
         rstd = tl.rsqrt(tl.sum(x * x, axis=1) / N + eps)  # [R]
         w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
         normed = (x * rstd[:, None]).to(dtype)  # llama.RMSNorm: normed.type_as(x) * weight
@@ -79,12 +87,7 @@ def _rms_norm_kernel(
         for off in range(0, N, BLOCK_N):
             c = off + cols
             mask = row_mask[:, None] & (c[None, :] < N)
-            x = tl.load(x_ptr + rows[:, None] * stride_xm + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            if HAS_RESIDUAL:
-                r = tl.load(r_ptr + rows[:, None] * stride_rm + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                h = (x + r).to(dtype)
-                tl.store(h_ptr + rows[:, None] * stride_hm + c[None, :], h, mask=mask)
-                x = h.to(tl.float32)
+            x = _load_rows(x_ptr, r_ptr, h_ptr, rows, c, mask, stride_xm, stride_rm, stride_hm, HAS_RESIDUAL)
             acc += x * x
         rstd = tl.rsqrt(tl.sum(acc, axis=1) / N + eps)  # [R]
         if HAS_RESIDUAL:
@@ -136,12 +139,7 @@ def _layer_norm_kernel(
     if SINGLE_PASS:
         # one pass: mean, then the variance of the centred row, both from registers
         mask = row_mask[:, None] & (cols[None, :] < N)  # [R, BLOCK_N]
-        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        if HAS_RESIDUAL:
-            r = tl.load(r_ptr + rows[:, None] * stride_rm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            h = (x + r).to(dtype)
-            tl.store(h_ptr + rows[:, None] * stride_hm + cols[None, :], h, mask=mask)
-            x = h.to(tl.float32)
+        x = _load_rows(x_ptr, r_ptr, h_ptr, rows, cols, mask, stride_xm, stride_rm, stride_hm, HAS_RESIDUAL)
         mean = tl.sum(x, axis=1) / N  # [R]
         xc = tl.where(mask, x - mean[:, None], 0.0)
         rstd = tl.rsqrt(tl.sum(xc * xc, axis=1) / N + eps)  # [R]
@@ -160,12 +158,7 @@ def _layer_norm_kernel(
         for off in range(0, N, BLOCK_N):
             c = off + cols
             mask = row_mask[:, None] & (c[None, :] < N)
-            x = tl.load(x_ptr + rows[:, None] * stride_xm + c[None, :], mask=mask, other=0.0).to(tl.float32)
-            if HAS_RESIDUAL:
-                r = tl.load(r_ptr + rows[:, None] * stride_rm + c[None, :], mask=mask, other=0.0).to(tl.float32)
-                h = (x + r).to(dtype)
-                tl.store(h_ptr + rows[:, None] * stride_hm + c[None, :], h, mask=mask)
-                x = h.to(tl.float32)
+            x = _load_rows(x_ptr, r_ptr, h_ptr, rows, c, mask, stride_xm, stride_rm, stride_hm, HAS_RESIDUAL)
             n_b = tl.sum((c < N).to(tl.float32), axis=0)  # columns in this chunk
             mean_b = tl.sum(x, axis=1) / n_b
             xc = tl.where(mask, x - mean_b[:, None], 0.0)
