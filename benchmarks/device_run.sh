@@ -84,6 +84,23 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 560 python3 benchmarks/optimize.py --preset h100 --cases "$case_id"; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
       cp "runs/optimize-$case_id/candidates.jsonl" "$OUT/" 2>/dev/null
       ;;
+    encoders)  # bert-base b1 and resnet50 b64: compile modes vs freezing vs cuDNN-fused conv epilogues
+      ro="compile(mode=reduce-overhead)"; rof="compile(mode=reduce-overhead,freezing=true)"
+      timeout 150 python3 -m agnitra.cli bench zoo:bert-base --device cuda --dtype fp16 --batch 1 --seq-len 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "$rof" --json > "$OUT/bench-bert-b1.json"
+      timeout 230 python3 -m agnitra.cli bench zoo:resnet50 --device cuda --dtype fp16 --batch 64 --no-ops --variants eager \
+        --recipe "channels-last + $ro" --recipe "conv-fusion + channels-last + $ro" --recipe "channels-last + $rof" --recipe "conv-fusion + channels-last + cuda-graphs" --json > "$OUT/bench-resnet-b64.json"
+      ;;
+    bert2)  # bert-base b1: stacked q|k|v and the Linear+GELU kernel against both compile peers
+      timeout 150 python3 benchmarks/kernels.py --only encoder --max-trials 60 --runs 30 --out-file "$OUT/kernels-encoder.json"
+      ro="compile(mode=reduce-overhead)"
+      timeout 360 python3 -m agnitra.cli bench zoo:bert-base --device cuda --dtype fp16 --batch 1 --seq-len 128 --no-ops --variants eager,compile-reduce-overhead,compile-max-autotune \
+        --recipe "fuse-projections + $ro" --recipe "triton-kernels(weights=keep,norms=false,decode=false) + $ro" --json > "$OUT/bench-bert-b1.json"
+      ;;
+    resnetmax)  # resnet50 b64: the optimize answer beside compile max-autotune (minutes of conv tuning) in one run
+      timeout 570 python3 -m agnitra.cli bench zoo:resnet50 --device cuda --dtype fp16 --batch 64 --no-ops --variants eager,compile-reduce-overhead,compile-max-autotune \
+        --recipe "conv-fusion + channels-last + compile(mode=max-autotune)" --recipe "channels-last + compile(mode=max-autotune)" --json > "$OUT/bench-resnet50-b64-max-autotune.json"
+      ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
       ;;

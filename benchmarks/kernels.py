@@ -47,7 +47,9 @@ DECODE = {
     "8b": [("decode_gemv", (1, 3072, 4096)), ("decode_gemv", (1, 4096, 4096)), ("decode_gemv", (1, 14336, 4096)), ("decode_gemv_gated", (1, 14336, 4096)),
            ("decode_gemv", (1, 4096, 14336)), ("decode_gemv", (1, 128256, 4096)), ("decode_attention", (1, 32, 128, 8, 160))],
 }
-GROUPS = ("matmul", "norms", "gemv", "decode")
+# bert-base at batch 1, seq 128 (fp16): the FFN's first Linear with its GELU, (M, N, K)
+ENCODER = [("matmul_bias_gelu", (128, 3072, 768))]
+GROUPS = ("matmul", "norms", "gemv", "decode", "encoder")
 
 
 torch._dynamo.config.recompile_limit = 64  # the compiled int8 peer meets every shape
@@ -136,6 +138,14 @@ def norm_peers(name):
     return {"eager": (lambda s: s, reference), "torch_compile": (lambda s: s, compiled)}
 
 
+def linear_gelu_peers():
+    """cuBLAS Linear then GELU (eager), and the same through torch.compile (Inductor)."""
+    def eager(x, w, bias):
+        return F.gelu(F.linear(x, w, bias))
+
+    return {"eager": (lambda s: s, eager), "torch_compile": (lambda s: s, torch.compile(eager, dynamic=False))}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
@@ -184,6 +194,10 @@ def main() -> int:
         cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE[key]]
         for name, problem in cases:
             add(name, problem, {})
+    if "encoder" in groups:  # fp16, as the bert-base workload runs
+        dtype = torch.float16
+        for name, problem in ([("matmul_bias_gelu", (40, 96, 64))] if args.smoke else ENCODER):
+            add(name, problem, linear_gelu_peers())
     print(f"wrote {path}")
     return 0
 

@@ -49,9 +49,9 @@ PRESETS: dict[str, list[Case]] = {
         # within one 10-minute device command: the transforms that can help a batch-64 CNN / a
         # batch-1 encoder, against the compile modes of the peer run of the day
         Case("resnet50-b64-short", "zoo:resnet50", dict(batch=64, dtype="fp16", budget="4m",
-             transforms=["channels-last", "compile", "cuda-graphs"], peers=["compile", "compile-reduce-overhead"])),
+             transforms=["conv-fusion", "channels-last", "compile", "cuda-graphs"], peers=["compile", "compile-reduce-overhead"])),
         Case("bert-base-b1-short", "zoo:bert-base", dict(batch=1, seq_len=128, dtype="fp16", budget="4m",
-             transforms=["sdpa", "triton-kernels", "compile", "cuda-graphs"], peers=["compile-reduce-overhead", "compile-max-autotune"])),
+             transforms=["sdpa", "fuse-projections", "triton-kernels", "compile", "cuda-graphs"], peers=["compile-reduce-overhead", "compile-max-autotune"])),
     ],
 }
 

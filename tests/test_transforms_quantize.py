@@ -355,8 +355,10 @@ def test_fuse_projections_before_int8_quantises_the_same_rows(tinylm):
     assert _rel(_run(tinylm, stacked.model), _run(tinylm, separate.model)) < 1e-5
 
 
-def test_fuse_projections_needs_llama_projections_and_to_come_first(tinylm, bert):
-    with pytest.raises(NotApplicable, match="no Llama attention"):
-        get_transform("fuse-projections").check(TransformContext(bert, CPU), None)
+def test_fuse_projections_needs_projections_and_to_come_first(tinylm, bert):
+    get_transform("fuse-projections").check(TransformContext(bert, CPU), None)  # BERT's q|k|v stack too
+    resnet = build_workload("resnet50", BuildOptions(size="tiny"))
+    with pytest.raises(NotApplicable, match="no Llama attention or feed-forward, nor transformers 5 encoder"):
+        get_transform("fuse-projections").check(TransformContext(resnet, CPU), None)
     with pytest.raises(NotApplicable, match="before it"):
         apply_recipe(Recipe.of("int8-weight-only", "fuse-projections"), TransformContext(tinylm, CPU))

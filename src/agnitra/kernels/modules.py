@@ -7,6 +7,7 @@ Each keeps the call semantics of the module it replaces ([..., in] -> [..., out]
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from agnitra.kernels import ops
@@ -104,6 +105,32 @@ class TritonFeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.w2(ops.gated_activation(self.w1(x).contiguous(), self.w3(x).contiguous(), "silu"))
+
+
+def linear_then_gelu(module: nn.Module) -> nn.Linear | None:
+    """The Linear of a transformers `*Intermediate` (BERT family) that computes exact gelu(dense(x)), else None."""
+    cls, act = type(module), getattr(module, "intermediate_act_fn", None)
+    if not (cls.__module__.startswith("transformers.") and cls.__name__.endswith("Intermediate")):
+        return None
+    dense = getattr(module, "dense", None)
+    exact_gelu = type(act).__name__ == "GELUActivation" and getattr(act, "act", None) is F.gelu
+    return dense if type(dense) is nn.Linear and dense.weight.is_floating_point() and exact_gelu else None
+
+
+class TritonLinearGELU(nn.Module):
+    """gelu(x W^T + b) in one matmul-template launch with the bias and exact GELU in its epilogue."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.weight, self.bias = linear.weight, linear.bias
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = ops.linear_gelu(_flat(x, self.in_features).contiguous(), self.weight, self.bias)
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, gelu"
 
 
 def stackable(linears: list[nn.Module]) -> bool:

@@ -113,6 +113,20 @@ def _(x, weight, bias, eps):
     return torch.empty_like(x)
 
 
+@torch.library.custom_op("agnitra::linear_gelu", mutates_args=())
+def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """gelu(x @ weight^T + bias) (exact GELU) for x [M, K], weight [N, K]: one matmul-template launch."""
+    from agnitra.kernels.matmul import matmul
+
+    shape = (x.shape[0], weight.shape[0], x.shape[1])
+    return matmul(x, weight, bias, "gelu", config=config_for("matmul_bias_gelu", shape, x.dtype, x.device.type), b_transposed=True)
+
+
+@linear_gelu.register_fake
+def _(x, weight, bias):
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
 @torch.library.custom_op("agnitra::gated_activation", mutates_args=())
 def gated_activation(a: torch.Tensor, b: torch.Tensor, activation: str) -> torch.Tensor:
     from agnitra.kernels import gated_mlp

@@ -1,5 +1,6 @@
 """`fuse-projections`: Llama's q, k, v projections as one Linear, and its gate and up projections
-as another, over the stacked weight rows.
+as another, over the stacked weight rows; the same for the q, k, v of transformers' encoder
+self-attention (BERT family).
 
 A decode step is a chain of small GEMVs, each a kernel launch of a few microseconds; stacking
 removes three launches per layer (for llama-1b, 66 of about 300 per token) and reads the shared
@@ -17,9 +18,13 @@ from agnitra.transforms.base import Transform, TransformContext, register_transf
 
 
 def _projections(module: nn.Module) -> list[nn.Module] | None:
-    """The q|k|v projections of a Llama Attention, the gate|up ones of a FeedForward, else None."""
+    """The q|k|v projections of a Llama Attention or a transformers encoder self-attention, the
+    gate|up ones of a Llama FeedForward, else None."""
+    from agnitra.models.hf_attention import encoder_self_attention
     from agnitra.models.llama import Attention, FeedForward
 
+    if encoder_self_attention(module):
+        return [module.query, module.key, module.value]
     if type(module) is Attention:
         return [module.wq, module.wk, module.wv]
     if type(module) is FeedForward:
@@ -28,9 +33,12 @@ def _projections(module: nn.Module) -> list[nn.Module] | None:
 
 
 def _stacked(module: nn.Module, stack) -> nn.Module:
+    from agnitra.models.hf_attention import StackedSelfAttention, encoder_self_attention
     from agnitra.models.llama import Attention, StackedFeedForward, StackedQKVAttention
 
     stacked = stack(_projections(module))
+    if encoder_self_attention(module):
+        return StackedSelfAttention(module, stacked)
     return StackedQKVAttention(module, stacked) if type(module) is Attention else StackedFeedForward(stacked, module.w2)
 
 
@@ -49,12 +57,12 @@ def _has_targets(model: nn.Module) -> bool:
 @register_transform
 class FuseProjections(Transform):
     name = "fuse-projections"
-    description = "Llama q|k|v and gate|up projections stacked into one Linear each (3 launches fewer per layer)"
-    requires = "a Llama-family decoder of the zoo (separate wq/wk/wv and w1/w3 Linears); before any quantising transform"
+    description = "q|k|v (Llama, transformers encoders) and gate|up (Llama) projections stacked into one Linear each"
+    requires = "a Llama of the zoo or a transformers 5 BERT-family encoder (separate q/k/v Linears); before any quantising transform"
     stage = "module"
 
     def check(self, ctx: TransformContext, params) -> None:
-        check(_has_targets(ctx.workload.model), "no Llama attention or feed-forward with separate q/k/v or gate/up nn.Linear projections to stack")
+        check(_has_targets(ctx.workload.model), "no Llama attention or feed-forward, nor transformers 5 encoder self-attention, with separate q/k/v or gate/up nn.Linear projections to stack")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         from agnitra.models.llama import linears_stack, stack_linears

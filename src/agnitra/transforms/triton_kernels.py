@@ -5,9 +5,10 @@
   `int8-weight-only` modules of an earlier step onto the kernels (same format, no copy).
 - `norms`: RMSNorm (ours) and nn.LayerNorm through the fused norm kernels; in our Llama the
   residual add is fused into the FFN norm (one pass over the hidden state instead of two).
-- `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel.
-- `fuse`: Llama's wq|wk|wv and w1|w3 stacked into one Linear each, kernel-backed for int8/int4
-  (decode steps are launch-bound: three launches fewer per layer).
+- `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel; a transformers encoder's Linear + exact
+  GELU (BERT's intermediate layer) as one matmul-template launch with bias and GELU in its epilogue.
+- `fuse`: Llama's wq|wk|wv and w1|w3, and a transformers encoder's q|k|v, stacked into one Linear
+  each, kernel-backed for int8/int4 (launch-bound steps: two or three launches fewer per layer).
 - `decode`: each Llama block's decode steps in five fused kernels (`kernels.decode_layer`: norm
   folded into the projections, rotary + cache write and residual adds in their epilogues, one
   attention kernel), the final norm folded into the LM head. Needs stacked projections and int8
@@ -108,6 +109,7 @@ class TritonKernels(Transform):
         if params.mlp:
             count += replace_modules(model, lambda n, m: type(m) is FeedForward, lambda n, m: km.TritonFeedForward(m))
             count += replace_modules(model, lambda n, m: type(m) is StackedFeedForward, lambda n, m: km.TritonStackedFeedForward(m.w13, m.w2))
+            count += replace_modules(model, lambda n, m: km.linear_then_gelu(m) is not None, lambda n, m: km.TritonLinearGELU(km.linear_then_gelu(m)))
         if params.norms:
             count += replace_modules(model, lambda n, m: isinstance(m, Block), lambda n, m: km.TritonLlamaBlock(m))
             count += replace_modules(model, lambda n, m: isinstance(m, RMSNorm), lambda n, m: km.TritonRMSNorm(m.weight, m.eps))
