@@ -166,3 +166,19 @@ def test_decoders_verify_the_requested_positions_in_windows(device_report):
     assert int8.status == "ok", int8.reason
     assert int8.correctness.details["positions"] == 18  # three windows of 6 (the timed cache holds 4 + 6)
     assert report.conditions["correctness"] == "teacher-forced logits over 18 positions (3 prompts x 6) x batch 1"
+
+
+def test_a_decoder_sqnr_bar_set_by_the_user_decides(device_report):
+    from agnitra.transforms import Recipe
+    from agnitra.bench.variants.recipe import RecipeVariant
+    from agnitra.verify import Tolerances
+
+    workload = build_workload("tinylm", BuildOptions(size="tiny", tokens=6, seq_len=4))
+    verdicts = {}
+    for bar in (5.0, 90.0):
+        config = BenchConfig(variants=["eager", RecipeVariant(Recipe.of("int8-weight-only"))], runs=1, warmup=0, op_breakdown=False, tolerances=Tolerances(min_sqnr_db=bar))
+        int8 = benchmark(workload, torch.device("cpu"), device_report, config).variants[1]
+        assert int8.status == "ok", int8.reason
+        assert int8.correctness.threshold == bar and 5.0 < int8.correctness.value < 90.0
+        verdicts[bar] = int8.correctness.passed
+    assert verdicts == {5.0: True, 90.0: False}

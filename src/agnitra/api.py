@@ -220,6 +220,7 @@ def optimize(
     max_error: float | None = None,
     min_cosine: float | None = None,
     min_token_agreement: float | None = None,
+    min_sqnr_db: float | None = None,
     check_positions: int | None = None,
     transforms: Sequence[str] | None = None,
     exclude_transforms: Sequence[str] | None = None,
@@ -254,7 +255,7 @@ def optimize(
     result = run_optimize(
         workload, dev, describe_device(dev, settings),
         objective=objective, budget_s=parse_duration(budget), candidate_timeout_s=parse_duration(candidate_timeout),
-        tolerances=Tolerances(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, check_positions=check_positions),
+        tolerances=Tolerances(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db, check_positions=check_positions),
         transforms=list(transforms) if transforms else None, strategy=strategy,
         peers=list(peers) if peers is not None else default_peers(workload, dev),
         run_dir=Path(out) if out else None, resume=resume, progress=progress,

@@ -200,6 +200,7 @@ def optimize(
     max_error: Optional[float] = typer.Option(None, "--max-error", help="relative L2 error allowed (encoders, generic models)"),
     min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="mean cosine similarity required (embeddings)"),
     min_token_agreement: Optional[float] = typer.Option(None, "--min-token-agreement", help="decoders: next-token agreement required (teacher-forced)"),
+    min_sqnr: Optional[float] = typer.Option(None, "--min-sqnr", help="decoders: logit SQNR in dB required against the original (default 20)"),
     check_positions: Optional[int] = typer.Option(None, "--check-positions", min=1, help="decoders: teacher-forced positions verified (default: --tokens), in windows of --tokens"),
     transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: search only these transforms"),
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
@@ -223,7 +224,7 @@ def optimize(
     with _progress(not as_json) as progress:
         optimized = api.optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
-            objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, check_positions=check_positions,
+            objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, check_positions=check_positions,
             transforms=transforms.split(",") if transforms else None, exclude_transforms=exclude_transforms.split(",") if exclude_transforms else None,
             candidate_timeout=candidate_timeout,
             peers=peers.split(",") if peers is not None else None, out=out_dir, resume=resume, progress=progress,
