@@ -101,6 +101,12 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 570 python3 -m agnitra.cli bench zoo:resnet50 --device cuda --dtype fp16 --batch 64 --no-ops --variants eager,compile-reduce-overhead,compile-max-autotune \
         --recipe "conv-fusion + channels-last + compile(mode=max-autotune)" --recipe "channels-last + compile(mode=max-autotune)" --json > "$OUT/bench-resnet50-b64-max-autotune.json"
       ;;
+    kernels5)  # matmul with unmasked K loads, re-tuned over its whole space; decode GEMVs beside torch.compile's int8 in one run
+      AGNITRA_GPU_TESTS=1 timeout 80 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 70 tests/test_kernels_matmul.py 2>&1 | tail -4
+      timeout 200 python3 -m agnitra.cli tune-matmul --dim 4096 --runs 10 --dtype bf16 --max-trials 80 --device cuda | tail -25
+      timeout 60 python3 benchmarks/kernels.py --only matmul --runs 50 --out-file "$OUT/kernels-matmul.json"
+      timeout 190 python3 benchmarks/kernels.py --only decode --shapes 1b,8b --max-trials 50 --runs 30 --out-file "$OUT/kernels-decode-peers.json"
+      ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
       ;;

@@ -138,6 +138,11 @@ def norm_peers(name):
     return {"eager": (lambda s: s, reference), "torch_compile": (lambda s: s, compiled)}
 
 
+def decode_gemv_peers():
+    """torch.compile's int8 weight-only Linear over the same int8 rows and scales (gated: both halves)."""
+    return {"torch_compile_int8": (lambda inputs: inputs[:3], compiled_int8_peer())}
+
+
 def linear_gelu_peers():
     """cuBLAS Linear then GELU (eager), and the same through torch.compile (Inductor)."""
     def eager(x, w, bias):
@@ -190,10 +195,10 @@ def main() -> int:
             for name in ("int8_gemv", "int4_gemv"):
                 problem = shape if name.startswith("int8") else (*shape, 128)
                 add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}))
-    if "decode" in groups:  # no peer kernel: the end-to-end decode benchmark compares the whole step
+    if "decode" in groups:
         cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE[key]]
-        for name, problem in cases:
-            add(name, problem, {})
+        for name, problem in cases:  # GEMVs: beside torch.compile's int8 Linear on the same weights (no norm, no epilogue)
+            add(name, problem, decode_gemv_peers() if name.startswith("decode_gemv") else {})
     if "encoder" in groups:  # fp16, as the bert-base workload runs
         dtype = torch.float16
         for name, problem in ([("matmul_bias_gelu", (40, 96, 64))] if args.smoke else ENCODER):

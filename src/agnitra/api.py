@@ -174,7 +174,7 @@ def write_reports(report: BenchReport | ProfileReport | InspectReport, out_dir: 
     return writer(report, Path(out_dir))
 
 
-def tune_matmul(shape: tuple[int, int, int], *, dtype: str = "bf16", runs: int = 20, device=None, kernel: str = "matmul", force: bool = True, progress=None, settings: Settings | None = None):
+def tune_matmul(shape: tuple[int, int, int], *, dtype: str = "bf16", runs: int = 20, device=None, kernel: str = "matmul", force: bool = True, max_trials: int = 40, progress=None, settings: Settings | None = None):
     """Autotune the matmul template for one problem; the result is cached for this device."""
     from agnitra.kernels.tune_matmul import tune_matmul as run
     from agnitra.kernels.tuning_cache import TuningCache
@@ -183,7 +183,7 @@ def tune_matmul(shape: tuple[int, int, int], *, dtype: str = "bf16", runs: int =
     dev = device if isinstance(device, torch.device) else resolve_device(device or settings.device)
     report = describe_device(dev, settings)
     cache = TuningCache(settings.cache_path, report.signature["id"])
-    return run(shape, parse_dtype(dtype), dev, runs=runs, cache=cache, l2_bytes=report.signature.get("l2_bytes"), force=force, kernel=kernel, progress=progress)
+    return run(shape, parse_dtype(dtype), dev, runs=runs, cache=cache, l2_bytes=report.signature.get("l2_bytes"), force=force, kernel=kernel, max_trials=max_trials, progress=progress)
 
 
 OBJECTIVES = ("latency", "throughput", "memory", "energy")

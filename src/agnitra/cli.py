@@ -310,6 +310,7 @@ def tune_matmul_cmd(
     dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
     runs: int = typer.Option(20, "--runs", help="timed runs per configuration"),
     kernel: str = typer.Option("matmul", "--kernel", help="matmul | matmul_bias_gelu"),
+    max_trials: int = typer.Option(40, "--max-trials", min=1, help="configurations tried; every one when this covers the space, else Optuna TPE"),
     device: Optional[str] = DeviceOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -326,7 +327,7 @@ def tune_matmul_cmd(
             status = f"{trial.ms:.4f} ms" if trial.ok else f"failed: {trial.reason[:80]}"
             out.print(f"  {trial.config}  {status}", highlight=False)
 
-    tuning = api.tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, progress=show)
+    tuning = api.tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, max_trials=max_trials, progress=show)
     r = tuning.result
     if as_json:
         sys.stdout.write(json.dumps({"shape": list(problem), "dtype": r.dtype, "best": r.best, "best_ms": r.best_ms, "best_tflops": tuning.tflops(r.best_ms), "default": r.default, "default_ms": r.default_ms, "torch_matmul_ms": tuning.torch_ms, "torch_tflops": tuning.tflops(tuning.torch_ms), "vs_torch": tuning.vs_torch, "strategy": r.strategy, "trials": to_dict(r.trials)}, indent=2) + "\n")

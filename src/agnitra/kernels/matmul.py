@@ -110,6 +110,7 @@ def matmul_kernel(
     ACTIVATION: tl.constexpr,  # "" | "relu" | "gelu" | "gelu_tanh" | "silu"
     INPUT_PRECISION: tl.constexpr,  # tl.dot input precision for fp32 inputs: "ieee" | "tf32"
     INT64_OFFSETS: tl.constexpr,  # some tensor holds >= 2**31 elements: index in int64
+    EVEN_K: tl.constexpr,  # K is a multiple of BLOCK_K * SPLIT_K: no K masks
 ):
     # -- which tile of C this program computes: grouped ordering ------------------------------------
     # Programs are launched in groups of GROUP_M tile-rows, column-major inside a group, so the
@@ -140,9 +141,13 @@ def matmul_kernel(
     # -- the K loop: this program takes K-blocks pid_k, pid_k + SPLIT_K, ... -------------------------
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_K * SPLIT_K)):
-        k_remaining = K - k * BLOCK_K * SPLIT_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_remaining, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_remaining, other=0.0)
+        if EVEN_K:  # every K-block is whole: unpredicated loads the pipeliner streams freely
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_remaining = K - k * BLOCK_K * SPLIT_K
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_remaining, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_remaining, other=0.0)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_K * SPLIT_K * stride_ak
         b_ptrs += BLOCK_K * SPLIT_K * stride_bk
@@ -287,7 +292,7 @@ def matmul(
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
         GROUP_M=cfg["GROUP_M"], SPLIT_K=split_k, ATOMIC=split_k > 1,
         HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, ACTIVATION=activation or "",
-        INPUT_PRECISION=precision, INT64_OFFSETS=int64,
+        INPUT_PRECISION=precision, INT64_OFFSETS=int64, EVEN_K=K % (cfg["BLOCK_K"] * split_k) == 0,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
     if target is not out:

@@ -29,14 +29,14 @@ class MatmulTuning:
         return self.torch_ms / self.result.best_ms
 
 
-def tune_matmul(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device, *, runs: int, cache: TuningCache | None, l2_bytes: int | None, force: bool = True, kernel: str = "matmul", progress=None) -> MatmulTuning:
+def tune_matmul(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device, *, runs: int, cache: TuningCache | None, l2_bytes: int | None, force: bool = True, kernel: str = "matmul", max_trials: int = 40, progress=None) -> MatmulTuning:
     usable, reason = triton_available(device)
     if not usable:
         from agnitra.errors import UserError
 
         raise UserError(reason)
     spec = get_kernel(kernel)
-    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, force=force, l2_bytes=l2_bytes, progress=progress)
+    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, force=force, l2_bytes=l2_bytes, max_trials=max_trials, progress=progress)
     sets = input_sets(spec, shape, dtype, device, l2_bytes)
     baseline = spec.reference  # the PyTorch reference is the cuBLAS call (same epilogue)
     for i in range(3):
