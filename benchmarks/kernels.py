@@ -107,11 +107,12 @@ def gemv_peers(dtype):
         x, w_q, scales = inputs[:3]
         return x, (w_q.to(dtype) * scales[:, None]).to(dtype)
 
-    def as_int8(inputs):
-        x, w_q, scales = inputs[:3]
-        return x, w_q, scales
+    return {"cublas_bf16_linear": (as_float, F.linear), **compiled_int8_peers()}
 
-    return {"cublas_bf16_linear": (as_float, F.linear), "torch_compile_int8": (as_int8, compiled_int8_peer())}
+
+def compiled_int8_peers():
+    """torch.compile's int8 weight-only Linear over the same int8 rows and scales (decode gated: both halves)."""
+    return {"torch_compile_int8": (lambda inputs: inputs[:3], compiled_int8_peer())}
 
 
 def int4_peers(dtype):
@@ -136,11 +137,6 @@ def norm_peers(name):
     reference = get_kernel(name).reference
     compiled = torch.compile(reference, dynamic=False)
     return {"eager": (lambda s: s, reference), "torch_compile": (lambda s: s, compiled)}
-
-
-def decode_gemv_peers():
-    """torch.compile's int8 weight-only Linear over the same int8 rows and scales (gated: both halves)."""
-    return {"torch_compile_int8": (lambda inputs: inputs[:3], compiled_int8_peer())}
 
 
 def linear_gelu_peers():
@@ -198,7 +194,7 @@ def main() -> int:
     if "decode" in groups:
         cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE[key]]
         for name, problem in cases:  # GEMVs: beside torch.compile's int8 Linear on the same weights (no norm, no epilogue)
-            add(name, problem, decode_gemv_peers() if name.startswith("decode_gemv") else {})
+            add(name, problem, compiled_int8_peers() if name.startswith("decode_gemv") else {})
     if "encoder" in groups:  # fp16, as the bert-base workload runs
         dtype = torch.float16
         for name, problem in ([("matmul_bias_gelu", (40, 96, 64))] if args.smoke else ENCODER):

@@ -19,7 +19,7 @@ from torch import nn
 
 
 def _output_format(x: torch.Tensor) -> torch.memory_format:
-    """channels_last when the input is laid out NHWC (and is not also plain contiguous)."""
+    """channels_last when the 4-D tensor is laid out NHWC (and is not also plain contiguous)."""
     nhwc = x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
     return torch.channels_last if nhwc else torch.contiguous_format
 
@@ -84,5 +84,4 @@ def fold_batchnorm(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, t
     bias = conv.bias.detach().float() if conv.bias is not None else torch.zeros_like(scale)
     folded_bias = (bias - bn.running_mean.float()) * scale + beta
     folded_w = (w.float() * scale.view(-1, 1, 1, 1)).to(w.dtype)
-    fmt = torch.channels_last if w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous() else torch.contiguous_format
-    return folded_w.contiguous(memory_format=fmt), folded_bias.to(w.dtype)
+    return folded_w.contiguous(memory_format=_output_format(w)), folded_bias.to(w.dtype)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,9 @@ from torch import fx, nn
 
 from agnitra.errors import NotApplicable, check
 from agnitra.transforms.base import Transform, TransformContext, register_transform
+
+if TYPE_CHECKING:
+    from agnitra.kernels.cudnn_conv import FusedConv2d
 
 _RELU_FUNCTIONS = {F.relu, torch.relu, torch.relu_}
 _ADD_FUNCTIONS = {operator.add, torch.add}
@@ -62,7 +66,7 @@ def _set_submodule(gm: fx.GraphModule, target: str, module: nn.Module) -> None:
     setattr(gm.get_submodule(parent_name) if parent_name else gm, name, module)
 
 
-def _fold(gm: fx.GraphModule, modules: dict[str, nn.Module], conv_node: fx.Node) -> object | None:
+def _fold(gm: fx.GraphModule, modules: dict[str, nn.Module], conv_node: fx.Node) -> FusedConv2d | None:
     """Fold the eval BatchNorm that is the conv's only use into it; the FusedConv2d, else None."""
     from agnitra.kernels.cudnn_conv import FusedConv2d, fold_batchnorm
 
@@ -111,9 +115,7 @@ def fuse_conv_epilogues(model: nn.Module) -> tuple[fx.GraphModule, Counter]:
     modules = dict(gm.named_modules())
     counts: Counter = Counter()
     for node in list(gm.graph.nodes):
-        if node.op != "call_module" or node.graph is not gm.graph:
-            continue
-        fused = _fold(gm, modules, node)
+        fused = _fold(gm, modules, node)  # None for anything but a plain Conv2d -> eval BatchNorm
         if fused is None:
             continue
         counts["batchnorm"] += 1
