@@ -101,6 +101,19 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
     return row
 
 
+def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int) -> None:
+    """What only reading the weight bytes costs at this size (a read-only kernel's best time): the
+    row's time as a fraction of it beside the fraction of the large-buffer copy bandwidth."""
+    from explore_gemv import read_floor
+
+    m, n, k = shape
+    row_bytes = k // 2 if int4 else k
+    floor = read_floor(n, row_bytes, device, max(1, min(8, -(-2 * (l2 or 0) // (n * row_bytes)))), runs)
+    row["read_floor"] = floor
+    row["fraction_of_read_floor"] = floor["ms"] / row["ms"]
+    print(f"{'':22s} read floor {floor['ms'] * 1e3:.1f} us ({floor['gbps']:.0f} GB/s): kernel at {row['fraction_of_read_floor']:.0%} of it", flush=True)
+
+
 def gemv_peers(dtype):
     """bf16 cuBLAS on the float weight, and torch.compile of the user's int8 path."""
     def as_float(inputs):
@@ -191,6 +204,8 @@ def main() -> int:
             for name in ("int8_gemv", "int4_gemv"):
                 problem = shape if name.startswith("int8") else (*shape, 128)
                 add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}))
+                if device.type == "cuda" and "ms" in rows[-1]:
+                    add_read_floor(rows[-1], shape, name.startswith("int4"), device, l2, args.runs)
     if "decode" in groups:
         cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE[key]]
         for name, problem in cases:  # GEMVs: beside torch.compile's int8 Linear on the same weights (no norm, no epilogue)

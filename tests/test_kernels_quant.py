@@ -9,6 +9,8 @@ from __future__ import annotations
 
 
 
+import re
+
 import pytest
 import torch
 
@@ -145,6 +147,79 @@ def test_split_k_writes_every_partial(fmt, monkeypatch):
     _check(y, ref, torch.float32)
 
 
+# --------------------------------------------------------------------------------------------
+# The int4 word kernel (M = 1), the tensor-core kernel, in-kernel split-K
+# --------------------------------------------------------------------------------------------
+
+
+def _counters_zero() -> bool:
+    return all(int(buf.abs().sum()) == 0 for bufs in qm._COUNTERS.values() for buf in bufs)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("split_k,prefetch", [(1, False), (2, False), (4, False), (1, True), (4, True)])
+def test_int4_word_kernel_matches_reference(dtype, split_k, prefetch):
+    """Batch 1, N not a multiple of BLOCK_N, groups of 64 and 128 codes, split-K fixed up in the
+    kernel, with and without the next step's words prefetched."""
+    for shape in ((1, 17, 256, 64), (1, 100, 512, 128)):
+        (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
+        cfg = {"path": "gemv", "KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "PREFETCH": prefetch}
+        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
+        _check(y, ref, dtype)
+        again = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+        assert torch.equal(y, again), "split-K partials are summed in a fixed order: bitwise repeatable"
+    assert _counters_zero(), "the last program of every block resets its arrival counter"
+
+
+def test_int4_word_kernel_refuses_what_it_cannot_read():
+    (x, w, s, z, g, b), _ = _int4_case((1, 17, 256, 64), torch.float32)
+    cfg = {"path": "gemv", "KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1}
+    with pytest.raises(ValueError, match="KERNEL='bytes'"):
+        qm.int4_weight_only_matmul(torch.cat([x, x]), w, s, z, g, b, config=cfg)  # M = 2
+    with pytest.raises(ValueError, match="must divide group_size"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step
+    odd = torch.zeros(17, 130, dtype=torch.uint8, device=CPU)[:, 1:129]  # rows that do not start on a 4-byte word
+    odd.copy_(w)
+    with pytest.raises(ValueError, match="aligned words"):
+        qm.int4_weight_only_matmul(x, odd, s, z, g, b, config=cfg)
+    y = qm.int4_weight_only_matmul(x, odd, s, z, g, b, config={**cfg, "KERNEL": "bytes"})
+    assert torch.allclose(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("m", [1, 3, 16])
+def test_int4_tensor_core_kernel_matches_reference(m):
+    """The MMA GEMV's logic in fp16 (arithmetic dequantisation under the interpreter; the packed
+    PTX conversion is checked by `test_int4_packed_conversion_constants` and on the GPU)."""
+    for split_k in (1, 2):
+        (x, w, s, z, g, b), ref = _int4_case((m, 40, 256, 64), torch.float16)
+        cfg = {"path": "gemv", "KERNEL": "mma", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k}
+        _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, 40, torch.float16)), ref, torch.float16)
+    with pytest.raises(ValueError, match="fp16 or bf16"):
+        (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float32)
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+
+
+@pytest.mark.parametrize("asm,dtype", [(qm.INT4_ASM_BF16, torch.bfloat16), (qm.INT4_ASM_FP16, torch.float16)], ids=["bf16", "fp16"])
+def test_int4_packed_conversion_constants(asm, dtype):
+    """The PTX's bit arithmetic, replayed on int32 tensors for every byte value: prmt spreads bytes
+    (b0, b1) into 16-bit halves, lop3 = (a & 0x000F000F) | MAGIC, then fma(h, ONE, BIAS) per half
+    must give exactly (low nibble - 8, high nibble - 8) in the activation dtype."""
+    magic = int(re.search(r"0x000F000F, (0x[0-9A-F]+)", asm).group(1), 16)
+    one = int(re.search(r"mov.b32 one, (0x[0-9A-F]+)", asm).group(1), 16)
+    bias = int(re.search(r"mov.b32 bias, (0x[0-9A-F]+)", asm).group(1), 16)
+    assert "prmt.b32 lo01, $4, 0, 0x4140" in asm and "shr.u32 hi01, lo01, 4" in asm and "0xEA" in asm  # (a & b) | c
+    b = torch.arange(256, dtype=torch.int64)
+    spread = b | (b.flip(0) << 16)  # prmt 0x4140 of bytes (b, 255 - b): halves b and 255 - b
+    for shift, nibble in ((0, b & 0xF), (4, b >> 4)):
+        word = ((spread >> shift) & 0x000F000F) | magic
+        for half, expect in ((word & 0xFFFF, nibble), (word >> 16, nibble.flip(0))):
+            h = half.to(torch.int16).view(dtype).float()  # the 16-bit float the lop3 built
+            scale = torch.tensor([one & 0xFFFF], dtype=torch.int64).to(torch.int16).view(dtype).float()
+            offset = torch.tensor([bias & 0xFFFF], dtype=torch.int64).to(torch.int16).view(dtype).float()
+            value = (h * scale + offset).to(dtype)  # exact: small integers
+            assert torch.equal(value.float(), (expect - 8).float())
+
+
 def _spread(configs: list[dict], count: int) -> list[dict]:
     """`count` configurations spread over the list (its first and last included)."""
     if len(configs) <= count:
@@ -260,12 +335,13 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").flops((m, n, k)) == 2 * m * n * k
     assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
     assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
-    assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096"
+    assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v2"  # versioned: the GEMV kernels changed
+    assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):
         spec = get_kernel(name)
         configs = spec.configs(shape, torch.bfloat16)
-        assert 4 <= len(configs) <= 80, (name, len(configs))
+        assert 4 <= len(configs) <= 100, (name, len(configs))
         if name.startswith("int4"):
             assert all(g % c["BLOCK_K"] == 0 for c in configs)
 
@@ -290,7 +366,10 @@ def test_gpu_kernels_match_reference(dtype, monkeypatch):
             shape = (m, n, k, 128) if name.startswith("int4") else (m, n, k)
             inputs = spec.make_inputs(shape, dtype, cuda, 0)
             ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
-            for cfg in _spread(spec.configs(shape, dtype), 2) + [spec.default_config(shape, dtype)]:
+            configs = spec.configs(shape, dtype)
+            variants = {c.get("KERNEL") for c in configs}  # int4 GEMV: the word, byte and tensor-core kernels each
+            chosen = [c for v in variants for c in _spread([c for c in configs if c.get("KERNEL") == v], 2)]
+            for cfg in chosen + [spec.default_config(shape, dtype)]:
                 y = spec.launch(*inputs, config=cfg)
                 torch.cuda.synchronize()
                 assert torch.isfinite(y).all(), (name, shape, cfg)

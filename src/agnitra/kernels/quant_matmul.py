@@ -19,7 +19,7 @@ Formats (the same numerics as `agnitra.transforms.quantize`):
   to this one (nibble swap + split/transpose). `scales`, `zeros`: [N, K/G] (any float dtype).
   Within a group the scale factors out too: sum_k x_k W'_k = s * sum_k x_k (q_k - 8) + z * sum_k x_k.
 
-Kernels (four per format pair, Triton tutorial 03's layout: kernel, host wrapper, reference,
+Kernels (Triton tutorial 03's layout: kernel, host wrapper, reference,
 KernelSpec):
 
 * GEMV (decode, M = 1..8): program (pid_n, pid_k, pid_m) owns BLOCK_N output channels and
@@ -33,9 +33,17 @@ KernelSpec):
   the even and odd elements of x, and applies the group's scale and zero once per chunk (BLOCK_K
   divides G). Codes become floats without conversion instructions (I2F runs at a quarter of the
   FMA rate and could bound a GEMV near memory speed): the integer is added / or-ed into the
-  mantissa of 2^23 and 2^23 (+ offset) is subtracted, exactly. SPLIT_K > 1 writes scaled fp32
-  partials [SPLIT_K, M, N] (no atomics: deterministic) and a second small kernel sums them, adds
-  the bias and casts.
+  mantissa of 2^23 and 2^23 (+ offset) is subtracted, exactly. int8 with SPLIT_K > 1 writes
+  scaled fp32 partials [SPLIT_K, M, N] and counts its arrival on a per-block counter; the block's
+  last program sums the partials in a fixed order (deterministic), adds the bias, casts and resets
+  the counter: no second launch. The int4 byte kernel still sums its partials in a second launch.
+* int4 at batch 1 ("words", the default there): the packed bytes read as 32-bit words, one lop3
+  per code into a float (see `_int4_gemv_words_kernel`), about five instructions a code against
+  seven for the byte kernel; split-K fixed up in the kernel as for int8.
+* int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
+  inline PTX (prmt / lop3 / fma.rn.x2: `INT4_ASM_BF16`, `INT4_ASM_FP16`; arithmetic under the
+  interpreter) and tl.dot sums W_chunk @ x^T with M padded to 16. On the H100 it did not beat the
+  byte kernel at batch 1 (gemv-explore-int4-mma-*.json), so it is offered only for M > 1.
 * tiled (M > 8, prefill): tutorial 03's grouped tile loop. int8: the [BLOCK_K, BLOCK_N] weight tile
   is converted to x's dtype (exact: |q| <= 127) and fed to tl.dot with an fp32 accumulator; the
   per-column scale multiplies the accumulator once at the end. int4: the tile is dequantised per
@@ -77,12 +85,14 @@ def _int8_gemv_kernel(
     w_ptr,  # [N, K] int8 weight, one row per output channel
     s_ptr,  # [N] per-row scales (any float dtype)
     b_ptr,  # [N] bias; read only when HAS_BIAS
-    y_ptr,  # [M, N] output (x's dtype), or [SPLIT_K, M, N] fp32 partials when SPLIT_K > 1
+    y_ptr,  # [M, N] output (x's dtype)
+    p_ptr,  # [SPLIT_K, M, N] fp32 partials (SPLIT_K > 1)
+    c_ptr,  # [cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)] int32 arrival counters, zero between launches (SPLIT_K > 1)
     M, N, K,  # problem size
     stride_xm, stride_xk,  # x strides (elements)
     stride_wn, stride_wk,  # w strides
-    stride_ys, stride_ym, stride_yn,  # y strides: split, row, column
-    HAS_BIAS: tl.constexpr,  # add the bias here (the wrapper passes False when SPLIT_K > 1)
+    stride_ym, stride_yn,  # y strides: row, column
+    HAS_BIAS: tl.constexpr,  # add the bias
     EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no mask along K
     BLOCK_M: tl.constexpr,  # rows of x per program (power of two >= M, at most 8)
     BLOCK_N: tl.constexpr,  # output channels per program
@@ -123,12 +133,28 @@ def _int8_gemv_kernel(
     # the per-row scale factors out of the K sum: one multiply per output
     scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
     acc = acc * scale[None, :]
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    y_ptrs = y_ptr + pid_k * stride_ys + rows[:, None] * stride_ym + cols[None, :] * stride_yn
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn
+    if SPLIT_K > 1:  # in-kernel fix-up (as in _int4_gemv_words_kernel): no second launch
+        p_ptrs = p_ptr + rows[:, None] * N + cols[None, :]  # partials [SPLIT_K, M, N], contiguous
+        tl.store(p_ptrs + pid_k * M * N, acc, mask=mask)
+        tl.debug_barrier()  # every thread's partial is written before the arrival is counted
+        counter = c_ptr + pid_m * tl.num_programs(axis=0) + pid_n
+        arrived = tl.atomic_add(counter, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:  # the block's last program sums the partials in a fixed order
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for split in tl.static_range(SPLIT_K):
+                acc += tl.load(p_ptrs + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
+            tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+            tl.atomic_xchg(counter, 0)  # ready for the next launch
+    else:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
+        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _int4_gemv_kernel(
@@ -185,6 +211,194 @@ def _int4_gemv_kernel(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     y_ptrs = y_ptr + pid_k * stride_ys + rows[:, None] * stride_ym + cols[None, :] * stride_yn
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def _int4_gemv_words_kernel(
+    x_ptr,  # [1, K] activations (fp16 / bf16 / fp32)
+    w_ptr,  # [N, K/8] int32: the uint8 [N, K/2] packing read as little-endian words, code 8j+i in bits 4i..4i+3 of word j
+    s_ptr,  # [N, K/G] group scales
+    z_ptr,  # [N, K/G] group zeros
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [1, N] output (x's dtype)
+    p_ptr,  # [SPLIT_K, N] fp32 partials (SPLIT_K > 1)
+    c_ptr,  # [cdiv(N, BLOCK_N)] int32 arrival counters, zero before and after a launch (SPLIT_K > 1)
+    N, K,  # problem size (K in features)
+    stride_xk,  # x stride (elements)
+    stride_wn,  # w row stride (words)
+    stride_sn, stride_sg,  # scales strides
+    stride_zn, stride_zg,  # zeros strides
+    stride_yn,  # y stride
+    GROUP_SIZE: tl.constexpr,  # G, a multiple of 8 * BLOCK_W (one group per step)
+    HAS_BIAS: tl.constexpr,  # add the bias
+    BLOCK_N: tl.constexpr,  # output channels per program
+    BLOCK_W: tl.constexpr,  # 32-bit words (8 codes each) per row per step
+    SPLIT_K: tl.constexpr,  # programs sharing one output block along K; the last to finish sums them
+    PREFETCH: tl.constexpr,  # load step k+1's words before step k's arithmetic (bytes in flight)
+):
+    """Batch-1 int4 GEMV at about five instructions per code (the byte kernel takes about seven).
+
+    Each step loads [BLOCK_N, BLOCK_W] words; code i of every word becomes an fp32 with ONE lop3:
+    (word & (0xF << 4i)) | 0x4B000000 is the float 2^23 + q 16^i exactly (nibbles 5..7 are first
+    shifted down 12 bits, one shift for three codes), and one subtract of 2^23 + 8 16^i leaves
+    (q - 8) 16^i. The matching x element is pre-scaled by 16^-i (exact: a power of two, once per
+    x element, shared by every row), so one FMA adds x (q - 8). x is read as [BLOCK_W, 8] (its K
+    order: word j, code i is feature 8j + i) and split into its 8 columns in registers.
+    """
+    pid_n = tl.program_id(axis=0)
+    pid_k = tl.program_id(axis=1)
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_w = tl.arange(0, BLOCK_W)
+    w_ptrs = w_ptr + offs_n[:, None].to(tl.int64) * stride_wn + (pid_k * BLOCK_W + offs_w)[None, :]  # [BN, BW]
+    x_ptrs = x_ptr + ((pid_k * BLOCK_W + offs_w)[:, None] * 8 + tl.arange(0, 8)[None, :]) * stride_xk  # [BW, 8]
+    acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.float32)  # per-word sums, scaled per group
+    zero_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # zero * sum(x) per group
+    step = SPLIT_K * BLOCK_W * 8  # features between this program's steps
+    if PREFETCH:  # step 0's words, requested before the loop
+        w_next = tl.load(w_ptrs)
+    for k0 in range(pid_k * BLOCK_W * 8, K, step):
+        if PREFETCH:  # this step's words arrived during the last step's arithmetic; request the next step's now
+            w = w_next.to(tl.uint32, bitcast=True)
+            w_next = tl.load(w_ptrs + SPLIT_K * BLOCK_W, mask=(offs_w < (K - k0 - step) // 8)[None, :], other=0)
+        else:
+            w = tl.load(w_ptrs).to(tl.uint32, bitcast=True)  # [BN, BW]
+        x = tl.load(x_ptrs).to(tl.float32)  # [BW, 8]
+        even, odd = tl.split(x.reshape(BLOCK_W, 4, 2))  # codes 0 2 4 6 / 1 3 5 7
+        x04, x26 = tl.split(even.reshape(BLOCK_W, 2, 2))
+        x0, x4 = tl.split(x04)
+        x2, x6 = tl.split(x26)
+        x15, x37 = tl.split(odd.reshape(BLOCK_W, 2, 2))
+        x1, x5 = tl.split(x15)
+        x3, x7 = tl.split(x37)
+        hi = w >> 12  # codes 5, 6, 7 at bits 8..19
+        part = (((w & 0xF) | 0x4B000000).to(tl.float32, bitcast=True) - 8388616.0) * x0[None, :]
+        part += (((w & 0xF0) | 0x4B000000).to(tl.float32, bitcast=True) - 8388736.0) * (x1 * 0.0625)[None, :]
+        part += (((w & 0xF00) | 0x4B000000).to(tl.float32, bitcast=True) - 8390656.0) * (x2 * 0.00390625)[None, :]
+        part += (((w & 0xF000) | 0x4B000000).to(tl.float32, bitcast=True) - 8421376.0) * (x3 * 0.000244140625)[None, :]
+        part += (((w & 0xF0000) | 0x4B000000).to(tl.float32, bitcast=True) - 8912896.0) * (x4 * 0.0000152587890625)[None, :]
+        part += (((hi & 0xF00) | 0x4B000000).to(tl.float32, bitcast=True) - 8390656.0) * (x5 * 0.00390625)[None, :]
+        part += (((hi & 0xF000) | 0x4B000000).to(tl.float32, bitcast=True) - 8421376.0) * (x6 * 0.000244140625)[None, :]
+        part += (((hi & 0xF0000) | 0x4B000000).to(tl.float32, bitcast=True) - 8912896.0) * (x7 * 0.0000152587890625)[None, :]
+        g = k0 // GROUP_SIZE  # the step lies in one group: its scale and zero factor out
+        scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
+        zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
+        acc += part * scale[:, None]
+        zero_acc += zero * tl.sum(tl.sum(x, axis=1), axis=0)
+        w_ptrs += SPLIT_K * BLOCK_W
+        x_ptrs += SPLIT_K * BLOCK_W * 8 * stride_xk
+    out = tl.sum(acc, axis=1) + zero_acc  # [BN]
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    valid = cols < N
+    if SPLIT_K > 1:  # in-kernel fix-up: no second launch
+        tl.store(p_ptr + pid_k * N + cols, out, mask=valid)
+        tl.debug_barrier()  # every thread's partial is written before the arrival is counted
+        arrived = tl.atomic_add(c_ptr + pid_n, 1, sem="acq_rel")
+        if arrived == SPLIT_K - 1:  # the last of the block's programs: sum all partials in a fixed order
+            out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for split in tl.static_range(SPLIT_K):
+                out += tl.load(p_ptr + split * N + cols, mask=valid, other=0.0, cache_modifier=".cg")
+            if HAS_BIAS:
+                out += tl.load(b_ptr + offs_n).to(tl.float32)
+            tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
+            tl.atomic_xchg(c_ptr + pid_n, 0)  # ready for the next launch
+    else:
+        if HAS_BIAS:
+            out += tl.load(b_ptr + offs_n).to(tl.float32)
+        tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
+
+
+# int4 codes -> the 16-bit float (q - 8), two per 32-bit register, for `tl.inline_asm_elementwise`
+# with pack=4: $4 holds four packed bytes b0..b3; $0, $1 receive the low nibbles (b0, b1), (b2, b3),
+# $2, $3 the high nibbles. prmt spreads the bytes into the 16-bit halves; lop3 ((a & mask) | magic)
+# writes a code into the mantissa of MAGIC (bf16 128 = 0x4300: ulp 1 up to 256; fp16 1024 = 0x6400:
+# ulp 1 up to 2048), so the half holds MAGIC + q exactly; one packed fma subtracts MAGIC + 8.
+# Six integer and two float instructions per eight codes (the arithmetic path takes about five per code).
+_INT4_TO_16BIT_ASM = """
+{
+.reg .b32 lo01, lo23, hi01, hi23, one, bias;
+prmt.b32 lo01, $4, 0, 0x4140;
+prmt.b32 lo23, $4, 0, 0x4342;
+shr.u32 hi01, lo01, 4;
+shr.u32 hi23, lo23, 4;
+lop3.b32 $0, lo01, 0x000F000F, MAGIC, 0xEA;
+lop3.b32 $1, lo23, 0x000F000F, MAGIC, 0xEA;
+lop3.b32 $2, hi01, 0x000F000F, MAGIC, 0xEA;
+lop3.b32 $3, hi23, 0x000F000F, MAGIC, 0xEA;
+mov.b32 one, ONE;
+mov.b32 bias, BIAS;
+fma.rn.TYPE $0, $0, one, bias;
+fma.rn.TYPE $1, $1, one, bias;
+fma.rn.TYPE $2, $2, one, bias;
+fma.rn.TYPE $3, $3, one, bias;
+}
+"""
+INT4_ASM_BF16 = (
+    _INT4_TO_16BIT_ASM.replace("MAGIC", "0x43004300").replace("ONE", "0x3F803F80").replace("BIAS", "0xC308C308").replace("TYPE", "bf16x2")
+)  # 128 + q - 136
+INT4_ASM_FP16 = (
+    _INT4_TO_16BIT_ASM.replace("MAGIC", "0x64006400").replace("ONE", "0x3C003C00").replace("BIAS", "0xE408E408").replace("TYPE", "f16x2")
+)  # 1024 + q - 1032
+
+
+def _int4_gemv_mma_kernel(
+    x_ptr,  # [M, K] activations (fp16 / bf16), M <= 16
+    w_ptr,  # [N, K/2] uint8, two codes per byte, low nibble = even k
+    s_ptr,  # [N, K/G] group scales
+    z_ptr,  # [N, K/G] group zeros
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [M, N] output (x's dtype), or [SPLIT_K, M, N] fp32 partials when SPLIT_K > 1
+    M, N, K,  # problem size (K in features, not bytes)
+    stride_xm, stride_xk,  # x strides (elements)
+    stride_wn, stride_wk,  # w strides (bytes)
+    stride_sn, stride_sg,  # scales strides
+    stride_zn, stride_zg,  # zeros strides
+    stride_ys, stride_ym, stride_yn,  # y strides: split, row, column
+    GROUP_SIZE: tl.constexpr,  # G, a multiple of BLOCK_K (one group per chunk)
+    HAS_BIAS: tl.constexpr,  # add the bias here (the wrapper passes False when SPLIT_K > 1)
+    ASM_DEQUANT: tl.constexpr,  # "" (arithmetic: the interpreter) or INT4_ASM_BF16 / INT4_ASM_FP16
+    BLOCK_N: tl.constexpr,  # output channels per program (the MMA's M)
+    BLOCK_K: tl.constexpr,  # input features per loop step (BLOCK_K / 2 bytes per row)
+    SPLIT_K: tl.constexpr,  # programs sharing one output block along K
+):
+    """The GEMV on tensor cores: y^T [BN, 16] += W_chunk [BN, BK] @ x_chunk^T [BK, 16] per group chunk.
+
+    M (at most 16) is padded to the MMA's 16 columns with zero rows of x; the wasted MMA work is
+    free beside the weight bytes. The codes become the 16-bit floats q - 8 (exact), so the MMA
+    sums x (q - 8) in fp32 and the group's scale and zero apply once per chunk per output.
+    """
+    pid_n = tl.program_id(axis=0)
+    pid_k = tl.program_id(axis=1)
+    offs_m = tl.arange(0, 16)
+    m_ok = offs_m < M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_j = tl.arange(0, BLOCK_K // 2)  # byte j of the chunk: features 2j (low nibble), 2j+1 (high)
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (pid_k * BLOCK_K + 2 * offs_j[None, :]) * stride_xk  # [16, BK/2] even k
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (pid_k * (BLOCK_K // 2) + offs_j[None, :]) * stride_wk  # [BN, BK/2]
+    acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)  # y^T
+    for k0 in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):  # K % BLOCK_K == 0: no masks along K
+        packed = tl.load(w_ptrs)  # [BN, BK/2] uint8
+        x_even = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)  # [16, BK/2]
+        x_odd = tl.load(x_ptrs + stride_xk, mask=m_ok[:, None], other=0.0)
+        if ASM_DEQUANT == "":
+            q_even = ((packed & 0xF).to(tl.int32) - 8).to(tl.float32).to(x_even.dtype)  # [BN, BK/2]
+            q_odd = ((packed >> 4).to(tl.int32) - 8).to(tl.float32).to(x_even.dtype)
+        else:
+            q_even, q_odd = tl.inline_asm_elementwise(
+                ASM_DEQUANT, "=r,=r,=r,=r,r", [packed], dtype=(x_even.dtype, x_even.dtype), is_pure=True, pack=4
+            )
+        part = tl.dot(q_even, tl.trans(x_even))  # [BN, 16]: sum over the chunk of (q - 8) x
+        part = tl.dot(q_odd, tl.trans(x_odd), part)
+        g = k0 // GROUP_SIZE
+        scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
+        zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
+        x_sum = tl.sum(x_even.to(tl.float32) + x_odd.to(tl.float32), axis=1)  # [16]
+        acc += part * scale[:, None] + zero[:, None] * x_sum[None, :]
+        x_ptrs += SPLIT_K * BLOCK_K * stride_xk
+        w_ptrs += SPLIT_K * (BLOCK_K // 2) * stride_wk
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + offs_n).to(tl.float32)[:, None]
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    y_ptrs = y_ptr + pid_k * stride_ys + offs_m[None, :] * stride_ym + cols[:, None] * stride_yn  # [BN, 16]
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[None, :] & (cols[:, None] < N))
 
 
 def _splitk_reduce_kernel(
@@ -415,6 +629,25 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+_COUNTERS: dict[torch.device, list[torch.Tensor]] = {}  # every buffer ever handed out stays alive (CUDA graphs hold their addresses)
+
+
+def _split_k_buffers(split_k: int, m: int, n: int, blocks: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fp32 partials [SPLIT_K, M, N] and the arrival counters of an in-kernel split-K fix-up.
+
+    The counters are zero before a launch and the last program of each block resets its own, so
+    one buffer per device serves every launch in stream order. Two split-K GEMVs running at the
+    same time on different streams would share counters: the GEMVs here run on one stream.
+    """
+    if split_k == 1:
+        dummy = torch.empty(1, device=device, dtype=torch.float32)
+        return dummy, dummy
+    held = _COUNTERS.setdefault(torch.device(device), [])
+    if not held or held[-1].numel() < blocks:
+        held.append(torch.zeros(max(blocks, 1 << 16), device=device, dtype=torch.int32))
+    return torch.empty((split_k, m, n), device=device, dtype=torch.float32), held[-1]
+
+
 def int8_weight_only_matmul(
     x: torch.Tensor,
     w_int8: torch.Tensor,
@@ -453,18 +686,15 @@ def int8_weight_only_matmul(
         _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
         block_m, split_k = _block_m(m), cfg["SPLIT_K"]
         grid = (_cdiv(n, cfg["BLOCK_N"]), split_k, _cdiv(m, block_m))
-        target = y if split_k == 1 else torch.empty((split_k, m, n), device=x.device, dtype=torch.float32)
-        ys = (0, y.stride(0), y.stride(1)) if split_k == 1 else target.stride()
+        partials, counters = _split_k_buffers(split_k, m, n, grid[0] * grid[2], x.device)
         _jit(_int8_gemv_kernel)[grid](
-            x, w_int8, scales, bias if bias is not None else scales, target,
+            x, w_int8, scales, bias if bias is not None else scales, y, partials, counters,
             m, n, k,
-            x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), *ys,
-            HAS_BIAS=bias is not None and split_k == 1, EVEN_K=k % cfg["BLOCK_K"] == 0,
+            x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
+            HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k,
             **_launch_options(cfg),
         )
-        if split_k > 1:
-            _splitk_finish(target, bias, y)
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
     _positive_pow2(cfg, "BLOCK_M", "BLOCK_N", "BLOCK_K")
@@ -489,6 +719,55 @@ def _check_int4_block_k(block_k: int, group_size: int, path: str) -> None:
             f"int4 {path} path: BLOCK_K={block_k} must divide group_size={group_size} (one scale/zero per chunk)"
             f" and be at least {least}; pick BLOCK_K in {[b for b in (2, 4, 8, 16, 32, 64, 128, 256, 512) if b >= least and group_size % b == 0]}"
         )
+
+
+def _int4_words(w_packed: torch.Tensor) -> torch.Tensor | None:
+    """The packed codes as int32 words [N, K/8] (a view), or None when rows are not whole aligned words."""
+    if w_packed.stride(1) != 1 or w_packed.shape[1] % 4 or w_packed.stride(0) % 4 or w_packed.data_ptr() % 4:
+        return None
+    return w_packed.view(torch.int32)
+
+
+def _int4_words_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
+    m, k = x.shape
+    n = w_packed.shape[0]
+    words = _int4_words(w_packed)
+    if m != 1 or words is None or cfg["BLOCK_K"] % 8 or cfg["BLOCK_K"] < 16 or group_size % cfg["BLOCK_K"]:
+        raise ValueError(
+            f"int4 GEMV KERNEL='words' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0) and BLOCK_K a"
+            f" multiple of 8 (>= 16) dividing group_size; got M={m}, K={k}, BLOCK_K={cfg['BLOCK_K']}, group_size={group_size}:"
+            f" use KERNEL='bytes'"
+        )
+    split_k = cfg["SPLIT_K"]
+    grid = (_cdiv(n, cfg["BLOCK_N"]), split_k)
+    partials, counters = _split_k_buffers(split_k, 1, n, grid[0], x.device)
+    _jit(_int4_gemv_words_kernel)[grid](
+        x, words, scales, zeros, bias if bias is not None else scales, y, partials, counters,
+        n, k, x.stride(1), words.stride(0),
+        scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
+        GROUP_SIZE=group_size, HAS_BIAS=bias is not None,
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_K"] // 8, SPLIT_K=split_k, PREFETCH=bool(cfg.get("PREFETCH", False)),
+        **_launch_options(cfg),
+    )
+
+
+def _check_int4_mma(cfg: dict[str, Any], x: torch.Tensor, m: int) -> None:
+    """The tensor-core GEMV: 16-bit activations, M <= 16 (the MMA's padded columns), MMA-sized blocks."""
+    if x.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(f"int4 GEMV with MMA=True needs fp16 or bf16 activations, got {x.dtype}; use MMA=False")
+    if m > 16:
+        raise ValueError(f"int4 GEMV with MMA=True handles M <= 16 rows, got M={m}; use the tiled path")
+    if cfg["BLOCK_N"] < 16 or cfg["BLOCK_K"] < 32:
+        raise ValueError(f"int4 GEMV with MMA=True needs BLOCK_N >= 16 and BLOCK_K >= 32 (tl.dot tiles), got {cfg}")
+
+
+def _int4_asm(x: torch.Tensor) -> str:
+    """The packed int4 -> 16-bit conversion for x's dtype; "" (arithmetic) under the interpreter."""
+    from agnitra.kernels.spec import interpreting
+
+    if interpreting():
+        return ""
+    return INT4_ASM_BF16 if x.dtype == torch.bfloat16 else INT4_ASM_FP16
 
 
 def _check_int4_inputs(x, w_packed, scales, zeros, group_size) -> tuple[int, int, int]:
@@ -543,9 +822,29 @@ def int4_weight_only_matmul(
         _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
         _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
         block_m, split_k = _block_m(m), cfg["SPLIT_K"]
-        grid = (_cdiv(n, cfg["BLOCK_N"]), split_k, _cdiv(m, block_m))
         target = y if split_k == 1 else torch.empty((split_k, m, n), device=x.device, dtype=torch.float32)
         ys = (0, y.stride(0), y.stride(1)) if split_k == 1 else target.stride()
+        kernel = cfg.get("KERNEL", "bytes")
+        if kernel not in ("words", "bytes", "mma"):
+            raise ValueError(f"int4 GEMV KERNEL must be 'words', 'bytes' or 'mma', got {kernel!r}")
+        if kernel == "words":
+            _int4_words_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg)
+            return y
+        if kernel == "mma":
+            _check_int4_mma(cfg, x, m)
+            _jit(_int4_gemv_mma_kernel)[(_cdiv(n, cfg["BLOCK_N"]), split_k)](
+                x, w_packed, scales, zeros, bias if bias is not None else scales, target,
+                m, n, k,
+                x.stride(0), x.stride(1), w_packed.stride(0), w_packed.stride(1),
+                scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), *ys,
+                GROUP_SIZE=group_size, HAS_BIAS=bias is not None and split_k == 1, ASM_DEQUANT=_int4_asm(x),
+                BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k,
+                **_launch_options(cfg),
+            )
+            if split_k > 1:
+                _splitk_finish(target, bias, y)
+            return y
+        grid = (_cdiv(n, cfg["BLOCK_N"]), split_k, _cdiv(m, block_m))
         _jit(_int4_gemv_kernel)[grid](
             x, w_packed, scales, zeros, bias if bias is not None else scales, target,
             m, n, k,
@@ -667,26 +966,48 @@ _SMS = 132  # H100 SXM: the split-K heuristics aim for a few programs per SM
 _MAX_ACC_PER_THREAD = 128  # GEMV: fp32 products per thread per step ([BM, BN, BK] / threads)
 
 
-def _gemv_configs(m: int, n: int, k: int, group: int | None) -> list[dict[str, Any]]:
-    """BLOCK_N x BLOCK_K tiles sized for 16-byte loads, warps, stages, and SPLIT_K where the
-    output blocks alone would leave SMs idle."""
+def _split_ks(n_blocks: int, steps: int) -> list[int]:
+    """SPLIT_K values worth trying: 1, and splits that keep at most ~8 programs an SM and 2+ steps each."""
+    return [s for s in (1, 2, 4, 8) if s == 1 or (n_blocks * s <= 8 * _SMS and steps >= 2 * s)]
+
+
+def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
+    """BLOCK_N x BLOCK_K tiles from 1 row x 4 KB (long rows in flight) to 32 rows x 256 B, warps,
+    and SPLIT_K (fixed up in the kernel) where the output blocks alone would leave SMs idle."""
     bm = _block_m(m)
-    if group is None:  # int8: BLOCK_K bytes per row per step
-        pairs = ((8, 512), (16, 256), (16, 512), (32, 128), (32, 256), (64, 128))
-    else:  # int4: BLOCK_K / 2 bytes per row per step, BLOCK_K dividing G
-        pairs = ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32))
-        pairs = tuple((bn, bk) for bn, bk in pairs if group % bk == 0) or ((64, group), (128, group))
     out = []
-    for (bn, bk), nw, ns in itertools.product(pairs, (4, 8), (1, 3)):
-        elems = bm * bn * (bk // 2 if group is not None else bk)  # products per step
-        if elems // (32 * nw) > _MAX_ACC_PER_THREAD or elems // (32 * nw) < 8:
+    for bn, bk, nw in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048, 4096), (4, 8)):
+        per_thread = bm * bn * bk // (32 * nw)  # fp32 products per thread per step
+        if bk > max(256, pow2_bucket(k)) or not 8 <= per_thread <= _MAX_ACC_PER_THREAD:
             continue
-        steps = _cdiv(k, bk)
-        blocks = _cdiv(n, bn)
-        for split in (1, 2, 4, 8):
-            if split > 1 and (blocks * split > 4 * _SMS or steps < 2 * split):
-                break
-            out.append({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": ns})
+        for split in _split_ks(_cdiv(n, bn) * _cdiv(m, bm), _cdiv(k, bk)):
+            out.append({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1})
+    return out
+
+
+def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
+    """M == 1: the word kernel (BLOCK_K codes per row per step, dividing G); M > 1: the byte kernel
+    and, for 16-bit activations up to 16 rows, the tensor-core kernel."""
+    out = []
+    if m == 1 and k % 8 == 0:
+        for bn, bk, nw in itertools.product((16, 32, 64, 128, 256), (64, 128), (4, 8)):
+            if group % bk or not 32 <= bn * bk // (32 * nw) <= 256:  # codes per thread per step
+                continue
+            for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
+                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": prefetch})
+        return out
+    bm = _block_m(m)
+    pairs = [(bn, bk) for bn, bk in ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32)) if group % bk == 0] or [(64, group), (128, group)]
+    for (bn, bk), nw in itertools.product(pairs, (4, 8)):
+        if not 8 <= bm * bn * bk // 2 // (32 * nw) <= _MAX_ACC_PER_THREAD:
+            continue
+        for split in _split_ks(_cdiv(n, bn), _cdiv(k, bk)):
+            out.append({"KERNEL": "bytes", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 3})
+    if m <= 16:
+        for bn, bk in ((64, 128), (128, 128), (64, 64)):
+            if group % bk == 0:
+                for split in _split_ks(_cdiv(n, bn), k // bk):
+                    out.append({"KERNEL": "mma", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4 if bn == 64 else 8, "num_stages": 3})
     return out
 
 
@@ -710,34 +1031,38 @@ def _tiled_configs(m: int, n: int, k: int, group: int | None) -> list[dict[str, 
 
 def int8_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
     m, n, k = shape[:3]
-    return _gemv_configs(m, n, k, None)
+    return _int8_gemv_space(m, n, k)
 
 
 def int8_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
+    """H100 exploration (llama-8b shapes): 8 rows x 1 KB steps up to ~8K outputs, 32 x 256 B past that."""
     m, n, k = shape[:3]
-    bn = 32 if m <= 2 else 16
-    bk = 256 if m <= 2 else 128
-    blocks = _cdiv(n, bn)
-    split = 1
-    while blocks * split * 2 <= 2 * _SMS and _cdiv(k, bk) >= 4 * split:  # at least ~2 programs per SM
-        split *= 2
-    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
+    if m <= 2 and n <= 8192:
+        return {"BLOCK_N": 8, "BLOCK_K": min(1024, max(256, pow2_bucket(k))), "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}
+    return {"BLOCK_N": 32 if m <= 2 else 16, "BLOCK_K": 256 if m <= 2 else 128, "SPLIT_K": 1, "num_warps": 8 if m <= 2 else 4, "num_stages": 1}
 
 
 def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
     m, n, k, g = shape[:4]
-    return _gemv_configs(m, n, k, g)
+    configs = _int4_gemv_space(m, n, k, g)
+    return [c for c in configs if c["KERNEL"] != "mma" or dtype != torch.float32]
 
 
 def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
     m, n, k, g = shape[:4]
+    if m == 1 and k % 8 == 0 and g % 16 == 0:  # the word kernel: 64 rows, one group (up to 128 codes) a step
+        bk = max(b for b in (16, 32, 64, 128) if g % b == 0)
+        blocks, split = _cdiv(n, 64), 1
+        while blocks * split < 2 * _SMS and k // bk >= 4 * split * 2:
+            split *= 2
+        return {"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
     bk = max(b for b in (2, 4, 8, 16, 32, 64, 128) if g % b == 0)  # the largest divisor of G up to 128
     bn = 32 if m <= 2 else 16
     blocks = _cdiv(n, bn)
     split = 1
     while blocks * split * 2 <= 2 * _SMS and _cdiv(k, bk) >= 4 * split:
         split *= 2
-    return {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
+    return {"KERNEL": "bytes", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
 
 
 def int8_tiled_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
@@ -810,6 +1135,11 @@ def _bucket(shape: tuple[int, ...]) -> str:
     return f"M{pow2_bucket(m)}_N{n}_K{k}{tail}"
 
 
+def _gemv_bucket(shape: tuple[int, ...]) -> str:
+    """The GEMV paths' buckets: "v2" since the word kernel and in-kernel split-K (older tunings do not apply)."""
+    return _bucket(shape) + "_v2"
+
+
 def _with_path(fn, path: str):
     def launch(*inputs, config: dict[str, Any] | None = None):
         return fn(*inputs, config={**(config or {}), "path": path})
@@ -837,7 +1167,7 @@ for _path, _configs, _default in (("gemv", int8_gemv_configs, int8_gemv_default_
             make_inputs=_make_int8_inputs,
             flops=_flops,
             bytes=_int8_bytes,
-            bucket=_bucket,
+            bucket=_gemv_bucket if _path == "gemv" else _bucket,
         )
     )
 
@@ -852,6 +1182,6 @@ for _path, _configs, _default in (("gemv", int4_gemv_configs, int4_gemv_default_
             make_inputs=_make_int4_inputs,
             flops=_flops,
             bytes=_int4_bytes,
-            bucket=_bucket,
+            bucket=_gemv_bucket if _path == "gemv" else _bucket,
         )
     )

@@ -1,0 +1,168 @@
+"""Decode GEMV exploration: every configuration of a kernel variant at llama decode shapes, beside
+the time a kernel needs only to READ the same weight bytes, and the peers, in one run.
+
+    PYTHONPATH=src python benchmarks/explore_gemv.py --shapes 8b,1b --out-file results.json
+
+For each shape:
+- read floor: the fastest of a family of read-only Triton kernels (each program sums BLOCK_N rows
+  of the weight as int32 words) over rotating copies larger than L2. This is what reading those
+  bytes costs at that size on this device, launch ramp and tail included; the copy bandwidth of a
+  large buffer is the other reference.
+- int8 GEMV (`int8_gemv`): every configuration of its space, each checked against the float64
+  reference.
+- int4 GEMV: the byte kernel with a second split-K launch (before), and every configuration of the
+  int4 GEMV's space (at batch 1 the word kernel with the split-K fixed up in the kernel).
+- peers in the same process: torch.compile's int8 Linear, tinygemm int4 (`_weight_int4pack_mm`).
+Writes one JSON file (all trials, the best of each variant, floors, peers, device, versions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agnitra import api
+from agnitra.device import resolve_device
+from agnitra.kernels.autotune import input_sets, tune
+from agnitra.kernels.spec import get_kernel
+from agnitra.report.schema import to_dict
+from agnitra.telemetry.signature import software_versions
+from agnitra.telemetry.timing import time_device_calls
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernels import LLAMA_1B, LLAMA_8B, compiled_int8_peers, int4_peers  # noqa: E402
+
+GROUP = 128
+
+
+def _read_kernel():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.arange(0, BLOCK_W)[None, :]
+        acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
+        for _ in range(0, WORDS, BLOCK_W):
+            acc += tl.load(ptrs)
+            ptrs += BLOCK_W
+        tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=rows < N)
+
+    return read_rows
+
+
+def read_floor(n: int, row_bytes: int, device, copies: int, runs: int) -> dict:
+    """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over `copies` buffers."""
+    kernel = _read_kernel()
+    words = row_bytes // 4
+    bufs = [torch.randint(-2**31, 2**31 - 1, (n, words), dtype=torch.int32, device=device) for _ in range(copies)]
+    out = torch.empty(n, dtype=torch.int32, device=device)
+    best = None
+    for bn in (1, 2, 4, 8, 16):
+        for bw in (32, 64, 128, 256, 512, 1024):
+            if words % bw or bn * bw > 8192 or bn * bw < 512:
+                continue
+            for nw in (4, 8):
+                def launch(i, bn=bn, bw=bw, nw=nw):
+                    kernel[(-(-n // bn),)](bufs[i % copies], out, n, words, BLOCK_N=bn, BLOCK_W=bw, num_warps=nw)
+                try:
+                    for i in range(3):
+                        launch(i)
+                    ms = float(np.median(time_device_calls(launch, runs, device)))
+                except Exception as exc:  # noqa: BLE001 - out of resources: skip the configuration
+                    print("read floor config failed", bn, bw, nw, str(exc).splitlines()[0][:120])
+                    continue
+                if best is None or ms < best["ms"]:
+                    best = {"ms": ms, "BLOCK_N": bn, "BLOCK_W": bw, "num_warps": nw}
+    best["gbps"] = n * row_bytes / (best["ms"] / 1e3) / 1e9
+    return best
+
+
+def int4_before(shape) -> list[dict]:
+    """The byte kernel with a second split-K launch, as tuned before the word kernel (the "before")."""
+    return [{"KERNEL": "bytes", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": s, "num_warps": 4, "num_stages": 3} for s in (1, 2, 8)]
+
+
+def explore(name: str, shape, configs: list[dict], dtype, device, l2, runs: int) -> dict:
+    spec = dataclasses.replace(get_kernel(name), configs=lambda s, d, c=configs: c)
+    result = tune(spec, shape, dtype, device, runs=runs, strategy="exhaustive", cache=None, l2_bytes=l2, max_trials=len(configs))
+    trials = sorted(([t.ms, t.config] for t in result.trials if t.ok), key=lambda t: t[0])
+    failed = [[t.config, t.reason] for t in result.trials if not t.ok]
+    return {"best": result.best, "best_ms": result.best_ms, "top": trials[:8], "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
+
+
+def peer_ms(peers: dict, sets, device, runs: int) -> dict:
+    out = {}
+    for peer_name, (make_inputs, fn) in peers.items():
+        try:
+            peer_sets = [make_inputs(s) for s in sets]
+            for i in range(3):
+                fn(*peer_sets[i % len(peer_sets)])
+            out[peer_name] = float(np.median(time_device_calls(lambda i: fn(*peer_sets[i % len(peer_sets)]), runs, device)))
+        except Exception as exc:  # noqa: BLE001 - recorded, not fatal
+            out[peer_name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--shapes", default="8b,1b")
+    parser.add_argument("--only", default="floor,int8,int4")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--out-file", required=True)
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    report = api.describe_device(device)
+    l2 = report.signature.get("l2_bytes")
+    smoke = args.shapes == "smoke"  # the CPU under TRITON_INTERPRET=1: fp16 (the interpreter's bf16 tl.dot is wrong)
+    dtype = torch.float16 if smoke else torch.bfloat16
+    only = set(args.only.split(","))
+    shapes = [s for key in args.shapes.split(",") for s in {"8b": LLAMA_8B, "1b": LLAMA_1B, "smoke": [(1, 64, 256)]}[key]]
+    rows = []
+    path = Path(args.out_file)
+
+    def save():
+        path.write_text(json.dumps({
+            "schema": "agnitra.gemv-explore/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
+            "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs,
+            "copy_gbps": report.ceilings.get("copy_gbps"), "rows": rows}, indent=2, default=str))
+
+    for shape in shapes:
+        m, n, k = shape
+        row = {"shape": list(shape)}
+        rows.append(row)
+        copies = max(1, min(8, -(-2 * (l2 or 0) // (n * k))))
+        if "floor" in only:
+            row["read_floor_int8"] = read_floor(n, k, device, copies, args.runs)
+            row["read_floor_int4"] = read_floor(n, k // 2, device, 2 * copies, args.runs)
+            print(shape, "read floors", row["read_floor_int8"], row["read_floor_int4"], flush=True)
+        if "int8" in only:
+            sets = input_sets(get_kernel("int8_gemv"), shape, dtype, device, l2)
+            row["int8_peers"] = {} if smoke else peer_ms(compiled_int8_peers(), sets, device, args.runs)
+            row["int8"] = explore("int8_gemv", shape, get_kernel("int8_gemv").configs(shape, dtype), dtype, device, l2, args.runs)
+            print(shape, "int8", row["int8"]["best_ms"], row["int8"]["best"], row["int8_peers"], flush=True)
+            save()
+        if "int4" in only:
+            shape4 = (*shape, GROUP)
+            spec4 = get_kernel("int4_gemv")
+            sets = input_sets(spec4, shape4, dtype, device, l2)
+            row["int4_peers"] = {} if smoke else peer_ms(int4_peers(dtype), sets, device, args.runs)
+            row["int4_bytes"] = explore("int4_gemv", shape4, int4_before(shape4), dtype, device, l2, args.runs)
+            row["int4"] = explore("int4_gemv", shape4, spec4.configs(shape4, dtype), dtype, device, l2, args.runs)
+            print(shape, "int4 bytes", row["int4_bytes"]["best_ms"], "space", row["int4"]["best_ms"], row["int4"]["best"], row["int4_peers"], flush=True)
+        save()
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
