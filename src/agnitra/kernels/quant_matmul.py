@@ -632,16 +632,16 @@ def _cdiv(a: int, b: int) -> int:
 _COUNTERS: dict[torch.device, list[torch.Tensor]] = {}  # every buffer ever handed out stays alive (CUDA graphs hold their addresses)
 
 
-def _split_k_buffers(split_k: int, m: int, n: int, blocks: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_k_buffers(split_k: int, m: int, n: int, blocks: int, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The fp32 partials [SPLIT_K, M, N] and the arrival counters of an in-kernel split-K fix-up.
 
     The counters are zero before a launch and the last program of each block resets its own, so
     one buffer per device serves every launch in stream order. Two split-K GEMVs running at the
     same time on different streams would share counters: the GEMVs here run on one stream.
     """
-    if split_k == 1:
-        dummy = torch.empty(1, device=device, dtype=torch.float32)
-        return dummy, dummy
+    if split_k == 1:  # not read: the kernel's split-K branch is compiled out
+        return y, y
+    device = y.device
     held = _COUNTERS.setdefault(torch.device(device), [])
     if not held or held[-1].numel() < blocks:
         held.append(torch.zeros(max(blocks, 1 << 16), device=device, dtype=torch.int32))
@@ -686,7 +686,7 @@ def int8_weight_only_matmul(
         _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
         block_m, split_k = _block_m(m), cfg["SPLIT_K"]
         grid = (_cdiv(n, cfg["BLOCK_N"]), split_k, _cdiv(m, block_m))
-        partials, counters = _split_k_buffers(split_k, m, n, grid[0] * grid[2], x.device)
+        partials, counters = _split_k_buffers(split_k, m, n, grid[0] * grid[2], y)
         _jit(_int8_gemv_kernel)[grid](
             x, w_int8, scales, bias if bias is not None else scales, y, partials, counters,
             m, n, k,
@@ -740,7 +740,7 @@ def _int4_words_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> No
         )
     split_k = cfg["SPLIT_K"]
     grid = (_cdiv(n, cfg["BLOCK_N"]), split_k)
-    partials, counters = _split_k_buffers(split_k, 1, n, grid[0], x.device)
+    partials, counters = _split_k_buffers(split_k, 1, n, grid[0], y)
     _jit(_int4_gemv_words_kernel)[grid](
         x, words, scales, zeros, bias if bias is not None else scales, y, partials, counters,
         n, k, x.stride(1), words.stride(0),
