@@ -112,12 +112,8 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 200 python3 benchmarks/explore_gemv.py --shapes 8b --only int8 --runs 20 --out-file "$OUT/gemv-explore-int8-8b.json" 2>&1 | grep -v "^  "
       timeout 60 python3 benchmarks/explore_gemv.py --shapes 1b --only int4 --runs 20 --out-file "$OUT/gemv-explore-int4-1b.json" 2>&1 | grep -v "^  "
       ;;
-    gemv2)  # the int4 word kernel and in-kernel split-K: GPU numerics, then the GEMV rows (whole spaces tuned) with read floors and peers
-      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py 2>&1 | tail -15
-      timeout 420 python3 benchmarks/kernels.py --only gemv --shapes 8b,1b --max-trials 80 --runs 30 --out-file "$OUT/kernels-gemv.json" 2>&1 | grep -v "^  "
-      ;;
-    gemv3)  # the int4 word kernel with prefetching in its space: GPU numerics, GEMV rows re-tuned (int8 rows from the tuning cache)
-      AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_quant.py -k "int4 or split" 2>&1 | tail -4
+    gemv)  # weight-only GEMVs: GPU numerics of every quant kernel, then the GEMV rows (whole spaces tuned) with read floors and peers
+      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py 2>&1 | tail -4
       timeout 440 python3 benchmarks/kernels.py --only gemv --shapes 8b,1b --max-trials 100 --runs 30 --out-file "$OUT/kernels-gemv.json" 2>&1 | grep -v "^  "
       ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU

@@ -30,7 +30,7 @@ import torch
 
 from agnitra import api
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import input_sets, tune
+from agnitra.kernels.autotune import input_sets, sets_past_l2, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
@@ -59,9 +59,10 @@ def _read_kernel():
     return read_rows
 
 
-def read_floor(n: int, row_bytes: int, device, copies: int, runs: int) -> dict:
-    """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over `copies` buffers."""
+def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int) -> dict:
+    """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over copies past L2."""
     kernel = _read_kernel()
+    copies = sets_past_l2(n * row_bytes, l2_bytes)
     words = row_bytes // 4
     bufs = [torch.randint(-2**31, 2**31 - 1, (n, words), dtype=torch.int32, device=device) for _ in range(copies)]
     out = torch.empty(n, dtype=torch.int32, device=device)
@@ -140,10 +141,9 @@ def main() -> int:
         m, n, k = shape
         row = {"shape": list(shape)}
         rows.append(row)
-        copies = max(1, min(8, -(-2 * (l2 or 0) // (n * k))))
         if "floor" in only:
-            row["read_floor_int8"] = read_floor(n, k, device, copies, args.runs)
-            row["read_floor_int4"] = read_floor(n, k // 2, device, 2 * copies, args.runs)
+            row["read_floor_int8"] = read_floor(n, k, device, l2, args.runs)
+            row["read_floor_int4"] = read_floor(n, k // 2, device, l2, args.runs)
             print(shape, "read floors", row["read_floor_int8"], row["read_floor_int4"], flush=True)
         if "int8" in only:
             sets = input_sets(get_kernel("int8_gemv"), shape, dtype, device, l2)

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import input_sets, tune
+from agnitra.kernels.autotune import input_sets, measure, to_float64, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
@@ -81,12 +81,17 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
     spec = get_kernel(name)
     result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials)
     sets = input_sets(spec, shape, dtype, device, l2)
+    # the chosen configuration timed (and checked) in this run, beside its peers; a cached tuning's time is from another process
+    timed = measure(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype, device, runs, warmup=5)
+    if not timed.ok:
+        raise RuntimeError(f"the tuned configuration {result.best} failed: {timed.reason}")
+    ms = timed.ms
     nbytes, flops = spec.bytes(shape, dtype), spec.flops(shape)
     row = {
         "kernel": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
-        "config": result.best, "ms": result.best_ms, "default_ms": result.default_ms,
-        "gbps": nbytes / (result.best_ms / 1e3) / 1e9, "tflops": flops / (result.best_ms / 1e3) / 1e12,
-        "bandwidth_fraction": nbytes / (result.best_ms / 1e3) / 1e9 / ceilings["copy_gbps"],
+        "config": result.best, "ms": ms, "tuning_ms": result.best_ms, "default_ms": result.default_ms, "relative_error": timed.error,
+        "gbps": nbytes / (ms / 1e3) / 1e9, "tflops": flops / (ms / 1e3) / 1e12,
+        "bandwidth_fraction": nbytes / (ms / 1e3) / 1e9 / ceilings["copy_gbps"],
         "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets), "peers": {},
     }
     for peer_name, (make_inputs, fn) in peers.items():
@@ -96,8 +101,8 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
         except Exception as exc:  # noqa: BLE001 - a peer that cannot run is recorded, not fatal
             row["peers"][peer_name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     best_peer = min((v for v in row["peers"].values() if isinstance(v, float)), default=None)
-    row["speedup_vs_best_peer"] = best_peer / result.best_ms if best_peer else None
-    print(f"{name:22s} {str(shape):22s} {result.best_ms * 1e3:9.1f} us  {row['gbps']:8.0f} GB/s  {row['bandwidth_fraction']:.0%} of copy  peers {row['peers']}", flush=True)
+    row["speedup_vs_best_peer"] = best_peer / ms if best_peer else None
+    print(f"{name:22s} {str(shape):22s} {ms * 1e3:9.1f} us  {row['gbps']:8.0f} GB/s  {row['bandwidth_fraction']:.0%} of copy  peers {row['peers']}", flush=True)
     return row
 
 
@@ -108,7 +113,7 @@ def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int) -> None:
 
     m, n, k = shape
     row_bytes = k // 2 if int4 else k
-    floor = read_floor(n, row_bytes, device, max(1, min(8, -(-2 * (l2 or 0) // (n * row_bytes)))), runs)
+    floor = read_floor(n, row_bytes, device, l2, runs)
     row["read_floor"] = floor
     row["fraction_of_read_floor"] = floor["ms"] / row["ms"]
     print(f"{'':22s} read floor {floor['ms'] * 1e3:.1f} us ({floor['gbps']:.0f} GB/s): kernel at {row['fraction_of_read_floor']:.0%} of it", flush=True)
@@ -185,9 +190,11 @@ def main() -> int:
     path = Path(args.out_file or f"benchmarks/results/kernels-{slug}-{dt.date.today().isoformat()}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
 
-    def add(name, problem, peers):  # written after every row: a killed run keeps what it measured
+    def add(name, problem, peers, then=None):  # written after every row: a killed run keeps what it measured
         try:
             rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, peers, args.max_trials))
+            if then is not None:
+                then(rows[-1])
         except Exception as exc:  # noqa: BLE001 - one failing kernel must not lose the others
             rows.append({"kernel": name, "shape": list(problem), "status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
             print(f"{name} {problem} FAILED: {rows[-1]['error']}", flush=True)
@@ -203,9 +210,8 @@ def main() -> int:
         for shape in gemv_shapes:
             for name in ("int8_gemv", "int4_gemv"):
                 problem = shape if name.startswith("int8") else (*shape, 128)
-                add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}))
-                if device.type == "cuda" and "ms" in rows[-1]:
-                    add_read_floor(rows[-1], shape, name.startswith("int4"), device, l2, args.runs)
+                floor = (lambda row, s=shape, i4=name.startswith("int4"): add_read_floor(row, s, i4, device, l2, args.runs)) if device.type == "cuda" else None
+                add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}), then=floor)
     if "decode" in groups:
         cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE[key]]
         for name, problem in cases:  # GEMVs: beside torch.compile's int8 Linear on the same weights (no norm, no epilogue)

@@ -208,15 +208,16 @@ def test_int4_packed_conversion_constants(asm, dtype):
     one = int(re.search(r"mov.b32 one, (0x[0-9A-F]+)", asm).group(1), 16)
     bias = int(re.search(r"mov.b32 bias, (0x[0-9A-F]+)", asm).group(1), 16)
     assert "prmt.b32 lo01, $4, 0, 0x4140" in asm and "shr.u32 hi01, lo01, 4" in asm and "0xEA" in asm  # (a & b) | c
+    def half_float(bits: torch.Tensor) -> torch.Tensor:  # 16 low bits -> the float they encode
+        return bits.to(torch.int16).view(dtype).float()
+
+    scale, offset = half_float(torch.tensor([one & 0xFFFF])), half_float(torch.tensor([bias & 0xFFFF]))
     b = torch.arange(256, dtype=torch.int64)
     spread = b | (b.flip(0) << 16)  # prmt 0x4140 of bytes (b, 255 - b): halves b and 255 - b
     for shift, nibble in ((0, b & 0xF), (4, b >> 4)):
         word = ((spread >> shift) & 0x000F000F) | magic
         for half, expect in ((word & 0xFFFF, nibble), (word >> 16, nibble.flip(0))):
-            h = half.to(torch.int16).view(dtype).float()  # the 16-bit float the lop3 built
-            scale = torch.tensor([one & 0xFFFF], dtype=torch.int64).to(torch.int16).view(dtype).float()
-            offset = torch.tensor([bias & 0xFFFF], dtype=torch.int64).to(torch.int16).view(dtype).float()
-            value = (h * scale + offset).to(dtype)  # exact: small integers
+            value = (half_float(half) * scale + offset).to(dtype)  # exact: small integers
             assert torch.equal(value.float(), (expect - 8).float())
 
 

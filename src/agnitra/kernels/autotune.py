@@ -56,7 +56,7 @@ class TuneResult:
         return self.default_ms / self.best_ms if self.default_ms and self.best_ms else None
 
 
-def _to64(inputs: tuple) -> tuple:
+def to_float64(inputs: tuple) -> tuple:
     return tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in inputs)
 
 
@@ -68,10 +68,14 @@ def _relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return (out - ref).norm().item() / denom if denom else (out - ref).norm().item()
 
 
+def sets_past_l2(per_set_bytes: float, l2_bytes: int | None) -> int:
+    """How many distinct copies of `per_set_bytes` cycle past the L2 cache (twice its size; 1 to 8)."""
+    return 1 if not l2_bytes else min(8, max(1, math.ceil(2 * l2_bytes / max(1.0, per_set_bytes))))
+
+
 def input_sets(spec: KernelSpec, shape, dtype, device: torch.device, l2_bytes: int | None) -> list[tuple]:
     """Enough distinct input sets that cycling through them does not run out of the L2 cache."""
-    per_set = max(1.0, spec.bytes(shape, dtype))
-    wanted = 1 if not l2_bytes else min(8, max(1, math.ceil(2 * l2_bytes / per_set)))
+    wanted = sets_past_l2(spec.bytes(shape, dtype), l2_bytes)
     return [spec.make_inputs(shape, dtype, device, seed) for seed in range(wanted)]
 
 
@@ -145,7 +149,7 @@ def tune(
         if hit:
             return TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, hit["config"], hit["ms"], default, hit.get("default_ms"), hit.get("strategy", ""), cached=True)
     sets = input_sets(spec, shape, dtype, device, l2_bytes)
-    reference = spec.reference(*_to64(sets[0]))
+    reference = spec.reference(*to_float64(sets[0]))
     configs = spec.configs(shape, dtype)
     trials: dict[tuple, Trial] = {}
 

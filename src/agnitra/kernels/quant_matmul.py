@@ -62,7 +62,9 @@ first launch (so TRITON_INTERPRET=1, read then, may be set after this module is 
 
 from __future__ import annotations
 
+import functools
 import itertools
+import types
 from typing import Any
 
 import torch
@@ -78,6 +80,42 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 # ============================================================================================
 # Part 1: Triton kernels
 # ============================================================================================
+
+
+def _split_k_total(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
+    """In-kernel split-K fix-up, shared by the GEMV kernels (no second launch).
+
+    Stores this program's fp32 partial at `p_ptrs + pid_k * split_stride` and counts its arrival
+    on the block's counter. Returns (sum of the SPLIT_K partials in a fixed order: deterministic,
+    True) to the block's last program, which also resets the counter, and (zeros, False) to the
+    others. The caller adds its bias and stores when the flag is set.
+    """
+    tl.store(p_ptrs + pid_k * split_stride, acc, mask=mask)
+    tl.debug_barrier()  # every thread's partial is written before the arrival is counted
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel")
+    last = arrived == SPLIT_K - 1
+    total = tl.zeros_like(acc)
+    if last:
+        for split in tl.static_range(SPLIT_K):
+            total += tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(counter_ptr, 0)  # ready for the next launch
+    return total, last
+
+
+def _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn,
+                     HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
+    """A [BLOCK_M, BLOCK_N] GEMV block's end: split-K fix-up (partials [SPLIT_K, M, N]), bias, cast, store."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    last = True
+    if SPLIT_K > 1:
+        counter = c_ptr + pid_m * tl.num_programs(axis=0) + pid_n
+        acc, last = _split_k_total(acc, p_ptr + rows[:, None] * N + cols[None, :], M * N, mask, counter, pid_k, SPLIT_K)
+    if last:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
+        tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _int8_gemv_kernel(
@@ -133,28 +171,7 @@ def _int8_gemv_kernel(
     # the per-row scale factors out of the K sum: one multiply per output
     scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
     acc = acc * scale[None, :]
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn
-    if SPLIT_K > 1:  # in-kernel fix-up (as in _int4_gemv_words_kernel): no second launch
-        p_ptrs = p_ptr + rows[:, None] * N + cols[None, :]  # partials [SPLIT_K, M, N], contiguous
-        tl.store(p_ptrs + pid_k * M * N, acc, mask=mask)
-        tl.debug_barrier()  # every thread's partial is written before the arrival is counted
-        counter = c_ptr + pid_m * tl.num_programs(axis=0) + pid_n
-        arrived = tl.atomic_add(counter, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:  # the block's last program sums the partials in a fixed order
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            for split in tl.static_range(SPLIT_K):
-                acc += tl.load(p_ptrs + split * M * N, mask=mask, other=0.0, cache_modifier=".cg")
-            if HAS_BIAS:
-                acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
-            tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
-            tl.atomic_xchg(counter, 0)  # ready for the next launch
-    else:
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
-        tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
 
 
 def _int4_gemv_kernel(
@@ -163,15 +180,17 @@ def _int4_gemv_kernel(
     s_ptr,  # [N, K/G] group scales
     z_ptr,  # [N, K/G] group zeros
     b_ptr,  # [N] bias; read only when HAS_BIAS
-    y_ptr,  # [M, N] output (x's dtype), or [SPLIT_K, M, N] fp32 partials when SPLIT_K > 1
+    y_ptr,  # [M, N] output (x's dtype)
+    p_ptr,  # [SPLIT_K, M, N] fp32 partials (SPLIT_K > 1)
+    c_ptr,  # int32 arrival counters, one per output block, zero between launches (SPLIT_K > 1)
     M, N, K,  # problem size (K in features, not bytes)
     stride_xm, stride_xk,  # x strides (elements)
     stride_wn, stride_wk,  # w strides (bytes)
     stride_sn, stride_sg,  # scales strides
     stride_zn, stride_zg,  # zeros strides
-    stride_ys, stride_ym, stride_yn,  # y strides: split, row, column
+    stride_ym, stride_yn,  # y strides: row, column
     GROUP_SIZE: tl.constexpr,  # G, a multiple of BLOCK_K (one group per chunk)
-    HAS_BIAS: tl.constexpr,  # add the bias here (the wrapper passes False when SPLIT_K > 1)
+    HAS_BIAS: tl.constexpr,  # add the bias
     BLOCK_M: tl.constexpr,  # rows of x per program (power of two >= M, at most 8)
     BLOCK_N: tl.constexpr,  # output channels per program
     BLOCK_K: tl.constexpr,  # input features per loop step (BLOCK_K / 2 bytes per row)
@@ -205,12 +224,7 @@ def _int4_gemv_kernel(
         acc += part * scale[None, :] + x_sum[:, None] * zero[None, :]
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * (BLOCK_K // 2) * stride_wk
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    y_ptrs = y_ptr + pid_k * stride_ys + rows[:, None] * stride_ym + cols[None, :] * stride_yn
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rows[:, None] < M) & (cols[None, :] < N))
+    _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
 
 
 def _int4_gemv_words_kernel(
@@ -288,19 +302,10 @@ def _int4_gemv_words_kernel(
     out = tl.sum(acc, axis=1) + zero_acc  # [BN]
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     valid = cols < N
-    if SPLIT_K > 1:  # in-kernel fix-up: no second launch
-        tl.store(p_ptr + pid_k * N + cols, out, mask=valid)
-        tl.debug_barrier()  # every thread's partial is written before the arrival is counted
-        arrived = tl.atomic_add(c_ptr + pid_n, 1, sem="acq_rel")
-        if arrived == SPLIT_K - 1:  # the last of the block's programs: sum all partials in a fixed order
-            out = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            for split in tl.static_range(SPLIT_K):
-                out += tl.load(p_ptr + split * N + cols, mask=valid, other=0.0, cache_modifier=".cg")
-            if HAS_BIAS:
-                out += tl.load(b_ptr + offs_n).to(tl.float32)
-            tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
-            tl.atomic_xchg(c_ptr + pid_n, 0)  # ready for the next launch
-    else:
+    last = True
+    if SPLIT_K > 1:  # partials [SPLIT_K, N]
+        out, last = _split_k_total(out, p_ptr + cols, N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
+    if last:
         if HAS_BIAS:
             out += tl.load(b_ptr + offs_n).to(tl.float32)
         tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
@@ -345,15 +350,17 @@ def _int4_gemv_mma_kernel(
     s_ptr,  # [N, K/G] group scales
     z_ptr,  # [N, K/G] group zeros
     b_ptr,  # [N] bias; read only when HAS_BIAS
-    y_ptr,  # [M, N] output (x's dtype), or [SPLIT_K, M, N] fp32 partials when SPLIT_K > 1
+    y_ptr,  # [M, N] output (x's dtype)
+    p_ptr,  # [SPLIT_K, M, N] fp32 partials (SPLIT_K > 1)
+    c_ptr,  # int32 arrival counters, one per output block, zero between launches (SPLIT_K > 1)
     M, N, K,  # problem size (K in features, not bytes)
     stride_xm, stride_xk,  # x strides (elements)
     stride_wn, stride_wk,  # w strides (bytes)
     stride_sn, stride_sg,  # scales strides
     stride_zn, stride_zg,  # zeros strides
-    stride_ys, stride_ym, stride_yn,  # y strides: split, row, column
+    stride_ym, stride_yn,  # y strides: row, column
     GROUP_SIZE: tl.constexpr,  # G, a multiple of BLOCK_K (one group per chunk)
-    HAS_BIAS: tl.constexpr,  # add the bias here (the wrapper passes False when SPLIT_K > 1)
+    HAS_BIAS: tl.constexpr,  # add the bias
     ASM_DEQUANT: tl.constexpr,  # "" (arithmetic: the interpreter) or INT4_ASM_BF16 / INT4_ASM_FP16
     BLOCK_N: tl.constexpr,  # output channels per program (the MMA's M)
     BLOCK_K: tl.constexpr,  # input features per loop step (BLOCK_K / 2 bytes per row)
@@ -394,34 +401,15 @@ def _int4_gemv_mma_kernel(
         acc += part * scale[:, None] + zero[:, None] * x_sum[None, :]
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * (BLOCK_K // 2) * stride_wk
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + offs_n).to(tl.float32)[:, None]
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    y_ptrs = y_ptr + pid_k * stride_ys + offs_m[None, :] * stride_ym + cols[:, None] * stride_yn  # [BN, 16]
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[None, :] & (cols[:, None] < N))
-
-
-def _splitk_reduce_kernel(
-    p_ptr,  # [SPLIT_K, M, N] fp32 partials, contiguous
-    b_ptr,  # [N] bias; read only when HAS_BIAS
-    y_ptr,  # [M, N] output
-    M, N,  # output size
-    stride_ym, stride_yn,  # y strides
-    HAS_BIAS: tl.constexpr,  # add the bias
-    SPLIT_K: tl.constexpr,  # partials to sum
-    BLOCK: tl.constexpr,  # outputs per program
-):
-    pid = tl.program_id(axis=0)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)  # flat index m * N + n
-    mask = offs < M * N
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(SPLIT_K):  # fixed order: deterministic
-        acc += tl.load(p_ptr + s * M * N + offs, mask=mask, other=0.0)
-    rows = offs // N
-    cols = offs % N
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + rows * stride_ym + cols * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    mask = m_ok[None, :] & (cols[:, None] < N)  # [BN, 16]: y^T
+    last = True
+    if SPLIT_K > 1:  # partials [SPLIT_K, M, N], contiguous
+        acc, last = _split_k_total(acc, p_ptr + offs_m[None, :] * N + cols[:, None], M * N, mask, c_ptr + pid_n, pid_k, SPLIT_K)
+    if last:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + offs_n).to(tl.float32)[:, None]
+        tl.store(y_ptr + offs_m[None, :] * stride_ym + cols[:, None] * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _int8_tiled_kernel(
@@ -535,16 +523,27 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
+_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
-    """`triton.jit(fn)`, made once per interpreter setting (read at launch, not at import)."""
+    """`triton.jit(fn)`, made once per interpreter setting (read at launch, not at import).
+
+    The interpreter runs a kernel as Python, so its helpers stay plain functions there; the
+    compiler needs them jitted, so a compiled kernel is made from a copy of `fn` whose globals
+    name the jitted helpers.
+    """
     import triton
 
     from agnitra.kernels.spec import interpreting
 
     key = (fn.__name__, interpreting())
     if key not in _JITTED:
+        helpers = [name for name in _DEVICE_HELPERS if name in fn.__code__.co_names]
+        if helpers and not interpreting():
+            scope = {**fn.__globals__, **{name: _jit(globals()[name]) for name in helpers}}
+            clone = types.FunctionType(fn.__code__, scope, fn.__name__, fn.__defaults__, fn.__closure__)
+            fn = functools.update_wrapper(clone, fn, assigned=("__module__", "__qualname__", "__doc__", "__annotations__"), updated=())
         _JITTED[key] = triton.jit(fn)
     return _JITTED[key]
 
@@ -611,18 +610,6 @@ def _positive_pow2(cfg: dict[str, Any], *keys: str) -> None:
         v = cfg[key]
         if not isinstance(v, int) or v < 1 or v & (v - 1):
             raise ValueError(f"config {key} must be a positive power of two, got {v!r}")
-
-
-def _splitk_finish(partials: torch.Tensor, bias: torch.Tensor | None, y: torch.Tensor) -> None:
-    """Sum the [SPLIT_K, M, N] fp32 partials into y, adding the bias."""
-    split_k, m, n = partials.shape
-    block = 1024
-    grid = (_cdiv(m * n, block),)
-    _jit(_splitk_reduce_kernel)[grid](
-        partials, bias if bias is not None else partials, y,
-        m, n, y.stride(0), y.stride(1),
-        HAS_BIAS=bias is not None, SPLIT_K=split_k, BLOCK=block, num_warps=4,
-    )
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -821,41 +808,29 @@ def int4_weight_only_matmul(
         cfg = {**int4_gemv_default_config(shape, x.dtype), **(config or {})}
         _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
         _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
-        block_m, split_k = _block_m(m), cfg["SPLIT_K"]
-        target = y if split_k == 1 else torch.empty((split_k, m, n), device=x.device, dtype=torch.float32)
-        ys = (0, y.stride(0), y.stride(1)) if split_k == 1 else target.stride()
         kernel = cfg.get("KERNEL", "bytes")
         if kernel not in ("words", "bytes", "mma"):
             raise ValueError(f"int4 GEMV KERNEL must be 'words', 'bytes' or 'mma', got {kernel!r}")
         if kernel == "words":
             _int4_words_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
+        split_k, n_blocks = cfg["SPLIT_K"], _cdiv(n, cfg["BLOCK_N"])
         if kernel == "mma":
             _check_int4_mma(cfg, x, m)
-            _jit(_int4_gemv_mma_kernel)[(_cdiv(n, cfg["BLOCK_N"]), split_k)](
-                x, w_packed, scales, zeros, bias if bias is not None else scales, target,
-                m, n, k,
-                x.stride(0), x.stride(1), w_packed.stride(0), w_packed.stride(1),
-                scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), *ys,
-                GROUP_SIZE=group_size, HAS_BIAS=bias is not None and split_k == 1, ASM_DEQUANT=_int4_asm(x),
-                BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k,
-                **_launch_options(cfg),
-            )
-            if split_k > 1:
-                _splitk_finish(target, bias, y)
-            return y
-        grid = (_cdiv(n, cfg["BLOCK_N"]), split_k, _cdiv(m, block_m))
-        _jit(_int4_gemv_kernel)[grid](
-            x, w_packed, scales, zeros, bias if bias is not None else scales, target,
+            fn, grid, extra = _int4_gemv_mma_kernel, (n_blocks, split_k), {"ASM_DEQUANT": _int4_asm(x)}
+        else:
+            block_m = _block_m(m)
+            fn, grid, extra = _int4_gemv_kernel, (n_blocks, split_k, _cdiv(m, block_m)), {"BLOCK_M": block_m}
+        partials, counters = _split_k_buffers(split_k, m, n, n_blocks * _cdiv(m, _block_m(m)), y)
+        _jit(fn)[grid](
+            x, w_packed, scales, zeros, bias if bias is not None else scales, y, partials, counters,
             m, n, k,
             x.stride(0), x.stride(1), w_packed.stride(0), w_packed.stride(1),
-            scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), *ys,
-            GROUP_SIZE=group_size, HAS_BIAS=bias is not None and split_k == 1,
-            BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k,
+            scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(0), y.stride(1),
+            GROUP_SIZE=group_size, HAS_BIAS=bias is not None,
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, **extra,
             **_launch_options(cfg),
         )
-        if split_k > 1:
-            _splitk_finish(target, bias, y)
         return y
     cfg = {**int4_tiled_default_config(shape, x.dtype), **(config or {})}
     _positive_pow2(cfg, "BLOCK_M", "BLOCK_N", "BLOCK_K")
