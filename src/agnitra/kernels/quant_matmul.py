@@ -33,10 +33,10 @@ KernelSpec):
   the even and odd elements of x, and applies the group's scale and zero once per chunk (BLOCK_K
   divides G). Codes become floats without conversion instructions (I2F runs at a quarter of the
   FMA rate and could bound a GEMV near memory speed): the integer is added / or-ed into the
-  mantissa of 2^23 and 2^23 (+ offset) is subtracted, exactly. int8 with SPLIT_K > 1 writes
+  mantissa of 2^23 and 2^23 (+ offset) is subtracted, exactly. SPLIT_K > 1 writes
   scaled fp32 partials [SPLIT_K, M, N] and counts its arrival on a per-block counter; the block's
   last program sums the partials in a fixed order (deterministic), adds the bias, casts and resets
-  the counter: no second launch. The int4 byte kernel still sums its partials in a second launch.
+  the counter: no second launch (`_split_k_total`; every GEMV kernel here ends this way).
 * int4 at batch 1 ("words", the default there): the packed bytes read as 32-bit words, one lop3
   per code into a float (see `_int4_gemv_words_kernel`), about five instructions a code against
   seven for the byte kernel; split-K fixed up in the kernel as for int8.
