@@ -116,6 +116,15 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py 2>&1 | tail -4
       timeout 440 python3 benchmarks/kernels.py --only gemv --shapes 8b,1b --max-trials 100 --runs 30 --out-file "$OUT/kernels-gemv.json" 2>&1 | grep -v "^  "
       ;;
+    rows|rows1b)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
+      if [ "$1" = rows ]; then
+        for c in "rows 256 4" "rows 128 4" "rows 64 1" "words 64 4"; do read -r kind bn nw <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done
+        AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py -k int4 2>&1 | tail -4
+        timeout 420 python3 benchmarks/explore_gemv.py --shapes 8b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-8b.json" 2>&1 | grep -v "^  "
+      else
+        timeout 560 python3 benchmarks/explore_gemv.py --shapes 1b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-1b.json" 2>&1 | grep -v "^  "
+      fi
+      ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
       ;;

@@ -97,7 +97,10 @@ def explore(name: str, shape, configs: list[dict], dtype, device, l2, runs: int)
     result = tune(spec, shape, dtype, device, runs=runs, strategy="exhaustive", cache=None, l2_bytes=l2, max_trials=len(configs))
     trials = sorted(([t.ms, t.config] for t in result.trials if t.ok), key=lambda t: t[0])
     failed = [[t.config, t.reason] for t in result.trials if not t.ok]
-    return {"best": result.best, "best_ms": result.best_ms, "top": trials[:8], "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
+    by_kernel = {}
+    for ms, config in trials:  # fastest first: the first of each KERNEL is its best
+        by_kernel.setdefault(config.get("KERNEL", name), [ms, config])
+    return {"best": result.best, "best_ms": result.best_ms, "best_by_kernel": by_kernel, "top": trials[:8], "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
 
 
 def peer_ms(peers: dict, sets, device, runs: int) -> dict:
@@ -119,6 +122,7 @@ def main() -> int:
     parser.add_argument("--shapes", default="8b,1b")
     parser.add_argument("--only", default="floor,int8,int4")
     parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--int4-kernels", default="", help="comma-separated KERNEL values of the int4 space to try (default: all)")
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -157,8 +161,10 @@ def main() -> int:
             sets = input_sets(spec4, shape4, dtype, device, l2)
             row["int4_peers"] = {} if smoke else peer_ms(int4_peers(dtype), sets, device, args.runs)
             row["int4_bytes"] = explore("int4_gemv", shape4, int4_before(shape4), dtype, device, l2, args.runs)
-            row["int4"] = explore("int4_gemv", shape4, spec4.configs(shape4, dtype), dtype, device, l2, args.runs)
-            print(shape, "int4 bytes", row["int4_bytes"]["best_ms"], "space", row["int4"]["best_ms"], row["int4"]["best"], row["int4_peers"], flush=True)
+            kinds = set(filter(None, args.int4_kernels.split(",")))
+            space = [c for c in spec4.configs(shape4, dtype) if not kinds or c["KERNEL"] in kinds]
+            row["int4"] = explore("int4_gemv", shape4, space, dtype, device, l2, args.runs)
+            print(shape, "int4 bytes", row["int4_bytes"]["best_ms"], "space", row["int4"]["best_by_kernel"], row["int4_peers"], flush=True)
         save()
     print(f"wrote {path}")
     return 0

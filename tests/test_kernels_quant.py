@@ -186,6 +186,31 @@ def test_int4_word_kernel_refuses_what_it_cannot_read():
     assert torch.allclose(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("split_k", [1, 2, 4])
+def test_int4_row_kernel_matches_reference(dtype, split_k):
+    """Batch 1: the last block overlaps its neighbour (N = 17, 100 over blocks of 16 / 32) and
+    stores only its own rows; steps of 8 and 16 words (groups of 64 and 128 codes); split-K."""
+    for shape, block_k, block_n, warps in (((1, 17, 256, 64), 64, 16, 1), ((1, 100, 512, 128), 128, 32, 2), ((1, 100, 512, 128), 64, 16, 1)):
+        (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
+        cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps}
+        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
+        _check(y, ref, dtype)
+        assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
+    assert _counters_zero(), "the last program of every block resets its arrival counter"
+
+
+def test_int4_row_kernel_refuses_what_it_cannot_read():
+    (x, w, s, z, g, b), _ = _int4_case((1, 17, 256, 64), torch.float32)
+    cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
+    with pytest.raises(ValueError, match="M == 1"):
+        qm.int4_weight_only_matmul(torch.cat([x, x]), w, s, z, g, b, config=cfg)
+    with pytest.raises(ValueError, match="BLOCK_N <= N"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_N": 32})
+    with pytest.raises(ValueError, match="must divide group_size"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})
+
+
 @pytest.mark.parametrize("m", [1, 3, 16])
 def test_int4_tensor_core_kernel_matches_reference(m):
     """The MMA GEMV's logic in fp16 (arithmetic dequantisation under the interpreter; the packed

@@ -311,6 +311,123 @@ def _int4_gemv_words_kernel(
         tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
 
 
+def _int4_gemv_rows_kernel(
+    x_ptr,  # [1, K] activations (fp16 / bf16 / fp32)
+    w_ptr,  # [N, K/8] int32 words, as for the word kernel; rows STRIDE_W words apart
+    s_ptr,  # [N, K/G] group scales
+    z_ptr,  # [N, K/G] group zeros
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [1, N] output (x's dtype)
+    p_ptr,  # [SPLIT_K, N] fp32 partials (SPLIT_K > 1)
+    c_ptr,  # [cdiv(N, BLOCK_N)] int32 arrival counters, zero before and after a launch (SPLIT_K > 1)
+    N, K,  # problem size (K in features); N >= BLOCK_N
+    stride_xk,  # x stride (elements)
+    stride_sn, stride_sg,  # scales strides
+    stride_zn, stride_zg,  # zeros strides
+    stride_yn,  # y stride
+    STRIDE_W: tl.constexpr,  # w row stride (words): a constant, so every row's load is one address plus an immediate
+    GROUP_SIZE: tl.constexpr,  # G, a multiple of 8 * BLOCK_W (one group per step)
+    HAS_BIAS: tl.constexpr,  # add the bias
+    BLOCK_N: tl.constexpr,  # output channels per program
+    BLOCK_W: tl.constexpr,  # 32-bit words (8 codes each) per row per step, one per lane along the row
+    SPLIT_K: tl.constexpr,  # programs sharing one output block along K; the last to finish sums them
+    PRECISE: tl.constexpr,  # fp32 activations: four shifts a word for fp32-grade sums (see below)
+):
+    """Batch-1 int4 GEMV at about three instructions a code: one lop3 and one FMA, little else.
+
+    Layout: a thread holds ONE word per row for many rows (BLOCK_W lanes along the words, the rest
+    of the CTA along the rows), so the 8 x values of its word, loaded straight into that layout,
+    serve every one of its rows. Code i sits at bit b_i of w << 11, w or w >> 9 (b = 11, 15, 19,
+    12, 16, 11, 15, 19: two shifts a word), and (v & (0xF << b)) | 1.0f is the float 1 + q 2^(b-23)
+    exactly; times y = x 2^(23-b) (exact, shared by all rows) it is y + q x. The y terms and the
+    zero point, c = sum(y) + 8 sum(x) per word, start each word's FMA chain at -c, leaving
+    sum((q - 8) x) with no per-code subtract. The chain rounds at y's scale, 2^(23-b) |x|: with
+    b >= 11 the sum's relative error is about 5e-5 (a tenth of fp16's output rounding); fp32
+    activations (PRECISE) place every code at bit 15 or 19 with four shifts (one a funnel
+    rotation) for about 3e-6. The 1.0f lives in a register ptxas cannot fold (N >> 31 | 1.0f):
+    with two immediates each lop3 would cost a move as well.
+    """
+    pid_n = tl.program_id(axis=0)
+    pid_k = tl.program_id(axis=1)
+    first = tl.minimum(pid_n * BLOCK_N, N - BLOCK_N)  # the last block overlaps its neighbour instead of wrapping
+    rows = tl.arange(0, BLOCK_N)
+    offs_n = first + rows
+    offs_w = tl.max_contiguous(tl.arange(0, BLOCK_W), 1)  # one word per lane: x loads land in the words' layout
+    w_ptrs = (w_ptr + first * STRIDE_W + pid_k * BLOCK_W) + (rows[:, None] * STRIDE_W + offs_w[None, :])  # [BN, BW]
+    acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.float32)  # per-word sums, scaled per group
+    zero_acc = tl.zeros((BLOCK_N, 1), dtype=tl.float32)  # zero * sum(x) per group
+    magic = (N >> 31) | 0x3F800000  # 1.0f (N >> 31 is 0)
+    for k0 in range(pid_k * BLOCK_W * 8, K, SPLIT_K * BLOCK_W * 8):
+        w = tl.load(w_ptrs).to(tl.uint32, bitcast=True)  # [BN, BW]
+        x_ptrs = x_ptr + (k0 + offs_w[None, :] * 8) * stride_xk  # [1, BW]: feature 8j of word j
+        x0 = tl.load(x_ptrs).to(tl.float32)
+        x1 = tl.load(x_ptrs + stride_xk).to(tl.float32)
+        x2 = tl.load(x_ptrs + 2 * stride_xk).to(tl.float32)
+        x3 = tl.load(x_ptrs + 3 * stride_xk).to(tl.float32)
+        x4 = tl.load(x_ptrs + 4 * stride_xk).to(tl.float32)
+        x5 = tl.load(x_ptrs + 5 * stride_xk).to(tl.float32)
+        x6 = tl.load(x_ptrs + 6 * stride_xk).to(tl.float32)
+        x7 = tl.load(x_ptrs + 7 * stride_xk).to(tl.float32)
+        x_sum = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
+        if PRECISE:  # b = 19, 15, 19, 15, 19, 15, 19, 15: y within 2^8 |x|
+            y0 = x0 * 16.0  # 2^(23 - b_i)
+            y1 = x1 * 256.0
+            y2 = x2 * 16.0
+            y3 = x3 * 256.0
+            y4 = x4 * 16.0
+            y5 = x5 * 256.0
+            y6 = x6 * 16.0
+            y7 = x7 * 256.0
+            c = ((y0 + y1) + (y2 + y3)) + ((y4 + y5) + (y6 + y7)) + 8.0 * x_sum
+            rot = (w << 19) | (w >> 13)  # one funnel shift: code 7 at bit 15, code 0 at 19
+            a = w << 11  # codes 1, 2 at bits 15, 19
+            b = w << 3  # codes 3, 4
+            d = w >> 5  # codes 5, 6
+            part = ((rot & 0x780000) | magic).to(tl.float32, bitcast=True) * y0 - c
+            part += ((a & 0x78000) | magic).to(tl.float32, bitcast=True) * y1
+            part += ((a & 0x780000) | magic).to(tl.float32, bitcast=True) * y2
+            part += ((b & 0x78000) | magic).to(tl.float32, bitcast=True) * y3
+            part += ((b & 0x780000) | magic).to(tl.float32, bitcast=True) * y4
+            part += ((d & 0x78000) | magic).to(tl.float32, bitcast=True) * y5
+            part += ((d & 0x780000) | magic).to(tl.float32, bitcast=True) * y6
+            part += ((rot & 0x78000) | magic).to(tl.float32, bitcast=True) * y7
+        else:  # b = 11, 15, 19, 12, 16, 11, 15, 19: two shifts a word, y within 2^12 |x|
+            y0 = x0 * 4096.0
+            y1 = x1 * 256.0
+            y2 = x2 * 16.0
+            y3 = x3 * 2048.0
+            y4 = x4 * 128.0
+            y5 = x5 * 4096.0
+            y6 = x6 * 256.0
+            y7 = x7 * 16.0
+            c = ((y0 + y1) + (y2 + y3)) + ((y4 + y5) + (y6 + y7)) + 8.0 * x_sum
+            lo = w << 11  # codes 0, 1, 2 at bits 11, 15, 19
+            hi = w >> 9  # codes 5, 6, 7 at bits 11, 15, 19 (codes 3, 4 stay at 12, 16)
+            part = ((lo & 0x7800) | magic).to(tl.float32, bitcast=True) * y0 - c
+            part += ((lo & 0x78000) | magic).to(tl.float32, bitcast=True) * y1
+            part += ((lo & 0x780000) | magic).to(tl.float32, bitcast=True) * y2
+            part += ((w & 0xF000) | magic).to(tl.float32, bitcast=True) * y3
+            part += ((w & 0xF0000) | magic).to(tl.float32, bitcast=True) * y4
+            part += ((hi & 0x7800) | magic).to(tl.float32, bitcast=True) * y5
+            part += ((hi & 0x78000) | magic).to(tl.float32, bitcast=True) * y6
+            part += ((hi & 0x780000) | magic).to(tl.float32, bitcast=True) * y7
+        g = k0 // GROUP_SIZE  # the step lies in one group
+        scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
+        zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
+        acc += part * scale[:, None]
+        zero_acc += zero[:, None] * tl.sum(x_sum, axis=1, keep_dims=True)  # a sum across the row's lanes only
+        w_ptrs += SPLIT_K * BLOCK_W
+    out = tl.sum(acc, axis=1) + tl.sum(zero_acc, axis=1)  # [BN]
+    valid = offs_n >= pid_n * BLOCK_N  # the last block leaves its neighbour's rows alone
+    last = True
+    if SPLIT_K > 1:  # partials [SPLIT_K, N]
+        out, last = _split_k_total(out, p_ptr + offs_n, N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
+    if last:
+        if HAS_BIAS:
+            out += tl.load(b_ptr + offs_n).to(tl.float32)
+        tl.store(y_ptr + offs_n * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
+
+
 # int4 codes -> the 16-bit float (q - 8), two per 32-bit register, for `tl.inline_asm_elementwise`
 # with pack=4: $4 holds four packed bytes b0..b3; $0, $1 receive the low nibbles (b0, b1), (b2, b3),
 # $2, $3 the high nibbles. prmt spreads the bytes into the 16-bit halves; lop3 ((a & mask) | magic)
@@ -738,6 +855,30 @@ def _int4_words_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> No
     )
 
 
+def _int4_rows_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
+    m, k = x.shape
+    n = w_packed.shape[0]
+    words = _int4_words(w_packed)
+    block_w = cfg["BLOCK_K"] // 8
+    if m != 1 or words is None or cfg["BLOCK_K"] % 8 or block_w > 32 or group_size % cfg["BLOCK_K"] or n < cfg["BLOCK_N"]:
+        raise ValueError(
+            f"int4 GEMV KERNEL='rows' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0), BLOCK_K a multiple"
+            f" of 8 up to 256 dividing group_size and BLOCK_N <= N; got M={m}, N={n}, K={k}, BLOCK_K={cfg['BLOCK_K']},"
+            f" BLOCK_N={cfg['BLOCK_N']}, group_size={group_size}: use KERNEL='bytes' or a smaller BLOCK_N"
+        )
+    split_k = cfg["SPLIT_K"]
+    grid = (_cdiv(n, cfg["BLOCK_N"]), split_k)
+    partials, counters = _split_k_buffers(split_k, 1, n, grid[0], y)
+    _jit(_int4_gemv_rows_kernel)[grid](
+        x, words, scales, zeros, bias if bias is not None else scales, y, partials, counters,
+        n, k, x.stride(1),
+        scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
+        STRIDE_W=words.stride(0), GROUP_SIZE=group_size, HAS_BIAS=bias is not None,
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_W=block_w, SPLIT_K=split_k, PRECISE=x.dtype == torch.float32,
+        **_launch_options(cfg),
+    )
+
+
 def _check_int4_mma(cfg: dict[str, Any], x: torch.Tensor, m: int) -> None:
     """The tensor-core GEMV: 16-bit activations, M <= 16 (the MMA's padded columns), MMA-sized blocks."""
     if x.dtype not in (torch.float16, torch.bfloat16):
@@ -809,10 +950,10 @@ def int4_weight_only_matmul(
         _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
         _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
         kernel = cfg.get("KERNEL", "bytes")
-        if kernel not in ("words", "bytes", "mma"):
-            raise ValueError(f"int4 GEMV KERNEL must be 'words', 'bytes' or 'mma', got {kernel!r}")
-        if kernel == "words":
-            _int4_words_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg)
+        if kernel not in ("rows", "words", "bytes", "mma"):
+            raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes' or 'mma', got {kernel!r}")
+        if kernel in ("rows", "words"):
+            (_int4_rows_gemv if kernel == "rows" else _int4_words_gemv)(x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
         split_k, n_blocks = cfg["SPLIT_K"], _cdiv(n, cfg["BLOCK_N"])
         if kernel == "mma":
@@ -965,6 +1106,12 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
     and, for 16-bit activations up to 16 rows, the tensor-core kernel."""
     out = []
     if m == 1 and k % 8 == 0:
+        bk = max((b for b in (8, 16, 32, 64, 128, 256) if group % b == 0), default=0)  # the row kernel: a group (up to 256 codes) a step
+        for bn, nw in itertools.product((32, 64, 128, 256, 512), (1, 2, 4, 8)):
+            rows_per_thread = bn * (bk // 8) // (32 * nw)
+            if bk and bn <= n and 8 <= rows_per_thread <= 32:
+                for split in _split_ks(_cdiv(n, bn), k // bk):
+                    out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1})
         for bn, bk, nw in itertools.product((16, 32, 64, 128, 256), (64, 128), (4, 8)):
             if group % bk or not 32 <= bn * bk // (32 * nw) <= 256:  # codes per thread per step
                 continue

@@ -1,0 +1,124 @@
+"""The instruction mix of a batch-1 int4 GEMV kernel's main loop, compiled for sm_90 (no GPU needed).
+
+    PYTHONPATH=src python benchmarks/sass_loop.py --kernel rows --block-n 256 --block-k 128 --warps 4
+    PYTHONPATH=src python benchmarks/sass_loop.py --kernel words --block-n 64 --block-k 128 --warps 4 --json out.json
+
+Compiles the kernel for CUDA arch 90 with the installed Triton (`triton.compile` on an ASTSource,
+pointer arguments declared 16-byte aligned, unit strides constant, as the launcher specialises
+them), disassembles the cubin with the nvdisasm that ships with Triton, finds the longest loop
+(the span of the farthest backward branch) and counts its instructions by opcode. Prints
+instructions per step and per int4 code: at batch 1 the GEMV is issue-bound long before it is
+bandwidth-bound, so this count is the kernel's cost model. Barriers and shared-memory traffic in
+the loop (layout conversions) are listed separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from agnitra.kernels import quant_matmul as qm
+
+_ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
+_BRANCH = re.compile(r"BRA `?\(?\.?(L_x_\d+)")
+
+
+def _nvdisasm() -> str:
+    import triton
+
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm")
+
+
+def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int) -> str:
+    """SASS of `fn` (a quant_matmul kernel) for sm_90: `types` names every runtime argument's type."""
+    import inspect
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    names = list(inspect.signature(fn).parameters)
+    signature = {name: "constexpr" if name in constants else types[name] for name in names}
+    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if signature[n].startswith("*")}
+    source = ASTSource(fn=qm._jit(fn), signature=signature, constexprs=constants, attrs=aligned)
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": 1})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(kernel.asm["cubin"])
+        cubin.flush()
+        return subprocess.run([_nvdisasm(), "-c", "-gi", cubin.name], capture_output=True, text=True, check=True).stdout
+
+
+def loop_mix(sass: str) -> collections.Counter:
+    """Opcode counts of the longest loop: from a label to the farthest branch back to it."""
+    lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
+    address = {i: int(_ADDRESS.search(line).group(1), 16) for i, line in enumerate(lines)}
+    best = None
+    for i, line in enumerate(lines):
+        match = _BRANCH.search(line)
+        if not match:
+            continue
+        pos = sass.find(f".{match.group(1)}:")
+        if pos < 0:
+            continue
+        first = next(x for x in sass[pos:].splitlines()[1:] if _ADDRESS.search(x))
+        start, end = int(_ADDRESS.search(first).group(1), 16), address[i]
+        if start < end and (best is None or end - start > best[1] - best[0]):
+            best = (start, end)
+    if best is None:
+        return collections.Counter()
+    body = [line for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
+    opcode = lambda line: re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split()[0].split(".")[0]
+    return collections.Counter(opcode(line) for line in body)
+
+
+def _kernel_call(args) -> tuple:
+    """(kernel, argument types, constexprs, codes per thread per loop step)."""
+    block_w = args.block_k // 8
+    act = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[args.dtype]
+    common = {"x_ptr": act, "w_ptr": "*i32", "s_ptr": act, "z_ptr": act, "b_ptr": act, "y_ptr": act, "p_ptr": "*fp32", "c_ptr": "*i32",
+              "N": "i32", "K": "i32", "stride_sn": "i32", "stride_zn": "i32"}
+    consts = {"stride_xk": 1, "stride_sg": 1, "stride_zg": 1, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True,
+              "BLOCK_N": args.block_n, "BLOCK_W": block_w, "SPLIT_K": args.split_k}
+    codes = args.block_n * args.block_k // (32 * args.warps)
+    if args.kernel == "rows":
+        return qm._int4_gemv_rows_kernel, common, {**consts, "STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32"}, codes
+    return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": False}, codes
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", choices=("rows", "words"), default="rows")
+    parser.add_argument("--block-n", type=int, default=256)
+    parser.add_argument("--block-k", type=int, default=128)
+    parser.add_argument("--warps", type=int, default=4)
+    parser.add_argument("--split-k", type=int, default=1)
+    parser.add_argument("--group", type=int, default=128)
+    parser.add_argument("--k", type=int, default=4096, help="K (the row kernel compiles its row stride in)")
+    parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    parser.add_argument("--json", help="append the result as a JSON line to this file")
+    args = parser.parse_args()
+    fn, types, consts, codes = _kernel_call(args)
+    mix = loop_mix(compile_sass(fn, types, consts, args.warps))
+    total = sum(mix.values())
+    import triton
+
+    result = {"kernel": args.kernel, "config": vars(args), "triton": triton.__version__, "loop_instructions": total,
+              "codes_per_thread_step": codes, "per_code": round(total / codes, 3) if codes else None,
+              "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
+    print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} {args.dtype}:"
+          f" {total} instructions a step, {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
+          f" {mix.most_common(8)}")
+    if args.json:
+        with open(args.json, "a") as out:
+            out.write(json.dumps(result) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
