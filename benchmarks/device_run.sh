@@ -118,12 +118,20 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       ;;
     rows|rows1b)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
       if [ "$1" = rows ]; then
-        for c in "rows 256 4" "rows 128 4" "rows 64 1" "words 64 4"; do read -r kind bn nw <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done
+        for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done
         AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py -k int4 2>&1 | tail -4
         timeout 420 python3 benchmarks/explore_gemv.py --shapes 8b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-8b.json" 2>&1 | grep -v "^  "
       else
         timeout 560 python3 benchmarks/explore_gemv.py --shapes 1b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-1b.json" 2>&1 | grep -v "^  "
       fi
+      ;;
+    ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
+      rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'
+      words='{"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}'
+      timeout 400 ncu --clock-control none -k regex:'int4_gemv|tinygemm' \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 benchmarks/gemv_once.py --n 128256 --k 4096 --config "$rows" --config "$words" --launches 1 > "$OUT/ncu-gemv-128256.txt" 2>&1
+      tail -5 "$OUT/ncu-gemv-128256.txt"
       ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"

@@ -28,14 +28,14 @@ _ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
 _BRANCH = re.compile(r"BRA `?\(?\.?(L_x_\d+)")
 
 
-def _nvdisasm() -> str:
+def _tool(name: str) -> str:
     import triton
 
-    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm")
+    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
 
 
-def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int) -> str:
-    """SASS of `fn` (a quant_matmul kernel) for sm_90: `types` names every runtime argument's type."""
+def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int, maxnreg: int | None = None, num_stages: int = 1) -> tuple[str, int]:
+    """(SASS, registers a thread) of `fn` (a quant_matmul kernel) for sm_90: `types` names every runtime argument's type."""
     import inspect
     import tempfile
 
@@ -47,11 +47,15 @@ def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int) -> 
     signature = {name: "constexpr" if name in constants else types[name] for name in names}
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if signature[n].startswith("*")}
     source = ASTSource(fn=qm._jit(fn), signature=signature, constexprs=constants, attrs=aligned)
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps, "num_stages": 1})
+    options = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
+    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
         cubin.flush()
-        return subprocess.run([_nvdisasm(), "-c", "-gi", cubin.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([_tool("nvdisasm"), "-c", "-gi", cubin.name], capture_output=True, text=True, check=True).stdout
+        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", cubin.name], capture_output=True, text=True).stdout
+    registers = re.search(r"REG:(\d+)", usage)
+    return sass, int(registers.group(1)) if registers else -1
 
 
 def loop_mix(sass: str) -> collections.Counter:
@@ -87,8 +91,9 @@ def _kernel_call(args) -> tuple:
               "BLOCK_N": args.block_n, "BLOCK_W": block_w, "SPLIT_K": args.split_k}
     codes = args.block_n * args.block_k // (32 * args.warps)
     if args.kernel == "rows":
-        return qm._int4_gemv_rows_kernel, common, {**consts, "STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32"}, codes
-    return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": False}, codes
+        rows = {"STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32", "VEC": args.vec, "PREFETCH": args.prefetch}
+        return qm._int4_gemv_rows_kernel, common, {**consts, **rows}, codes
+    return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch}, codes
 
 
 def main() -> int:
@@ -101,17 +106,23 @@ def main() -> int:
     parser.add_argument("--group", type=int, default=128)
     parser.add_argument("--k", type=int, default=4096, help="K (the row kernel compiles its row stride in)")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
+    parser.add_argument("--prefetch", action="store_true", help="load the next step's words before this step's arithmetic")
+    parser.add_argument("--stages", type=int, default=1, help="num_stages (Triton's software pipelining of the loop's loads)")
+    parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
-    mix = loop_mix(compile_sass(fn, types, consts, args.warps))
+    sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages)
+    mix = loop_mix(sass)
     total = sum(mix.values())
     import triton
 
     result = {"kernel": args.kernel, "config": vars(args), "triton": triton.__version__, "loop_instructions": total,
-              "codes_per_thread_step": codes, "per_code": round(total / codes, 3) if codes else None,
+              "codes_per_thread_step": codes, "registers": registers, "per_code": round(total / codes, 3) if codes else None,
               "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
-    print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} {args.dtype}:"
+    print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} vec={args.vec}"
+          f" prefetch={args.prefetch} stages={args.stages} maxnreg={args.maxnreg} {args.dtype}: {registers} registers,"
           f" {total} instructions a step, {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
           f" {mix.most_common(8)}")
     if args.json:

@@ -187,13 +187,15 @@ def test_int4_word_kernel_refuses_what_it_cannot_read():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k", [1, 2, 4])
-def test_int4_row_kernel_matches_reference(dtype, split_k):
+@pytest.mark.parametrize("split_k,vec,prefetch", [(1, 2, False), (2, 4, True), (4, 2, True), (1, 1, False)])
+def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch):
     """Batch 1: the last block overlaps its neighbour (N = 17, 100 over blocks of 16 / 32) and
-    stores only its own rows; steps of 8 and 16 words (groups of 64 and 128 codes); split-K."""
+    stores only its own rows; steps of 8 and 16 words (groups of 64 and 128 codes); split-K; 1, 2
+    or 4 words a lane; with and without the next step's words prefetched."""
     for shape, block_k, block_n, warps in (((1, 17, 256, 64), 64, 16, 1), ((1, 100, 512, 128), 128, 32, 2), ((1, 100, 512, 128), 64, 16, 1)):
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
-        cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps}
+        cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
+               "VEC": vec, "PREFETCH": prefetch}
         y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
         _check(y, ref, dtype)
         assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
@@ -209,6 +211,8 @@ def test_int4_row_kernel_refuses_what_it_cannot_read():
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_N": 32})
     with pytest.raises(ValueError, match="must divide group_size"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})
+    with pytest.raises(ValueError, match="VEC in"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "VEC": 3})
 
 
 @pytest.mark.parametrize("m", [1, 3, 16])

@@ -329,15 +329,18 @@ def _int4_gemv_rows_kernel(
     GROUP_SIZE: tl.constexpr,  # G, a multiple of 8 * BLOCK_W (one group per step)
     HAS_BIAS: tl.constexpr,  # add the bias
     BLOCK_N: tl.constexpr,  # output channels per program
-    BLOCK_W: tl.constexpr,  # 32-bit words (8 codes each) per row per step, one per lane along the row
+    BLOCK_W: tl.constexpr,  # 32-bit words (8 codes each) per row per step, two per lane along the row
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K; the last to finish sums them
     PRECISE: tl.constexpr,  # fp32 activations: four shifts a word for fp32-grade sums (see below)
+    VEC: tl.constexpr,  # words a lane loads from each row at once (2: 8-byte loads, 4: 16-byte loads)
+    PREFETCH: tl.constexpr,  # load step k+1's words before step k's arithmetic (bytes in flight)
 ):
     """Batch-1 int4 GEMV at about three instructions a code: one lop3 and one FMA, little else.
 
-    Layout: a thread holds ONE word per row for many rows (BLOCK_W lanes along the words, the rest
-    of the CTA along the rows), so the 8 x values of its word, loaded straight into that layout,
-    serve every one of its rows. Code i sits at bit b_i of w << 11, w or w >> 9 (b = 11, 15, 19,
+    Layout: a thread holds VEC words of each of several rows (BLOCK_W / VEC lanes along the words,
+    the rest of the CTA along the rows; a contiguity hint of VEC gives that layout under Triton 3.6
+    and 3.9 alike), so the x values of its words, loaded straight into that layout, serve all its
+    rows (benchmarks/sass_loop.py counts the compiled loop). Code i sits at bit b_i of w << 11, w or w >> 9 (b = 11, 15, 19,
     12, 16, 11, 15, 19: two shifts a word), and (v & (0xF << b)) | 1.0f is the float 1 + q 2^(b-23)
     exactly; times y = x 2^(23-b) (exact, shared by all rows) it is y + q x. The y terms and the
     zero point, c = sum(y) + 8 sum(x) per word, start each word's FMA chain at -c, leaving
@@ -352,13 +355,20 @@ def _int4_gemv_rows_kernel(
     first = tl.minimum(pid_n * BLOCK_N, N - BLOCK_N)  # the last block overlaps its neighbour instead of wrapping
     rows = tl.arange(0, BLOCK_N)
     offs_n = first + rows
-    offs_w = tl.max_contiguous(tl.arange(0, BLOCK_W), 1)  # one word per lane: x loads land in the words' layout
+    offs_w = tl.max_contiguous(tl.arange(0, BLOCK_W), VEC)  # VEC words a lane along the row (x loads follow, both Tritons)
     w_ptrs = (w_ptr + first * STRIDE_W + pid_k * BLOCK_W) + (rows[:, None] * STRIDE_W + offs_w[None, :])  # [BN, BW]
     acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.float32)  # per-word sums, scaled per group
-    zero_acc = tl.zeros((BLOCK_N, 1), dtype=tl.float32)  # zero * sum(x) per group
+    zero_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # zero * sum(x) per group
     magic = (N >> 31) | 0x3F800000  # 1.0f (N >> 31 is 0)
-    for k0 in range(pid_k * BLOCK_W * 8, K, SPLIT_K * BLOCK_W * 8):
-        w = tl.load(w_ptrs).to(tl.uint32, bitcast=True)  # [BN, BW]
+    step = SPLIT_K * BLOCK_W * 8  # features between this program's steps
+    if PREFETCH:
+        w_next = tl.load(w_ptrs)
+    for k0 in range(pid_k * BLOCK_W * 8, K, step):
+        if PREFETCH:  # this step's words arrived during the last step's arithmetic; request the next step's now
+            w = w_next.to(tl.uint32, bitcast=True)
+            w_next = tl.load(w_ptrs + SPLIT_K * BLOCK_W, mask=(offs_w < (K - k0 - step) // 8)[None, :], other=0)
+        else:
+            w = tl.load(w_ptrs).to(tl.uint32, bitcast=True)  # [BN, BW]
         x_ptrs = x_ptr + (k0 + offs_w[None, :] * 8) * stride_xk  # [1, BW]: feature 8j of word j
         x0 = tl.load(x_ptrs).to(tl.float32)
         x1 = tl.load(x_ptrs + stride_xk).to(tl.float32)
@@ -415,9 +425,9 @@ def _int4_gemv_rows_kernel(
         scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
         zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
         acc += part * scale[:, None]
-        zero_acc += zero[:, None] * tl.sum(x_sum, axis=1, keep_dims=True)  # a sum across the row's lanes only
+        zero_acc += zero * tl.sum(x_sum, axis=1)  # [BN] * [1]: a sum across one row's lanes, in the words' layout
         w_ptrs += SPLIT_K * BLOCK_W
-    out = tl.sum(acc, axis=1) + tl.sum(zero_acc, axis=1)  # [BN]
+    out = tl.sum(acc, axis=1) + zero_acc  # [BN]
     valid = offs_n >= pid_n * BLOCK_N  # the last block leaves its neighbour's rows alone
     last = True
     if SPLIT_K > 1:  # partials [SPLIT_K, N]
@@ -860,11 +870,13 @@ def _int4_rows_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> Non
     n = w_packed.shape[0]
     words = _int4_words(w_packed)
     block_w = cfg["BLOCK_K"] // 8
-    if m != 1 or words is None or cfg["BLOCK_K"] % 8 or block_w > 32 or group_size % cfg["BLOCK_K"] or n < cfg["BLOCK_N"]:
+    vec = cfg.get("VEC", 2)
+    if m != 1 or words is None or cfg["BLOCK_K"] % 8 or block_w > 32 or group_size % cfg["BLOCK_K"] or n < cfg["BLOCK_N"] or vec not in (1, 2, 4) or vec > block_w:
         raise ValueError(
             f"int4 GEMV KERNEL='rows' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0), BLOCK_K a multiple"
-            f" of 8 up to 256 dividing group_size and BLOCK_N <= N; got M={m}, N={n}, K={k}, BLOCK_K={cfg['BLOCK_K']},"
-            f" BLOCK_N={cfg['BLOCK_N']}, group_size={group_size}: use KERNEL='bytes' or a smaller BLOCK_N"
+            f" of 8 up to 256 dividing group_size, BLOCK_N <= N and VEC in (1, 2, 4) at most BLOCK_K / 8; got M={m}, N={n},"
+            f" K={k}, BLOCK_K={cfg['BLOCK_K']}, BLOCK_N={cfg['BLOCK_N']}, VEC={vec}, group_size={group_size}:"
+            f" use KERNEL='bytes' or a smaller BLOCK_N"
         )
     split_k = cfg["SPLIT_K"]
     grid = (_cdiv(n, cfg["BLOCK_N"]), split_k)
@@ -875,6 +887,7 @@ def _int4_rows_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> Non
         scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
         STRIDE_W=words.stride(0), GROUP_SIZE=group_size, HAS_BIAS=bias is not None,
         BLOCK_N=cfg["BLOCK_N"], BLOCK_W=block_w, SPLIT_K=split_k, PRECISE=x.dtype == torch.float32,
+        VEC=vec, PREFETCH=bool(cfg.get("PREFETCH", False)),
         **_launch_options(cfg),
     )
 
@@ -1102,21 +1115,20 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
 
 
 def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
-    """M == 1: the word kernel (BLOCK_K codes per row per step, dividing G); M > 1: the byte kernel
-    and, for 16-bit activations up to 16 rows, the tensor-core kernel."""
+    """M == 1: the row kernel (a group, up to 256 codes, per row per step; 8 to 16 words a thread;
+    two words a lane, with and without prefetch) and the word kernel's best shapes on the H100
+    (gemv-explore-int4-rows-8b-*.json); M > 1: the byte kernel and, for 16-bit activations up to
+    16 rows, the tensor-core kernel."""
     out = []
     if m == 1 and k % 8 == 0:
-        bk = max((b for b in (8, 16, 32, 64, 128, 256) if group % b == 0), default=0)  # the row kernel: a group (up to 256 codes) a step
-        for bn, nw in itertools.product((32, 64, 128, 256, 512), (1, 2, 4, 8)):
-            rows_per_thread = bn * (bk // 8) // (32 * nw)
-            if bk and bn <= n and 8 <= rows_per_thread <= 32:
-                for split in _split_ks(_cdiv(n, bn), k // bk):
-                    out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1})
-        for bn, bk, nw in itertools.product((16, 32, 64, 128, 256), (64, 128), (4, 8)):
-            if group % bk or not 32 <= bn * bk // (32 * nw) <= 256:  # codes per thread per step
-                continue
-            for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
-                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": prefetch})
+        bk = max((b for b in (16, 32, 64, 128, 256) if group % b == 0), default=0)
+        for bn, nw in itertools.product((32, 64, 128, 256), (1, 2, 4, 8)):
+            if bk and bn <= n and 8 <= bn * (bk // 8) // (32 * nw) <= 16:  # words a thread holds per step
+                for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
+                    out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": 2, "PREFETCH": prefetch})
+        for bn in (64, 128):
+            for split in _split_ks(_cdiv(n, bn), k // min(bk, 128)) if bk else ():
+                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1})
         return out
     bm = _block_m(m)
     pairs = [(bn, bk) for bn, bk in ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32)) if group % bk == 0] or [(64, group), (128, group)]
@@ -1171,13 +1183,19 @@ def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[s
 
 
 def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
+    """M == 1: the row kernel, 64 rows x a group a step on two warps, prefetching, split along K
+    while the programs stay under ~8 an SM (the H100's best at llama-8b shapes); the word kernel
+    for fewer than 64 rows; the byte kernel otherwise."""
     m, n, k, g = shape[:4]
-    if m == 1 and k % 8 == 0 and g % 16 == 0:  # the word kernel: 64 rows, one group (up to 128 codes) a step
-        bk = max(b for b in (16, 32, 64, 128) if g % b == 0)
-        blocks, split = _cdiv(n, 64), 1
-        while blocks * split < 2 * _SMS and k // bk >= 4 * split * 2:
+    if m == 1 and k % 8 == 0 and g % 16 == 0:
+        bk = max(b for b in (16, 32, 64, 128, 256) if g % b == 0)
+        bn = 64 if n >= 64 else 16
+        blocks, split = _cdiv(n, bn), 1
+        while split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 4 * split:
             split *= 2
-        return {"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
+        if n >= 64:
+            return {"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 2, "num_stages": 1, "VEC": 2, "PREFETCH": True}
+        return {"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
     bk = max(b for b in (2, 4, 8, 16, 32, 64, 128) if g % b == 0)  # the largest divisor of G up to 128
     bn = 32 if m <= 2 else 16
     blocks = _cdiv(n, bn)
@@ -1262,6 +1280,11 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
     return _bucket(shape) + "_v2"
 
 
+def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
+    """int4 GEMV: "v3" since the row kernel joined the space (a v2 tuning never saw it)."""
+    return _bucket(shape) + "_v3"
+
+
 def _with_path(fn, path: str):
     def launch(*inputs, config: dict[str, Any] | None = None):
         return fn(*inputs, config={**(config or {}), "path": path})
@@ -1304,6 +1327,6 @@ for _path, _configs, _default in (("gemv", int4_gemv_configs, int4_gemv_default_
             make_inputs=_make_int4_inputs,
             flops=_flops,
             bytes=_int4_bytes,
-            bucket=_gemv_bucket if _path == "gemv" else _bucket,
+            bucket=_int4_gemv_bucket if _path == "gemv" else _bucket,
         )
     )
