@@ -125,6 +125,9 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
         timeout 560 python3 benchmarks/explore_gemv.py --shapes 1b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-1b.json" 2>&1 | grep -v "^  "
       fi
       ;;
+    maxnreg)  # the row kernel's register cap (occupancy against spills) at llama-8b shapes, prefetching configurations
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-kernels rows --int4-where PREFETCH=True --int4-vary maxnreg=0,96,80 --runs 20 --out-file "$OUT/gemv-explore-int4-rows-maxnreg-8b.json" 2>&1 | grep -v "^  "
+      ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'
       words='{"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}'

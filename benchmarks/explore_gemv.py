@@ -11,7 +11,8 @@ For each shape:
 - int8 GEMV (`int8_gemv`): every configuration of its space, each checked against the float64
   reference.
 - int4 GEMV: the byte kernel with a second split-K launch (before), and every configuration of the
-  int4 GEMV's space (at batch 1 the word kernel with the split-K fixed up in the kernel).
+  int4 GEMV's space (at batch 1 the row and word kernels; `--int4-kernels rows` keeps one kind,
+  the default configuration is always tried beside it), with the best of each kernel.
 - peers in the same process: torch.compile's int8 Linear, tinygemm int4 (`_weight_int4pack_mm`).
 Writes one JSON file (all trials, the best of each variant, floors, peers, device, versions).
 """
@@ -123,6 +124,8 @@ def main() -> int:
     parser.add_argument("--only", default="floor,int8,int4")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--int4-kernels", default="", help="comma-separated KERNEL values of the int4 space to try (default: all)")
+    parser.add_argument("--int4-where", default="", help="keep int4 configs with these values, e.g. PREFETCH=True,VEC=2")
+    parser.add_argument("--int4-vary", default="", help="cross the int4 configs with a launch option's values, e.g. maxnreg=0,96 (0: unset)")
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -163,6 +166,11 @@ def main() -> int:
             row["int4_bytes"] = explore("int4_gemv", shape4, int4_before(shape4), dtype, device, l2, args.runs)
             kinds = set(filter(None, args.int4_kernels.split(",")))
             space = [c for c in spec4.configs(shape4, dtype) if not kinds or c["KERNEL"] in kinds]
+            where = dict(item.split("=") for item in filter(None, args.int4_where.split(",")))
+            space = [c for c in space if all(str(c.get(key)) == value for key, value in where.items())]
+            if args.int4_vary:
+                key, values = args.int4_vary.split("=")
+                space = [{**c, **({key: int(v)} if int(v) else {})} for c in space for v in values.split(",")]
             row["int4"] = explore("int4_gemv", shape4, space, dtype, device, l2, args.runs)
             print(shape, "int4 bytes", row["int4_bytes"]["best_ms"], "space", row["int4"]["best_by_kernel"], row["int4_peers"], flush=True)
         save()

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import input_sets, measure, to_float64, tune
+from agnitra.kernels.autotune import confirm, input_sets, measure, to_float64, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
@@ -85,11 +85,13 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
     timed = measure(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype, device, runs, warmup=5)
     if not timed.ok:
         raise RuntimeError(f"the tuned configuration {result.best} failed: {timed.reason}")
-    ms = timed.ms
+    # the tuned and the default configuration head to head in this run (interleaved rounds)
+    ms, default_ms = confirm(spec, [result.best, result.default], sets, device, runs)
     nbytes, flops = spec.bytes(shape, dtype), spec.flops(shape)
     row = {
         "kernel": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
-        "config": result.best, "ms": ms, "tuning_ms": result.best_ms, "default_ms": result.default_ms, "relative_error": timed.error,
+        "config": result.best, "ms": ms, "tuning_ms": result.best_ms, "default_ms": default_ms, "tuning_default_ms": result.default_ms,
+        "default_config": result.default, "relative_error": timed.error,
         "gbps": nbytes / (ms / 1e3) / 1e9, "tflops": flops / (ms / 1e3) / 1e12,
         "bandwidth_fraction": nbytes / (ms / 1e3) / 1e9 / ceilings["copy_gbps"],
         "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets), "peers": {},

@@ -6,8 +6,10 @@ answer is recorded with its reason and skipped. Timing: warm-up, then the median
 runs with CUDA events, rotating through several input sets whose bytes exceed the L2 cache so the
 figure is a DRAM figure; on the GPU the calls are captured in a CUDA graph, as they run in a
 decode step, so a microsecond kernel is not timed by the host's launch overhead. Small spaces are searched exhaustively, large ones with Optuna's TPE over
-the configuration parameters. The default configuration is always measured, so the choice is
-never slower than the default. Results go to the per-device tuning cache and are reused.
+the configuration parameters. The default configuration is always measured, and the search's
+fastest few are re-timed head to head with it (interleaved rounds) before one is chosen, so the
+choice is never slower than the default in one measurement. Results go to the per-device
+tuning cache and are reused.
 """
 
 from __future__ import annotations
@@ -93,6 +95,21 @@ def measure(spec: KernelSpec, config: dict, sets: list[tuple], reference: Any, d
         return Trial(config, None, None, False, first_line(exc))
 
 
+def confirm(spec: KernelSpec, configs: list[dict], sets: list[tuple], device: torch.device, runs: int, rounds: int = 3) -> list[float]:
+    """Median times of `configs` timed head to head: `rounds` interleaved rounds of `runs` calls each
+    (the order reversed every other round), so drift between trials taken minutes apart cannot
+    pick the winner. Each config ran correctly before (its trial)."""
+    times: list[list[float]] = [[] for _ in configs]
+    for r in range(rounds):
+        order = range(len(configs)) if r % 2 == 0 else reversed(range(len(configs)))
+        for i in order:
+            times[i].extend(time_device_calls(lambda j, c=configs[i]: spec.launch(*sets[j % len(sets)], config=c), runs, device))
+    return [float(np.median(t)) for t in times]
+
+
+CONFIRM_TOP = 3  # the search's fastest configurations re-timed against the default before one is chosen
+
+
 def _search_space(configs: list[dict]) -> dict[str, list]:
     keys = sorted({k for c in configs for k in c})
     return {k: sorted({c.get(k) for c in configs}, key=lambda v: (v is None, str(v))) for k in keys}
@@ -174,10 +191,15 @@ def tune(
     if not ok:
         reasons = "; ".join(sorted({t.reason for t in trials.values()}))[:500]
         raise RuntimeError(f"no configuration of {spec.name} ran correctly for shape {shape} {dtype}: {reasons}")
-    best = min(ok, key=lambda t: t.ms)
-    result = TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, best.config, best.ms, default, default_trial.ms, chosen, trials=list(trials.values()))
+    finalists = sorted(ok, key=lambda t: t.ms)[:CONFIRM_TOP]
+    if default_trial.ok and default_trial not in finalists:
+        finalists.append(default_trial)
+    confirmed = confirm(spec, [t.config for t in finalists], sets, device, runs)
+    best_ms, best = min(zip(confirmed, finalists), key=lambda pair: pair[0])
+    default_ms = confirmed[finalists.index(default_trial)] if default_trial.ok else None
+    result = TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, best.config, best_ms, default, default_ms, chosen, trials=list(trials.values()))
     if cache is not None:
-        cache.put(key, {"config": best.config, "ms": best.ms, "default_ms": default_trial.ms, "strategy": chosen, "shape": list(shape), "trials": len(trials)})
+        cache.put(key, {"config": best.config, "ms": best_ms, "default_ms": default_ms, "strategy": chosen, "shape": list(shape), "trials": len(trials)})
     return result
 
 

@@ -37,9 +37,12 @@ KernelSpec):
   scaled fp32 partials [SPLIT_K, M, N] and counts its arrival on a per-block counter; the block's
   last program sums the partials in a fixed order (deterministic), adds the bias, casts and resets
   the counter: no second launch (`_split_k_total`; every GEMV kernel here ends this way).
-* int4 at batch 1 ("words", the default there): the packed bytes read as 32-bit words, one lop3
-  per code into a float (see `_int4_gemv_words_kernel`), about five instructions a code against
-  seven for the byte kernel; split-K fixed up in the kernel as for int8.
+* int4 at batch 1 ("rows", the default there from 64 outputs): the packed bytes read as 32-bit
+  words, a lane holding two words of each of several rows so the x values of its words serve all
+  of them; one lop3 and one FMA a code (`_int4_gemv_rows_kernel`, about 3.5 instructions a code
+  in the compiled loop). "words" (`_int4_gemv_words_kernel`): the earlier word kernel, about
+  five to six a code, kept in the space (it wins at some shapes); split-K fixed up in the kernel
+  as for int8.
 * int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
   inline PTX (prmt / lop3 / fma.rn.x2: `INT4_ASM_BF16`, `INT4_ASM_FP16`; arithmetic under the
   interpreter) and tl.dot sums W_chunk @ x^T with M padded to 16. On the H100 it did not beat the
@@ -729,7 +732,10 @@ def _choose_path(config: dict[str, Any] | None, m: int) -> str:
 
 
 def _launch_options(cfg: dict[str, Any]) -> dict[str, int]:
-    return {"num_warps": int(cfg.get("num_warps", 4)), "num_stages": int(cfg.get("num_stages", 2))}
+    options = {"num_warps": int(cfg.get("num_warps", 4)), "num_stages": int(cfg.get("num_stages", 2))}
+    if cfg.get("maxnreg"):  # ptxas's register cap (occupancy against spills)
+        options["maxnreg"] = int(cfg["maxnreg"])
+    return options
 
 
 def _positive_pow2(cfg: dict[str, Any], *keys: str) -> None:
@@ -1126,9 +1132,9 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
             if bk and bn <= n and 8 <= bn * (bk // 8) // (32 * nw) <= 16:  # words a thread holds per step
                 for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": 2, "PREFETCH": prefetch})
-        for bn in (64, 128):
+        for bn, nw, prefetch in itertools.product((64, 128), (4, 8), (False, True)):
             for split in _split_ks(_cdiv(n, bn), k // min(bk, 128)) if bk else ():
-                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1})
+                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": prefetch})
         return out
     bm = _block_m(m)
     pairs = [(bn, bk) for bn, bk in ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32)) if group % bk == 0] or [(64, group), (128, group)]
