@@ -4,6 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|ncu   # decode GEMVs: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -116,14 +117,10 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py 2>&1 | tail -4
       timeout 440 python3 benchmarks/kernels.py --only gemv --shapes 8b,1b --max-trials 100 --runs 30 --out-file "$OUT/kernels-gemv.json" 2>&1 | grep -v "^  "
       ;;
-    rows|rows1b)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
-      if [ "$1" = rows ]; then
-        for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done
-        AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py -k int4 2>&1 | tail -4
-        timeout 420 python3 benchmarks/explore_gemv.py --shapes 8b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-8b.json" 2>&1 | grep -v "^  "
-      else
-        timeout 560 python3 benchmarks/explore_gemv.py --shapes 1b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-1b.json" 2>&1 | grep -v "^  "
-      fi
+    rows)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
+      for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done
+      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py -k int4 2>&1 | tail -4
+      timeout 420 python3 benchmarks/explore_gemv.py --shapes 8b --only floor,int4 --int4-kernels rows --runs 20 --out-file "$OUT/gemv-explore-int4-rows-8b.json" 2>&1 | grep -v "^  "
       ;;
     maxnreg)  # the row kernel's register cap (occupancy against spills) at llama-8b shapes, prefetching configurations
       timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-kernels rows --int4-where PREFETCH=True --int4-vary maxnreg=0,96,80 --runs 20 --out-file "$OUT/gemv-explore-int4-rows-maxnreg-8b.json" 2>&1 | grep -v "^  "

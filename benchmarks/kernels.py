@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import confirm, input_sets, measure, to_float64, tune
+from agnitra.kernels.autotune import check, confirm, input_sets, to_float64, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
@@ -82,7 +82,7 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
     result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials)
     sets = input_sets(spec, shape, dtype, device, l2)
     # the chosen configuration timed (and checked) in this run, beside its peers; a cached tuning's time is from another process
-    timed = measure(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype, device, runs, warmup=5)
+    timed = check(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype)
     if not timed.ok:
         raise RuntimeError(f"the tuned configuration {result.best} failed: {timed.reason}")
     # the tuned and the default configuration head to head in this run (interleaved rounds)

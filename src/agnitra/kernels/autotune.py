@@ -81,16 +81,26 @@ def input_sets(spec: KernelSpec, shape, dtype, device: torch.device, l2_bytes: i
     return [spec.make_inputs(shape, dtype, device, seed) for seed in range(wanted)]
 
 
-def measure(spec: KernelSpec, config: dict, sets: list[tuple], reference: Any, dtype: torch.dtype, device: torch.device, runs: int, warmup: int) -> Trial:
+def check(spec: KernelSpec, config: dict, sets: list[tuple], reference: Any, dtype: torch.dtype) -> Trial:
+    """One launch compared with the reference: an ok Trial with its error (no time), or the reason it failed."""
     try:
-        out = spec.launch(*sets[0], config=config)
-        error = _relative_error(out, reference)
-        if not error <= TOLERANCE.get(dtype, 1e-2):
-            return Trial(config, None, error, False, f"wrong result: relative error {error:.3g}")
+        error = _relative_error(spec.launch(*sets[0], config=config), reference)
+    except Exception as exc:  # noqa: BLE001 - compile errors, out of resources: a record, not a crash
+        return Trial(config, None, None, False, first_line(exc))
+    if not error <= TOLERANCE.get(dtype, 1e-2):
+        return Trial(config, None, error, False, f"wrong result: relative error {error:.3g}")
+    return Trial(config, None, error, True)
+
+
+def measure(spec: KernelSpec, config: dict, sets: list[tuple], reference: Any, dtype: torch.dtype, device: torch.device, runs: int, warmup: int) -> Trial:
+    checked = check(spec, config, sets, reference, dtype)
+    if not checked.ok:
+        return checked
+    try:
         for i in range(warmup):
             spec.launch(*sets[i % len(sets)], config=config)
         times = time_device_calls(lambda i: spec.launch(*sets[i % len(sets)], config=config), runs, device)
-        return Trial(config, float(np.median(times)), error, True)
+        return Trial(config, float(np.median(times)), checked.error, True)
     except Exception as exc:  # noqa: BLE001 - compile errors, out of resources: a record, not a crash
         return Trial(config, None, None, False, first_line(exc))
 

@@ -121,6 +121,18 @@ def _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_
         tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
+def _store_gemv_vector(out, cols, valid, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_k, N, stride_yn,
+                       HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr):
+    """A batch-1 GEMV block's end: split-K fix-up (partials [SPLIT_K, N]), bias, cast, store of the `valid` columns."""
+    last = True
+    if SPLIT_K > 1:
+        out, last = _split_k_total(out, p_ptr + cols, N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
+    if last:
+        if HAS_BIAS:
+            out += tl.load(b_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+        tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
+
+
 def _int8_gemv_kernel(
     x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
     w_ptr,  # [N, K] int8 weight, one row per output channel
@@ -304,14 +316,7 @@ def _int4_gemv_words_kernel(
         x_ptrs += SPLIT_K * BLOCK_W * 8 * stride_xk
     out = tl.sum(acc, axis=1) + zero_acc  # [BN]
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    valid = cols < N
-    last = True
-    if SPLIT_K > 1:  # partials [SPLIT_K, N]
-        out, last = _split_k_total(out, p_ptr + cols, N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
-    if last:
-        if HAS_BIAS:
-            out += tl.load(b_ptr + offs_n).to(tl.float32)
-        tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
+    _store_gemv_vector(out, cols, cols < N, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
 
 
 def _int4_gemv_rows_kernel(
@@ -432,13 +437,7 @@ def _int4_gemv_rows_kernel(
         w_ptrs += SPLIT_K * BLOCK_W
     out = tl.sum(acc, axis=1) + zero_acc  # [BN]
     valid = offs_n >= pid_n * BLOCK_N  # the last block leaves its neighbour's rows alone
-    last = True
-    if SPLIT_K > 1:  # partials [SPLIT_K, N]
-        out, last = _split_k_total(out, p_ptr + offs_n, N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
-    if last:
-        if HAS_BIAS:
-            out += tl.load(b_ptr + offs_n).to(tl.float32)
-        tl.store(y_ptr + offs_n * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
+    _store_gemv_vector(out, offs_n, valid, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
 
 
 # int4 codes -> the 16-bit float (q - 8), two per 32-bit register, for `tl.inline_asm_elementwise`
@@ -653,7 +652,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -848,53 +847,36 @@ def _int4_words(w_packed: torch.Tensor) -> torch.Tensor | None:
     return w_packed.view(torch.int32)
 
 
-def _int4_words_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
+def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
+    """The batch-1 int4 GEMVs over 32-bit words: KERNEL 'rows' (`_int4_gemv_rows_kernel`) or 'words'."""
     m, k = x.shape
     n = w_packed.shape[0]
     words = _int4_words(w_packed)
-    if m != 1 or words is None or cfg["BLOCK_K"] % 8 or cfg["BLOCK_K"] < 16 or group_size % cfg["BLOCK_K"]:
+    block_k, block_n, vec = cfg["BLOCK_K"], cfg["BLOCK_N"], cfg.get("VEC", 2)
+    rows = kernel == "rows"
+    if rows:
+        limits, fits = "up to 256 dividing group_size, BLOCK_N <= N and VEC in (1, 2, 4) at most BLOCK_K / 8", block_k <= 256 and block_n <= n and vec in (1, 2, 4) and 8 * vec <= block_k
+    else:
+        limits, fits = "(>= 16) dividing group_size", block_k >= 16
+    if m != 1 or words is None or block_k % 8 or group_size % block_k or not fits:
         raise ValueError(
-            f"int4 GEMV KERNEL='words' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0) and BLOCK_K a"
-            f" multiple of 8 (>= 16) dividing group_size; got M={m}, K={k}, BLOCK_K={cfg['BLOCK_K']}, group_size={group_size}:"
-            f" use KERNEL='bytes'"
+            f"int4 GEMV KERNEL='{kernel}' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0) and BLOCK_K a multiple of 8"
+            f" {limits}; got M={m}, N={n}, K={k}, BLOCK_K={block_k}, BLOCK_N={block_n}, VEC={vec}, group_size={group_size}:"
+            f" use KERNEL='bytes'{' or a smaller BLOCK_N' if rows else ''}"
         )
     split_k = cfg["SPLIT_K"]
-    grid = (_cdiv(n, cfg["BLOCK_N"]), split_k)
+    grid = (_cdiv(n, block_n), split_k)
     partials, counters = _split_k_buffers(split_k, 1, n, grid[0], y)
-    _jit(_int4_gemv_words_kernel)[grid](
+    if rows:  # the row stride is compiled in
+        fn, row_stride, extra = _int4_gemv_rows_kernel, (), {"STRIDE_W": words.stride(0), "PRECISE": x.dtype == torch.float32, "VEC": vec}
+    else:
+        fn, row_stride, extra = _int4_gemv_words_kernel, (words.stride(0),), {}
+    _jit(fn)[grid](
         x, words, scales, zeros, bias if bias is not None else scales, y, partials, counters,
-        n, k, x.stride(1), words.stride(0),
+        n, k, x.stride(1), *row_stride,
         scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
-        GROUP_SIZE=group_size, HAS_BIAS=bias is not None,
-        BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_K"] // 8, SPLIT_K=split_k, PREFETCH=bool(cfg.get("PREFETCH", False)),
-        **_launch_options(cfg),
-    )
-
-
-def _int4_rows_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
-    m, k = x.shape
-    n = w_packed.shape[0]
-    words = _int4_words(w_packed)
-    block_w = cfg["BLOCK_K"] // 8
-    vec = cfg.get("VEC", 2)
-    if m != 1 or words is None or cfg["BLOCK_K"] % 8 or block_w > 32 or group_size % cfg["BLOCK_K"] or n < cfg["BLOCK_N"] or vec not in (1, 2, 4) or vec > block_w:
-        raise ValueError(
-            f"int4 GEMV KERNEL='rows' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0), BLOCK_K a multiple"
-            f" of 8 up to 256 dividing group_size, BLOCK_N <= N and VEC in (1, 2, 4) at most BLOCK_K / 8; got M={m}, N={n},"
-            f" K={k}, BLOCK_K={cfg['BLOCK_K']}, BLOCK_N={cfg['BLOCK_N']}, VEC={vec}, group_size={group_size}:"
-            f" use KERNEL='bytes' or a smaller BLOCK_N"
-        )
-    split_k = cfg["SPLIT_K"]
-    grid = (_cdiv(n, cfg["BLOCK_N"]), split_k)
-    partials, counters = _split_k_buffers(split_k, 1, n, grid[0], y)
-    _jit(_int4_gemv_rows_kernel)[grid](
-        x, words, scales, zeros, bias if bias is not None else scales, y, partials, counters,
-        n, k, x.stride(1),
-        scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
-        STRIDE_W=words.stride(0), GROUP_SIZE=group_size, HAS_BIAS=bias is not None,
-        BLOCK_N=cfg["BLOCK_N"], BLOCK_W=block_w, SPLIT_K=split_k, PRECISE=x.dtype == torch.float32,
-        VEC=vec, PREFETCH=bool(cfg.get("PREFETCH", False)),
-        **_launch_options(cfg),
+        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_W=block_k // 8, SPLIT_K=split_k,
+        PREFETCH=bool(cfg.get("PREFETCH", False)), **extra, **_launch_options(cfg),
     )
 
 
@@ -972,7 +954,7 @@ def int4_weight_only_matmul(
         if kernel not in ("rows", "words", "bytes", "mma"):
             raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes' or 'mma', got {kernel!r}")
         if kernel in ("rows", "words"):
-            (_int4_rows_gemv if kernel == "rows" else _int4_words_gemv)(x, w_packed, scales, zeros, group_size, bias, y, cfg)
+            _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
         split_k, n_blocks = cfg["SPLIT_K"], _cdiv(n, cfg["BLOCK_N"])
         if kernel == "mma":
@@ -1132,9 +1114,10 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
             if bk and bn <= n and 8 <= bn * (bk // 8) // (32 * nw) <= 16:  # words a thread holds per step
                 for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": 2, "PREFETCH": prefetch})
+        word_k = min(bk, 128)
         for bn, nw, prefetch in itertools.product((64, 128), (4, 8), (False, True)):
-            for split in _split_ks(_cdiv(n, bn), k // min(bk, 128)) if bk else ():
-                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": prefetch})
+            for split in _split_ks(_cdiv(n, bn), k // word_k) if bk else ():
+                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": word_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": prefetch})
         return out
     bm = _block_m(m)
     pairs = [(bn, bk) for bn, bk in ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32)) if group % bk == 0] or [(64, group), (128, group)]
