@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|ncu   # decode GEMVs: tuned rows with peers, explorations, hardware counters
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|ncu   # decode GEMVs: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -124,6 +124,13 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       ;;
     maxnreg)  # the row kernel's register cap (occupancy against spills) at llama-8b shapes, prefetching configurations
       timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-kernels rows --int4-where PREFETCH=True --int4-vary maxnreg=0,96,80 --runs 20 --out-file "$OUT/gemv-explore-int4-rows-maxnreg-8b.json" 2>&1 | grep -v "^  "
+      ;;
+    stages)  # GEMV loops pipelined through shared memory (STAGES): read floors with and without, the row kernel's space crossed with STAGES
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only floor,int4 --int4-kernels rows --int4-where PREFETCH=False --int4-vary STAGES=1,3,4 --runs 20 --out-file "$OUT/gemv-explore-stages-rows-8b.json" 2>&1 | grep -v "^  "
+      ;;
+    stages2)  # int8 and the word kernel crossed with STAGES at llama-8b shapes
+      timeout 330 python3 benchmarks/explore_gemv.py --shapes 8b --only int8 --int8-vary STAGES=1,3 --runs 20 --out-file "$OUT/gemv-explore-stages-int8-8b.json" 2>&1 | grep -v "^  "
+      timeout 230 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-kernels words --int4-where PREFETCH=False --int4-vary STAGES=1,3 --runs 20 --out-file "$OUT/gemv-explore-stages-words-8b.json" 2>&1 | grep -v "^  "
       ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'

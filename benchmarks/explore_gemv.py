@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -48,11 +49,11 @@ def _read_kernel():
     import triton.language as tl
 
     @triton.jit
-    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr):
+    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr):
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.arange(0, BLOCK_W)[None, :]
         acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
-        for _ in range(0, WORDS, BLOCK_W):
+        for _ in tl.range(0, WORDS, BLOCK_W, num_stages=STAGES):  # STAGES > 1: loads streamed through shared memory
             acc += tl.load(ptrs)
             ptrs += BLOCK_W
         tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=rows < N)
@@ -61,7 +62,8 @@ def _read_kernel():
 
 
 def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int) -> dict:
-    """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over copies past L2."""
+    """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over copies past L2: loads
+    straight to registers (STAGES 1) or streamed through shared memory (cp.async, STAGES 3 and 5)."""
     kernel = _read_kernel()
     copies = sets_past_l2(n * row_bytes, l2_bytes)
     words = row_bytes // 4
@@ -72,18 +74,18 @@ def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int) 
         for bw in (32, 64, 128, 256, 512, 1024):
             if words % bw or bn * bw > 8192 or bn * bw < 512:
                 continue
-            for nw in (4, 8):
-                def launch(i, bn=bn, bw=bw, nw=nw):
-                    kernel[(-(-n // bn),)](bufs[i % copies], out, n, words, BLOCK_N=bn, BLOCK_W=bw, num_warps=nw)
+            for nw, stages in itertools.product((4, 8), (1, 3, 5)):
+                def launch(i, bn=bn, bw=bw, nw=nw, stages=stages):
+                    kernel[(-(-n // bn),)](bufs[i % copies], out, n, words, BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw)
                 try:
                     for i in range(3):
                         launch(i)
                     ms = float(np.median(time_device_calls(launch, runs, device)))
                 except Exception as exc:  # noqa: BLE001 - out of resources: skip the configuration
-                    print("read floor config failed", bn, bw, nw, str(exc).splitlines()[0][:120])
+                    print("read floor config failed", bn, bw, nw, stages, str(exc).splitlines()[0][:120])
                     continue
                 if best is None or ms < best["ms"]:
-                    best = {"ms": ms, "BLOCK_N": bn, "BLOCK_W": bw, "num_warps": nw}
+                    best = {"ms": ms, "BLOCK_N": bn, "BLOCK_W": bw, "num_warps": nw, "STAGES": stages}
     best["gbps"] = n * row_bytes / (best["ms"] / 1e3) / 1e9
     return best
 
@@ -102,6 +104,14 @@ def explore(name: str, shape, configs: list[dict], dtype, device, l2, runs: int)
     for ms, config in trials:  # fastest first: the first of each KERNEL is its best
         by_kernel.setdefault(config.get("KERNEL", name), [ms, config])
     return {"best": result.best, "best_ms": result.best_ms, "best_by_kernel": by_kernel, "top": trials[:8], "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
+
+
+def vary(space: list[dict], spec: str) -> list[dict]:
+    """`space` crossed with one key's values ("STAGES=1,3": every config once per value; 0 leaves the key unset)."""
+    if not spec:
+        return space
+    key, values = spec.split("=")
+    return [{**c, **({key: int(v)} if int(v) else {})} for c in space for v in values.split(",")]
 
 
 def peer_ms(peers: dict, sets, device, runs: int) -> dict:
@@ -125,7 +135,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--int4-kernels", default="", help="comma-separated KERNEL values of the int4 space to try (default: all)")
     parser.add_argument("--int4-where", default="", help="keep int4 configs with these values, e.g. PREFETCH=True,VEC=2")
-    parser.add_argument("--int4-vary", default="", help="cross the int4 configs with a launch option's values, e.g. maxnreg=0,96 (0: unset)")
+    parser.add_argument("--int4-vary", default="", help="cross the int4 configs with a config key's values, e.g. maxnreg=0,96 or STAGES=1,3 (0: unset)")
+    parser.add_argument("--int8-vary", default="", help="cross the int8 configs with a config key's values, e.g. STAGES=1,3,4 (0: unset)")
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -155,7 +166,7 @@ def main() -> int:
         if "int8" in only:
             sets = input_sets(get_kernel("int8_gemv"), shape, dtype, device, l2)
             row["int8_peers"] = {} if smoke else peer_ms(compiled_int8_peers(), sets, device, args.runs)
-            row["int8"] = explore("int8_gemv", shape, get_kernel("int8_gemv").configs(shape, dtype), dtype, device, l2, args.runs)
+            row["int8"] = explore("int8_gemv", shape, vary(get_kernel("int8_gemv").configs(shape, dtype), args.int8_vary), dtype, device, l2, args.runs)
             print(shape, "int8", row["int8"]["best_ms"], row["int8"]["best"], row["int8_peers"], flush=True)
             save()
         if "int4" in only:
@@ -168,9 +179,7 @@ def main() -> int:
             space = [c for c in spec4.configs(shape4, dtype) if not kinds or c["KERNEL"] in kinds]
             where = dict(item.split("=") for item in filter(None, args.int4_where.split(",")))
             space = [c for c in space if all(str(c.get(key)) == value for key, value in where.items())]
-            if args.int4_vary:
-                key, values = args.int4_vary.split("=")
-                space = [{**c, **({key: int(v)} if int(v) else {})} for c in space for v in values.split(",")]
+            space = vary(space, args.int4_vary)
             row["int4"] = explore("int4_gemv", shape4, space, dtype, device, l2, args.runs)
             print(shape, "int4 bytes", row["int4_bytes"]["best_ms"], "space", row["int4"]["best_by_kernel"], row["int4_peers"], flush=True)
         save()

@@ -126,6 +126,18 @@ def test_bf16_gemv_on_cpu(fmt):
     _check(y, ref, torch.bfloat16)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("stages,split_k", [(3, 1), (4, 2)])
+def test_int8_gemv_streamed_loop_matches_reference(dtype, stages, split_k):
+    """STAGES > 1 (loads streamed through shared memory on a GPU), with a partial last K step
+    (K = 160 over BLOCK_K 64) and split-K; STAGES outside 1..8 is refused with the fix."""
+    (x, w, s, b), ref = _int8_case((1, 100, 160), dtype)
+    cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "STAGES": stages}
+    _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(1, 100, dtype)), ref, dtype)
+    with pytest.raises(ValueError, match="STAGES must be an integer from 1 to 8"):
+        qm.int8_weight_only_matmul(x, w, s, b, config={**cfg, "STAGES": 0})
+
+
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
 def test_split_k_writes_every_partial(fmt, monkeypatch):
     """SPLIT_K > 1: the fp32 partials buffer is poisoned too (torch.empty filled with NaN)."""
@@ -157,13 +169,14 @@ def _counters_zero() -> bool:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k,prefetch", [(1, False), (2, False), (4, False), (1, True), (4, True)])
-def test_int4_word_kernel_matches_reference(dtype, split_k, prefetch):
+@pytest.mark.parametrize("split_k,prefetch,stages", [(1, False, 1), (2, False, 1), (4, False, 1), (1, True, 1), (4, True, 1), (2, False, 3), (1, True, 4)])
+def test_int4_word_kernel_matches_reference(dtype, split_k, prefetch, stages):
     """Batch 1, N not a multiple of BLOCK_N, groups of 64 and 128 codes, split-K fixed up in the
-    kernel, with and without the next step's words prefetched."""
+    kernel, with and without the next step's words prefetched, the loop streamed through shared
+    memory (STAGES > 1: a compiled-kernel matter, exercised on the GPU by AGNITRA_GPU_TESTS=1)."""
     for shape in ((1, 17, 256, 64), (1, 100, 512, 128)):
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
-        cfg = {"path": "gemv", "KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "PREFETCH": prefetch}
+        cfg = {"path": "gemv", "KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "PREFETCH": prefetch, "STAGES": stages}
         y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
         _check(y, ref, dtype)
         again = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
@@ -187,15 +200,15 @@ def test_int4_word_kernel_refuses_what_it_cannot_read():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k,vec,prefetch", [(1, 2, False), (2, 4, True), (4, 2, True), (1, 1, False)])
-def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch):
+@pytest.mark.parametrize("split_k,vec,prefetch,stages", [(1, 2, False, 1), (2, 4, True, 1), (4, 2, True, 1), (1, 1, False, 1), (2, 2, False, 3)])
+def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch, stages):
     """Batch 1: the last block overlaps its neighbour (N = 17, 100 over blocks of 16 / 32) and
     stores only its own rows; steps of 8 and 16 words (groups of 64 and 128 codes); split-K; 1, 2
     or 4 words a lane; with and without the next step's words prefetched."""
     for shape, block_k, block_n, warps in (((1, 17, 256, 64), 64, 16, 1), ((1, 100, 512, 128), 128, 32, 2), ((1, 100, 512, 128), 64, 16, 1)):
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
-               "VEC": vec, "PREFETCH": prefetch}
+               "VEC": vec, "PREFETCH": prefetch, "STAGES": stages}
         y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
         _check(y, ref, dtype)
         assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
@@ -365,7 +378,7 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").flops((m, n, k)) == 2 * m * n * k
     assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
     assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
-    assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v2"  # versioned: the GEMV kernels changed
+    assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v3"  # versioned: the GEMV kernels changed
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):
