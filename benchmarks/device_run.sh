@@ -4,7 +4,8 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|ncu   # decode GEMVs: tuned rows with peers, explorations, hardware counters
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|ncu   # decode GEMVs
+#   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -132,6 +133,15 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 330 python3 benchmarks/explore_gemv.py --shapes 8b --only int8 --int8-vary STAGES=1,3 --runs 20 --out-file "$OUT/gemv-explore-stages-int8-8b.json" 2>&1 | grep -v "^  "
       timeout 230 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-kernels words --int4-where PREFETCH=False --int4-vary STAGES=1,3 --runs 20 --out-file "$OUT/gemv-explore-stages-words-8b.json" 2>&1 | grep -v "^  "
       ;;
+    tma)  # the persistent TMA matmul: GPU numerics, the 4096^3 bf16 space tuned beside cuBLAS, the kernel benchmark's matmul row
+      AGNITRA_GPU_TESTS=1 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 160 tests/test_kernels_matmul.py 2>&1 | tail -6
+      timeout 260 python3 -m agnitra.cli tune-matmul --dim 4096 --runs 10 --dtype bf16 --max-trials 80 --device cuda > "$OUT/tune-matmul-4096-bf16.log" 2>&1; tail -14 "$OUT/tune-matmul-4096-bf16.log"
+      timeout 90 python3 benchmarks/kernels.py --only matmul --runs 50 --out-file "$OUT/kernels-matmul.json" 2>&1 | tail -3
+      [ "${2:-}" = gemv ] && timeout 300 python3 benchmarks/kernels.py --only gemv --shapes 8b,1b --max-trials 100 --runs 30 --out-file "$OUT/kernels-gemv.json" 2>&1 | grep -v "^  "
+      ;;
+    rounds)  # the matmul's pointer default, its TMA kernel and cuBLAS at 4096^3 bf16, round by round (drift, two speeds)
+      timeout 200 python3 benchmarks/matmul_rounds.py --dim 4096 --rounds 10 --runs 10 --out-file "$OUT/matmul-rounds-4096-bf16.json"
+      ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'
       words='{"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}'
@@ -144,4 +154,4 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
       ;;
   esac
-} 2>&1 | tee "$OUT/log-$1.txt"
+} 2>&1 | tee "$OUT/log-$1${2:+-$2}.txt"

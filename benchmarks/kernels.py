@@ -22,19 +22,17 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import check, confirm, input_sets, to_float64, tune
+from agnitra.kernels.autotune import check, head_to_head, input_sets, to_float64, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
-from agnitra.telemetry.timing import time_device_calls
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
 LLAMA_1B = [(1, 2048, 2048), (1, 256, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 32000, 2048)]
@@ -55,10 +53,18 @@ GROUPS = ("matmul", "norms", "gemv", "decode", "encoder")
 torch._dynamo.config.recompile_limit = 64  # the compiled int8 peer meets every shape
 
 
-def _median_ms(fn, sets, device, runs: int) -> float:
-    for i in range(3):
-        fn(*sets[i % len(sets)])
-    return float(np.median(time_device_calls(lambda i: fn(*sets[i % len(sets)]), runs, device)))
+def _peer_calls(peers: dict, sets) -> tuple[dict, dict]:
+    """({name: call(i)} of the peers that ran (warmed up, compiled), {name: "failed: ..."} of those that did not)."""
+    calls, failed = {}, {}
+    for peer_name, (make_inputs, fn) in peers.items():
+        try:
+            peer_sets = [make_inputs(s) for s in sets]
+            for i in range(3):
+                fn(*peer_sets[i % len(peer_sets)])
+            calls[peer_name] = lambda i, fn=fn, peer_sets=peer_sets: fn(*peer_sets[i % len(peer_sets)])
+        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is recorded, not fatal
+            failed[peer_name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return calls, failed
 
 
 def _peer_int8(x, w, scales, *rest):
@@ -85,8 +91,10 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
     timed = check(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype)
     if not timed.ok:
         raise RuntimeError(f"the tuned configuration {result.best} failed: {timed.reason}")
-    # the tuned and the default configuration head to head in this run (interleaved rounds)
-    ms, default_ms = confirm(spec, [result.best, result.default], sets, device, runs)
+    # the tuned and the default configuration and the peers head to head in this run (interleaved rounds)
+    peer_calls, failed = _peer_calls(peers, sets)
+    ours = [lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in (result.best, result.default)]
+    ms, default_ms, *peer_ms = head_to_head(ours + list(peer_calls.values()), runs, device)
     nbytes, flops = spec.bytes(shape, dtype), spec.flops(shape)
     row = {
         "kernel": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
@@ -94,14 +102,9 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
         "default_config": result.default, "relative_error": timed.error,
         "gbps": nbytes / (ms / 1e3) / 1e9, "tflops": flops / (ms / 1e3) / 1e12,
         "bandwidth_fraction": nbytes / (ms / 1e3) / 1e9 / ceilings["copy_gbps"],
-        "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets), "peers": {},
+        "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets),
+        "peers": {**dict(zip(peer_calls, peer_ms)), **failed}, "timing": "tuned, default and peers head to head: 3 interleaved rounds",
     }
-    for peer_name, (make_inputs, fn) in peers.items():
-        peer_sets = [make_inputs(s) for s in sets]
-        try:
-            row["peers"][peer_name] = _median_ms(fn, peer_sets, device, runs)
-        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is recorded, not fatal
-            row["peers"][peer_name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
     best_peer = min((v for v in row["peers"].values() if isinstance(v, float)), default=None)
     row["speedup_vs_best_peer"] = best_peer / ms if best_peer else None
     print(f"{name:22s} {str(shape):22s} {ms * 1e3:9.1f} us  {row['gbps']:8.0f} GB/s  {row['bandwidth_fraction']:.0%} of copy  peers {row['peers']}", flush=True)

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from agnitra.kernels.autotune import tune
+from agnitra.kernels.autotune import head_to_head, tune
 from agnitra.kernels.spec import KernelSpec
 from agnitra.kernels.tuning_cache import TuningCache, cache_key
 
@@ -95,6 +95,24 @@ def test_a_lucky_trial_loses_the_head_to_head_with_the_default():
     lucky = next(t for t in result.trials if t.config["name"] == "lucky")
     assert lucky.ms < next(t for t in result.trials if t.config["name"] == "default").ms  # it won the search
     assert result.best["name"] == "default" and result.best_ms <= result.default_ms  # and lost the head-to-head
+
+
+def test_head_to_head_interleaves_rounds_in_alternating_order():
+    """Contenders timed in rounds, the order reversed every other round (a b | b a | a b): a clock
+    that drifts over the run weighs on both; each median comes from its own calls."""
+    log = []
+
+    def contender(name, ms):
+        def call(i):
+            log.append(name)
+            time.sleep(ms / 1e3)
+        return call
+
+    slow, fast = head_to_head([contender("a", 3.0), contender("b", 1.0)], runs=4, device=torch.device("cpu"), rounds=3)
+    assert slow > fast > 0.5
+    blocks = [name for i, name in enumerate(log) if i == 0 or log[i - 1] != name]
+    assert blocks == ["a", "b", "a", "b"]  # a b, b a, a b: adjacent runs of one contender merge
+    assert log.count("a") == log.count("b") >= 3 * 4
 
 
 def test_large_spaces_use_tpe_and_find_a_fast_config():

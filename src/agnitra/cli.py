@@ -330,11 +330,14 @@ def tune_matmul_cmd(
     tuning = api.tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, max_trials=max_trials, progress=show)
     r = tuning.result
     if as_json:
-        sys.stdout.write(json.dumps({"shape": list(problem), "dtype": r.dtype, "best": r.best, "best_ms": r.best_ms, "best_tflops": tuning.tflops(r.best_ms), "default": r.default, "default_ms": r.default_ms, "torch_matmul_ms": tuning.torch_ms, "torch_tflops": tuning.tflops(tuning.torch_ms), "vs_torch": tuning.vs_torch, "strategy": r.strategy, "trials": to_dict(r.trials)}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"shape": list(problem), "dtype": r.dtype, "best": r.best, "best_ms": r.best_ms, "best_tflops": tuning.tflops(r.best_ms), "default": r.default, "default_ms": r.default_ms, "head_to_head_ms": tuning.best_ms, "torch_matmul_ms": tuning.torch_ms, "torch_tflops": tuning.tflops(tuning.torch_ms), "vs_torch": tuning.vs_torch, "strategy": r.strategy, "trials": to_dict(r.trials)}, indent=2) + "\n")
         return
+    for config, ms in r.head_to_head:
+        out.print(f"  finalist, head to head: {config}  {ms:.4f} ms", highlight=False)
     out.print(f"[bold]winner[/] {r.best}: {r.best_ms:.4f} ms = {tuning.tflops(r.best_ms):.1f} TFLOP/s ({r.strategy}, {len(r.trials)} configurations tried)")
     out.print(f"default {r.default}: {r.default_ms:.4f} ms" if r.default_ms else f"default {r.default}: failed")
-    out.print(f"torch.matmul: {tuning.torch_ms:.4f} ms = {tuning.tflops(tuning.torch_ms):.1f} TFLOP/s -> Agnitra's kernel is {tuning.vs_torch:.2f}x torch.matmul's speed")
+    out.print(f"head to head (5 interleaved rounds): winner {tuning.best_ms:.4f} ms = {tuning.tflops(tuning.best_ms):.1f} TFLOP/s,"
+              f" torch.matmul {tuning.torch_ms:.4f} ms = {tuning.tflops(tuning.torch_ms):.1f} TFLOP/s -> Agnitra's kernel is {tuning.vs_torch:.2f}x torch.matmul's speed")
 
 
 def _parse_shape(text: str) -> tuple[int, int, int]:

@@ -52,6 +52,7 @@ class TuneResult:
     strategy: str
     cached: bool = False
     trials: list[Trial] = field(default_factory=list)
+    head_to_head: list[tuple[dict[str, Any], float]] = field(default_factory=list)  # (config, ms) of the finalists re-timed together
 
     @property
     def speedup_over_default(self) -> float | None:
@@ -105,16 +106,22 @@ def measure(spec: KernelSpec, config: dict, sets: list[tuple], reference: Any, d
         return Trial(config, None, None, False, first_line(exc))
 
 
-def confirm(spec: KernelSpec, configs: list[dict], sets: list[tuple], device: torch.device, runs: int, rounds: int = 3) -> list[float]:
-    """Median times of `configs` timed head to head: `rounds` interleaved rounds of `runs` calls each
-    (the order reversed every other round), so drift between trials taken minutes apart cannot
-    pick the winner. Each config ran correctly before (its trial)."""
-    times: list[list[float]] = [[] for _ in configs]
+def head_to_head(calls: list, runs: int, device: torch.device, rounds: int = 3) -> list[float]:
+    """Median times (ms) of `calls` (each takes the call's index) timed head to head: `rounds`
+    interleaved rounds of `runs` calls each, the order reversed every other round, so clock and
+    temperature drift over a run (GPU boost falls as it heats) weighs on every contender alike."""
+    times: list[list[float]] = [[] for _ in calls]
     for r in range(rounds):
-        order = range(len(configs)) if r % 2 == 0 else reversed(range(len(configs)))
+        order = range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))
         for i in order:
-            times[i].extend(time_device_calls(lambda j, c=configs[i]: spec.launch(*sets[j % len(sets)], config=c), runs, device))
+            times[i].extend(time_device_calls(calls[i], runs, device))
     return [float(np.median(t)) for t in times]
+
+
+def confirm(spec: KernelSpec, configs: list[dict], sets: list[tuple], device: torch.device, runs: int, rounds: int = 3) -> list[float]:
+    """Median times of `configs` timed head to head (`head_to_head`), so drift between trials taken
+    minutes apart cannot pick the winner. Each config ran correctly before (its trial)."""
+    return head_to_head([lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in configs], runs, device, rounds)
 
 
 CONFIRM_TOP = 3  # the search's fastest configurations re-timed against the default before one is chosen
@@ -207,7 +214,8 @@ def tune(
     confirmed = confirm(spec, [t.config for t in finalists], sets, device, runs)
     best_ms, best = min(zip(confirmed, finalists), key=lambda pair: pair[0])
     default_ms = confirmed[finalists.index(default_trial)] if default_trial.ok else None
-    result = TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, best.config, best_ms, default, default_ms, chosen, trials=list(trials.values()))
+    result = TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, best.config, best_ms, default, default_ms, chosen,
+                        trials=list(trials.values()), head_to_head=[(t.config, ms) for t, ms in zip(finalists, confirmed)])
     if cache is not None:
         cache.put(key, {"config": best.config, "ms": best_ms, "default_ms": default_ms, "strategy": chosen, "shape": list(shape), "trials": len(trials)})
     return result

@@ -9,6 +9,11 @@ Four parts, as in Triton's tutorial 03-matrix-multiplication:
    second grid axis splits K: each program atomically adds its partial tile into an fp32 buffer
    and `matmul_epilogue_kernel` (a small elementwise kernel) applies the epilogue afterwards; with
    no epilogue and an fp32 output the partial tiles are added into the output directly.
+   `matmul_tma_kernel` (config TMA=True), after Triton's tutorial 09-persistent-matmul: one
+   program per SM walks the tiles in the same grouped order, A and B blocks come by TMA (tensor
+   descriptors made on the device) into a software pipeline that runs across tiles. Same
+   epilogue; no split-K. (Triton's warp specialization of this loop was tried and dropped: it
+   computed wrong results on the H100 under Triton 3.6, tune-matmul-4096-bf16-*-2026-11-22.log.)
 2. `matmul(...)`: the host wrapper (checks, allocation, grid) taking an explicit `config`.
 3. `matmul_reference(...)`: PyTorch, in the inputs' dtype (float64 for accuracy tests).
 4. `KernelSpec`s "matmul" and "matmul_bias_gelu" (nn.Linear + GELU) with the configuration space.
@@ -23,6 +28,7 @@ Without Triton the module still imports (the specs register) and `matmul` raises
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -35,11 +41,14 @@ from agnitra.kernels._triton import tl, triton
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "silu")
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "ALLOW_TF32")
+CONFIG_KEYS = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "SPLIT_K", "num_warps", "num_stages", "ALLOW_TF32", "TMA")
 
 # sm_90 (H100/H200): the most shared memory one block may use (227 KB, opt-in) and the SM count.
 SMEM_LIMIT_BYTES = 227 * 1024
 HOPPER_SMS = 132
+# The persistent TMA kernel's program count under the interpreter (CPU tensors): small, so that each
+# program walks several tiles in the tests.
+INTERPRETER_SMS = 4
 
 
 # ------------------------------------------------------------------------------------------------
@@ -168,6 +177,111 @@ def matmul_kernel(
 
 
 @triton.jit
+def _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of C tile number `tile_id` in grouped order, the order `matmul_kernel` gives
+    its programs: GROUP_M tile-rows at a time, column-major inside a group, so the tiles in flight
+    at once share a few row-panels of A and column-panels of B in L2."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile_id // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((tile_id % num_pid_in_group) % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _epilogue_store(
+    acc,  # [TILE_M, TILE_N] fp32 accumulator of the C block at (off_m, off_n)
+    off_m,  # first row of the block in C
+    off_n,  # first column of the block in C
+    M, N, c_ptr, bias_ptr, residual_ptr, stride_cm, stride_cn, stride_rm, stride_rn,  # as in matmul_tma_kernel
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ACTIVATION: tl.constexpr, INT64_OFFSETS: tl.constexpr,
+):
+    """`_epilogue` on one block of C, then its masked store (rows past M, columns past N dropped)."""
+    offs_cm = off_m + tl.arange(0, acc.shape[0])
+    offs_cn = off_n + tl.arange(0, acc.shape[1])
+    if INT64_OFFSETS:
+        offs_cm = offs_cm.to(tl.int64)
+        offs_cn = offs_cn.to(tl.int64)
+    acc = _epilogue(acc, offs_cm, offs_cn, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RESIDUAL, ACTIVATION)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def matmul_tma_kernel(
+    a_ptr,  # *A [M, K] (fp16 | bf16 | fp32): unit column stride, 16-byte aligned base and rows
+    b_ptr,  # *B: [N, K] if B_TRANSPOSED (the nn.Linear weight) else [K, N]; same dtype and rules as A
+    c_ptr,  # *C [M, N] output (any float dtype, any strides)
+    bias_ptr,  # *bias [N] (ignored unless HAS_BIAS; any valid pointer otherwise)
+    residual_ptr,  # *residual [M, N] (ignored unless HAS_RESIDUAL)
+    M,  # rows of A and C
+    N,  # columns of C
+    K,  # the reduction
+    stride_am,  # A: elements between rows
+    stride_b,  # B: elements between rows of the stored matrix ([N, K] or [K, N])
+    stride_cm,  # C: elements between rows
+    stride_cn,  # C: elements between columns
+    stride_rm,  # residual: elements between rows
+    stride_rn,  # residual: elements between columns
+    BLOCK_M: tl.constexpr,  # rows of a C tile
+    BLOCK_N: tl.constexpr,  # columns of a C tile
+    BLOCK_K: tl.constexpr,  # K step of the inner loop
+    GROUP_M: tl.constexpr,  # tile-rows per group (L2 reuse)
+    NUM_SMS: tl.constexpr,  # the stride of the tile loop: the SM count (the grid is at most this)
+    B_TRANSPOSED: tl.constexpr,  # B is stored [N, K]
+    HAS_BIAS: tl.constexpr,  # fuse + bias[n]
+    HAS_RESIDUAL: tl.constexpr,  # fuse + residual[m, n] after the activation
+    ACTIVATION: tl.constexpr,  # "" | "relu" | "gelu" | "gelu_tanh" | "silu"
+    INPUT_PRECISION: tl.constexpr,  # tl.dot input precision for fp32 inputs: "ieee" | "tf32"
+    INT64_OFFSETS: tl.constexpr,  # C or the residual holds >= 2**31 elements: index the epilogue in int64
+):
+    """Persistent matmul: each program walks the C tiles pid, pid + NUM_SMS, ... in grouped order.
+    A and B blocks arrive by TMA (the copy engine computes the addresses and zero-fills what lies
+    past the tensor's edge: no masks and no per-thread address arithmetic in the K loop) into
+    shared memory, where wgmma reads them. The epilogue is `matmul_kernel`'s."""
+    # Descriptors made on the device, once per program (Triton writes them to a global scratch that
+    # the launch allocates through `triton.set_allocator`). TMA needs a unit last stride and
+    # 16-byte aligned rows: the host wrapper checks. Blocks past M, N or K come back as zeros,
+    # which add nothing to the dot; rows and columns past M and N are masked at the store.
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_TRANSPOSED:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1], block_shape=[BLOCK_K, BLOCK_N])
+
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    num_tiles = num_pid_m * num_pid_n
+    # The tile loop is flattened into the K loop, so one software pipeline runs across tiles: the
+    # next tile's first loads are in flight during this tile's epilogue.
+    for tile_id in tl.range(tl.program_id(axis=0), num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, k_tiles):
+            a = a_desc.load([off_m, k * BLOCK_K])
+            if B_TRANSPOSED:  # a [BLOCK_N, BLOCK_K] block, used transposed: wgmma reads either layout from shared memory
+                b = b_desc.load([off_n, k * BLOCK_K]).T
+            else:
+                b = b_desc.load([k * BLOCK_K, off_n])
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+        # Two [BLOCK_M, BLOCK_N / 2] halves: the pipeline's buffers stay allocated across tiles, so
+        # the shared-memory scratch of the store's layout conversion comes on top of them, and
+        # halves need half of it (64 KB instead of 128 KB for a 128x256 fp32 output).
+        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+        acc_left, acc_right = tl.split(halves)
+        _epilogue_store(acc_left, off_m, off_n, M, N, c_ptr, bias_ptr, residual_ptr, stride_cm, stride_cn, stride_rm, stride_rn,
+                        HAS_BIAS, HAS_RESIDUAL, ACTIVATION, INT64_OFFSETS)
+        _epilogue_store(acc_right, off_m, off_n + BLOCK_N // 2, M, N, c_ptr, bias_ptr, residual_ptr, stride_cm, stride_cn,
+                        stride_rm, stride_rn, HAS_BIAS, HAS_RESIDUAL, ACTIVATION, INT64_OFFSETS)
+
+
+@triton.jit
 def matmul_epilogue_kernel(
     acc_ptr,  # *fp32 [M, N] the summed K-splits (contiguous)
     c_ptr,  # *C [M, N] output
@@ -229,6 +343,9 @@ def matmul(
     SPLIT_K > 1 handles every epilogue: the K-splits add into an fp32 buffer (atomics, so the sum's
     order, and the last bits of the result, may vary between runs) and a second small kernel
     applies the epilogue; with no epilogue and an fp32 output they add into the output directly.
+
+    TMA=True runs `matmul_tma_kernel` (persistent, TMA loads). It needs a and b with a unit last stride and 16-byte aligned base
+    addresses and row strides, and SPLIT_K=1; otherwise a ValueError says what to change.
     """
     # -- checks -------------------------------------------------------------------------------------
     if not _HAVE_TRITON:
@@ -258,6 +375,8 @@ def matmul(
     elif out.shape != (M, N) or out.dtype != out_dtype or out.device != a.device:
         raise ValueError(f"out must be [{M}, {N}] {out_dtype} on {a.device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
     cfg = _complete_config(config, (M, N, K), a.dtype)
+    if cfg["TMA"]:
+        _check_tma(a, b, out, cfg)
     if M == 0 or N == 0:
         return out
 
@@ -269,6 +388,9 @@ def matmul(
     precision = "ieee" if (a.dtype == torch.float32 and not cfg["ALLOW_TF32"]) else "tf32"
     has_epilogue = bias is not None or activation is not None or residual is not None
     split_k = cfg["SPLIT_K"]
+    if cfg["TMA"]:
+        _launch_tma(a, b, bias, activation, residual, out, cfg, b_transposed=b_transposed, int64=int64, precision=precision)
+        return out
 
     # -- launch -------------------------------------------------------------------------------------
     # grid axis 0: output tiles (grouped order is computed in the kernel); axis 1: K-splits
@@ -312,6 +434,85 @@ def matmul(
     return out
 
 
+def _num_sms(device: torch.device) -> int:
+    """Programs of the persistent kernel: the SM count on a GPU, INTERPRETER_SMS on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return INTERPRETER_SMS
+
+
+@functools.lru_cache(maxsize=None)
+def _tma_scratch(device: torch.device):
+    """The allocator `triton.set_allocator` takes for `device`: the device-side TMA descriptors are
+    written to a small global buffer (128 bytes a descriptor and program) allocated at launch."""
+
+    def allocate(size: int, alignment: int, stream: int | None) -> torch.Tensor:
+        return torch.empty(size, dtype=torch.uint8, device=device)  # the caching allocator aligns to 512 bytes
+
+    return allocate
+
+
+def tma_refusal(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, cfg: dict[str, Any]) -> str | None:
+    """Why the TMA kernel cannot take these tensors with `cfg` (a one-line message naming the fix), or None.
+
+    A tensor descriptor needs a unit last stride, a 16-byte aligned base address and 16-byte
+    aligned row strides; the config's shared memory must fit with this output dtype."""
+    for name, t in (("a", a), ("b", b)):
+        if t.stride(1) != 1:
+            return f"TMA needs {name} with a unit last stride, got strides {tuple(t.stride())}: pass it .contiguous() or use a config without TMA"
+        row_bytes = t.stride(0) * t.element_size()
+        if row_bytes % 16:
+            return f"TMA needs {name}'s rows 16-byte aligned, got a row stride of {row_bytes} bytes: pad its rows or use a config without TMA"
+        if t.data_ptr() % 16:
+            return f"TMA needs {name}'s base address 16-byte aligned, it is {t.data_ptr() % 16} bytes off: copy it or use a config without TMA"
+    need = smem_bytes(cfg, a.dtype, out_dtype=out_dtype)
+    if need > SMEM_LIMIT_BYTES:
+        return (f"this TMA config needs about {need // 1024} KB of shared memory with a {out_dtype} output (limit {SMEM_LIMIT_BYTES // 1024} KB): "
+                "use fewer stages or smaller blocks, or a config without TMA")
+    return None
+
+
+def config_for_tensors(config: dict[str, Any], shape: tuple[int, int, int], a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> dict[str, Any]:
+    """A bucket's tuned `config` for these very tensors (problem `shape` = (M, N, K)): a TMA config
+    whose rules they break (a K that is not a multiple of 8 in the same power-of-two bucket, a
+    misaligned view) gives way to the problem's default configuration; any other is returned as is."""
+    if not config.get("TMA") or tma_refusal(a, b, out_dtype, _complete_config(config, shape, a.dtype)) is None:
+        return config
+    return matmul_default_config(shape, a.dtype)
+
+
+def _check_tma(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, cfg: dict[str, Any]) -> None:
+    """Raise ValueError when the TMA kernel cannot take these tensors (see `tma_refusal`)."""
+    reason = tma_refusal(a, b, out.dtype, cfg)
+    if reason:
+        raise ValueError(reason)
+
+
+def _launch_tma(a, b, bias, activation, residual, out, cfg, *, b_transposed: bool, int64: bool, precision: str) -> None:
+    """Launch `matmul_tma_kernel` on checked arguments: one program per SM (at most one per tile)."""
+    num_sms = _num_sms(a.device)
+    M, K = a.shape
+    N = out.shape[1]
+    tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+    if a.device.type == "cuda":
+        triton.set_allocator(_tma_scratch(a.device))
+    stride_rm, stride_rn = residual.stride() if residual is not None else (0, 0)
+    matmul_tma_kernel[(min(num_sms, tiles),)](
+        a, b, out,
+        bias if bias is not None else out,
+        residual if residual is not None else out,
+        M, N, K,
+        a.stride(0), b.stride(0),
+        out.stride(0), out.stride(1),
+        stride_rm, stride_rn,
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+        NUM_SMS=num_sms, B_TRANSPOSED=b_transposed,
+        HAS_BIAS=bias is not None, HAS_RESIDUAL=residual is not None, ACTIVATION=activation or "",
+        INPUT_PRECISION=precision, INT64_OFFSETS=int64,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+    )
+
+
 def _complete_config(config: dict[str, Any] | None, shape: tuple[int, int, int], dtype: torch.dtype) -> dict[str, Any]:
     """`config` over the default for this problem; unknown keys and bad values raise."""
     config = dict(config or {})
@@ -324,6 +525,8 @@ def _complete_config(config: dict[str, Any] | None, shape: tuple[int, int, int],
             raise ValueError(f"{key} must be a power of two >= 16, got {cfg[key]}")
     if cfg["GROUP_M"] < 1 or cfg["SPLIT_K"] < 1:
         raise ValueError(f"GROUP_M and SPLIT_K must be >= 1, got {cfg['GROUP_M']} and {cfg['SPLIT_K']}")
+    if cfg["TMA"] and cfg["SPLIT_K"] != 1:
+        raise ValueError(f"the TMA kernel does not split K (SPLIT_K={cfg['SPLIT_K']}): use SPLIT_K=1, or a config without TMA")
     return cfg
 
 
@@ -372,19 +575,34 @@ def matmul_reference(
 # ------------------------------------------------------------------------------------------------
 
 
-def smem_bytes(config: dict[str, Any], dtype: torch.dtype) -> int:
-    """Shared memory of the software pipeline: num_stages copies of an A and a B block."""
+def smem_bytes(config: dict[str, Any], dtype: torch.dtype, out_dtype: torch.dtype | None = None) -> int:
+    """Shared memory of the software pipeline: num_stages copies of an A and a B block.
+
+    The TMA kernel also keeps its pipeline allocated through the epilogue (it holds the next
+    tile's loads), so the scratch of the epilogue's layout conversions adds to it: a whole C tile
+    in the output dtype (out_dtype, default `dtype`), plus 1 KB of barriers. An upper bound of
+    what Triton 3.6 allocates for sm_90: half a tile with 16-byte aligned strides, a whole one
+    with bias and residual on strides it cannot prove aligned (128x256x64, 4 stages, bf16:
+    229,408 B and 262,176 B; the latter failed to launch on the H100).
+    """
     elem = torch.empty((), dtype=dtype).element_size()
-    return (config["BLOCK_M"] * config["BLOCK_K"] + config["BLOCK_K"] * config["BLOCK_N"]) * elem * config["num_stages"]
+    pipeline = (config["BLOCK_M"] * config["BLOCK_K"] + config["BLOCK_K"] * config["BLOCK_N"]) * elem * config["num_stages"]
+    if not config.get("TMA"):
+        return pipeline
+    out_elem = torch.empty((), dtype=out_dtype or dtype).element_size()
+    tile = config["BLOCK_M"] * config["BLOCK_N"] * out_elem
+    epilogue = tile
+    return pipeline + epilogue + 1024
 
 
 def fits_shared_memory(config: dict[str, Any], dtype: torch.dtype, limit: int = SMEM_LIMIT_BYTES) -> bool:
     return smem_bytes(config, dtype) <= limit
 
 
-def _cfg(bm: int, bn: int, bk: int, warps: int, stages: int, split_k: int = 1) -> dict[str, Any]:
+def _cfg(bm: int, bn: int, bk: int, warps: int, stages: int, split_k: int = 1, tma: bool = False) -> dict[str, Any]:
+    # every config has every key: the TPE search (autotune._tpe) matches configs on all keys
     return {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8, "SPLIT_K": split_k,
-            "num_warps": warps, "num_stages": stages, "ALLOW_TF32": False}
+            "num_warps": warps, "num_stages": stages, "ALLOW_TF32": False, "TMA": tma}
 
 
 # (BLOCK_M, BLOCK_N, num_warps): 8 warps (two warpgroups on Hopper) for the big tiles, 4 for the
@@ -399,6 +617,9 @@ _K_STAGES = ((32, 4), (32, 5), (64, 3), (64, 4), (128, 3))
 # split-K candidates, for few output tiles and a long K: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages)
 _SPLIT_K_TILES = ((32, 64, 128, 4, 4), (32, 128, 64, 4, 4), (64, 64, 128, 4, 3), (64, 128, 64, 4, 4), (128, 128, 64, 8, 3))
 _SPLIT_K_FACTORS = (2, 4)
+# TMA (persistent) candidates, for problems that fill the GPU: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages), 8 warps
+_TMA_TILES = ((128, 256, 64, 3), (128, 128, 64, 4), (128, 128, 64, 5), (256, 128, 64, 3))
+_TMA_DTYPES = (torch.float16, torch.bfloat16)  # the space offers TMA for 16-bit inputs (fp32 is not tensor-core bound)
 
 
 def candidate_configs(shape: tuple[int, ...]) -> list[dict[str, Any]]:
@@ -406,7 +627,10 @@ def candidate_configs(shape: tuple[int, ...]) -> list[dict[str, Any]]:
 
     Blocks at most the problem's size rounded up to a power of two (min 32): a 256-row block for
     M = 16 wastes 15/16 of its work. Split-K configs only when the output has few tiles (fewer than
-    two waves of 64x128 tiles on 132 SMs) and K is long (>= 1024).
+    two waves of 64x128 tiles on 132 SMs) and K is long (>= 1024). TMA configs only when the output
+    has at least two waves of 128x128 tiles (a persistent kernel pays off once every SM has several
+    tiles) and contiguous 16-bit rows of A and B are 16-byte aligned (K and N multiples of 8);
+    `matmul_configs` keeps them for fp16 and bf16 only.
     """
     M, N, K = shape
     max_m, max_n, max_k = (max(32, pow2_bucket(d)) for d in (M, N, K))
@@ -424,12 +648,16 @@ def candidate_configs(shape: tuple[int, ...]) -> list[dict[str, Any]]:
                 for split_k in _SPLIT_K_FACTORS:
                     if K >= 4 * bk * split_k:  # each split gets >= 4 K-blocks
                         found.append(_cfg(bm, bn, bk, warps, stages, split_k))
+    many_tiles = math.ceil(M / 128) * math.ceil(N / 128) >= 2 * HOPPER_SMS
+    if many_tiles and K % 8 == 0 and N % 8 == 0:
+        for bm, bn, bk, stages in _TMA_TILES:
+            found.append(_cfg(bm, bn, bk, 8, stages, tma=True))
     return found
 
 
 def matmul_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
     """The configuration space for (M, N, K) in `dtype`: candidates that fit sm_90 shared memory."""
-    found = [c for c in candidate_configs(shape) if fits_shared_memory(c, dtype)]
+    found = [c for c in candidate_configs(shape) if fits_shared_memory(c, dtype) and (not c["TMA"] or dtype in _TMA_DTYPES)]
     default = matmul_default_config(shape, dtype)
     if default not in found:
         found.insert(0, default)
@@ -479,8 +707,9 @@ def _bytes(shape: tuple[int, ...], dtype: torch.dtype, extra: int = 0) -> float:
 
 
 def _bucket(shape: tuple[int, ...]) -> str:
+    """Power-of-two buckets, "_v2" since the TMA kernel joined the space (older tunings never saw it)."""
     M, N, K = shape
-    return f"M{pow2_bucket(M)}_N{pow2_bucket(N)}_K{pow2_bucket(K)}"
+    return f"M{pow2_bucket(M)}_N{pow2_bucket(N)}_K{pow2_bucket(K)}_v2"
 
 
 def _flops(shape: tuple[int, ...]) -> float:

@@ -116,10 +116,11 @@ def _(x, weight, bias, eps):
 @torch.library.custom_op("agnitra::linear_gelu", mutates_args=())
 def linear_gelu(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """gelu(x @ weight^T + bias) (exact GELU) for x [M, K], weight [N, K]: one matmul-template launch."""
-    from agnitra.kernels.matmul import matmul
+    from agnitra.kernels.matmul import config_for_tensors, matmul
 
     shape = (x.shape[0], weight.shape[0], x.shape[1])
-    return matmul(x, weight, bias, "gelu", config=config_for("matmul_bias_gelu", shape, x.dtype, x.device.type), b_transposed=True)
+    config = config_for_tensors(config_for("matmul_bias_gelu", shape, x.dtype, x.device.type), shape, x, weight, x.dtype)
+    return matmul(x, weight, bias, "gelu", config=config, b_transposed=True)
 
 
 @linear_gelu.register_fake
