@@ -50,7 +50,7 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
     fused)  # llama-1b decode: bf16 compile vs int8 through Inductor vs int8 through Agnitra's kernels (stacked q|k|v, w1|w3)
       ro="compile(mode=reduce-overhead)"
       timeout 420 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
-        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --recipe "triton-kernels(weights=int8,fuse=false) + $ro" --json > "$OUT/bench-llama-1b-fused.json"
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --recipe "triton-kernels(weights=int8,fuse=false,decode=false) + $ro" --json > "$OUT/bench-llama-1b-fused.json"
       ;;
     optimize1b)  # agnitra optimize on llama-1b decode within one command (512 teacher-forced positions verified)
       AGNITRA_GPU_TESTS=1 timeout 45 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 40 tests/test_kernels_decode.py 2>&1 | tail -8
