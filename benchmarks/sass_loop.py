@@ -93,7 +93,7 @@ def _kernel_call(args) -> tuple:
     if args.kernel == "rows":
         rows = {"STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32", "VEC": args.vec, "PREFETCH": args.prefetch, "STAGES": args.stages}
         return qm._int4_gemv_rows_kernel, common, {**consts, **rows}, codes
-    return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch}, codes
+    return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch, "STAGES": args.stages}, codes
 
 
 def main() -> int:
@@ -108,7 +108,7 @@ def main() -> int:
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
     parser.add_argument("--prefetch", action="store_true", help="load the next step's words before this step's arithmetic")
-    parser.add_argument("--stages", type=int, default=1, help="num_stages (Triton's software pipelining of the loop's loads)")
+    parser.add_argument("--stages", type=int, default=1, help="STAGES and num_stages (Triton streams the loop's loads through shared memory when > 1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     args = parser.parse_args()

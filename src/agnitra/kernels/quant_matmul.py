@@ -37,6 +37,9 @@ KernelSpec):
   scaled fp32 partials [SPLIT_K, M, N] and counts its arrival on a per-block counter; the block's
   last program sums the partials in a fixed order (deterministic), adds the bias, casts and resets
   the counter: no second launch (`_split_k_total`; every GEMV kernel here ends this way).
+  STAGES > 1 (config key) asks Triton to stream the loop's loads through shared memory (cp.async,
+  STAGES - 1 steps ahead): it pipelines a loop without tl.dot only when the loop itself asks
+  (`tl.range(num_stages=...)`), never from the launch option. int8 runs at STAGES 3 by default.
 * int4 at batch 1 ("rows", the default there from 64 outputs): the packed bytes read as 32-bit
   words, a lane holding two words of each of several rows so the x values of its words serve all
   of them; one lop3 and one FMA a code (`_int4_gemv_rows_kernel`, about 3.5 instructions a code
