@@ -142,6 +142,9 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
     rounds)  # the matmul's pointer default, its TMA kernel and cuBLAS at 4096^3 bf16, round by round (drift, two speeds)
       timeout 200 python3 benchmarks/matmul_rounds.py --dim 4096 --rounds 10 --runs 10 --out-file "$OUT/matmul-rounds-4096-bf16.json"
       ;;
+    stages3)  # int8 at the large-N shapes where torch.compile's int8 leads: deeper streaming
+      timeout 300 python3 benchmarks/explore_gemv.py --shapes 32000x2048,128256x4096 --only int8 --int8-vary STAGES=3,4,6 --runs 20 --out-file "$OUT/gemv-explore-stages-int8-large-n.json" 2>&1 | grep -v "^  "
+      ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'
       words='{"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}'

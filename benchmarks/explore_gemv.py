@@ -130,7 +130,7 @@ def peer_ms(peers: dict, sets, device, runs: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--shapes", default="8b,1b")
+    parser.add_argument("--shapes", default="8b,1b", help="8b, 1b, smoke or NxK (batch 1), comma-separated")
     parser.add_argument("--only", default="floor,int8,int4")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--int4-kernels", default="", help="comma-separated KERNEL values of the int4 space to try (default: all)")
@@ -145,7 +145,8 @@ def main() -> int:
     smoke = args.shapes == "smoke"  # the CPU under TRITON_INTERPRET=1: fp16 (the interpreter's bf16 tl.dot is wrong)
     dtype = torch.float16 if smoke else torch.bfloat16
     only = set(args.only.split(","))
-    shapes = [s for key in args.shapes.split(",") for s in {"8b": LLAMA_8B, "1b": LLAMA_1B, "smoke": [(1, 64, 256)]}[key]]
+    named = {"8b": LLAMA_8B, "1b": LLAMA_1B, "smoke": [(1, 64, 256)]}
+    shapes = [s for key in args.shapes.split(",") for s in named.get(key) or [(1, *map(int, key.split("x")))]]  # or NxK at batch 1
     rows = []
     path = Path(args.out_file)
 
