@@ -32,14 +32,14 @@ import torch
 
 from agnitra import api
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import input_sets, sets_past_l2, tune
+from agnitra.kernels.autotune import head_to_head, input_sets, sets_past_l2, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import time_device_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from kernels import LLAMA_1B, LLAMA_8B, compiled_int8_peers, int4_peers  # noqa: E402
+from kernels import LLAMA_1B, LLAMA_8B, compiled_int8_peers, int4_peers, peer_calls  # noqa: E402
 
 GROUP = 128
 
@@ -115,16 +115,9 @@ def vary(space: list[dict], spec: str) -> list[dict]:
 
 
 def peer_ms(peers: dict, sets, device, runs: int) -> dict:
-    out = {}
-    for peer_name, (make_inputs, fn) in peers.items():
-        try:
-            peer_sets = [make_inputs(s) for s in sets]
-            for i in range(3):
-                fn(*peer_sets[i % len(peer_sets)])
-            out[peer_name] = float(np.median(time_device_calls(lambda i: fn(*peer_sets[i % len(peer_sets)]), runs, device)))
-        except Exception as exc:  # noqa: BLE001 - recorded, not fatal
-            out[peer_name] = f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    return out
+    """Each peer's median time, the peers head to head (`kernels.peer_calls`; a peer that cannot run is recorded)."""
+    calls, failed = peer_calls(peers, sets)
+    return {**dict(zip(calls, head_to_head(list(calls.values()), runs, device))), **failed}
 
 
 def main() -> int:

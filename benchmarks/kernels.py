@@ -53,7 +53,7 @@ GROUPS = ("matmul", "norms", "gemv", "decode", "encoder")
 torch._dynamo.config.recompile_limit = 64  # the compiled int8 peer meets every shape
 
 
-def _peer_calls(peers: dict, sets) -> tuple[dict, dict]:
+def peer_calls(peers: dict, sets) -> tuple[dict, dict]:
     """({name: call(i)} of the peers that ran (warmed up, compiled), {name: "failed: ..."} of those that did not)."""
     calls, failed = {}, {}
     for peer_name, (make_inputs, fn) in peers.items():
@@ -85,16 +85,16 @@ def compiled_int8_peer():
 
 def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int, peers: dict, max_trials: int) -> dict:
     spec = get_kernel(name)
-    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials)
     sets = input_sets(spec, shape, dtype, device, l2)
+    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials, sets=sets)
     # the chosen configuration timed (and checked) in this run, beside its peers; a cached tuning's time is from another process
     timed = check(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype)
     if not timed.ok:
         raise RuntimeError(f"the tuned configuration {result.best} failed: {timed.reason}")
     # the tuned and the default configuration and the peers head to head in this run (interleaved rounds)
-    peer_calls, failed = _peer_calls(peers, sets)
+    calls, failed = peer_calls(peers, sets)
     ours = [lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in (result.best, result.default)]
-    ms, default_ms, *peer_ms = head_to_head(ours + list(peer_calls.values()), runs, device)
+    ms, default_ms, *peer_ms = head_to_head(ours + list(calls.values()), runs, device)
     nbytes, flops = spec.bytes(shape, dtype), spec.flops(shape)
     row = {
         "kernel": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
@@ -103,7 +103,7 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
         "gbps": nbytes / (ms / 1e3) / 1e9, "tflops": flops / (ms / 1e3) / 1e12,
         "bandwidth_fraction": nbytes / (ms / 1e3) / 1e9 / ceilings["copy_gbps"],
         "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets),
-        "peers": {**dict(zip(peer_calls, peer_ms)), **failed}, "timing": "tuned, default and peers head to head: 3 interleaved rounds",
+        "peers": {**dict(zip(calls, peer_ms)), **failed}, "timing": "tuned, default and peers head to head: 3 interleaved rounds",
     }
     best_peer = min((v for v in row["peers"].values() if isinstance(v, float)), default=None)
     row["speedup_vs_best_peer"] = best_peer / ms if best_peer else None

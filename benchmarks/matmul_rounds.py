@@ -2,8 +2,8 @@
 
     PYTHONPATH=src python benchmarks/matmul_rounds.py --dim 4096 --rounds 8 --out-file rounds.json
 
-Each round times every contender once (`time_device_calls`: `--runs` replays of a CUDA graph of
-20 calls over rotating inputs), the order reversed every other round. Per-round medians show
+Each round times every contender once (`autotune.timed_rounds`: `--runs` replays of a CUDA graph
+of 20 calls over rotating inputs), the order reversed every other round. Per-round medians show
 whether a contender drifts with the GPU's clocks or has two speeds; the file keeps them all, with
 the device, versions and the SM clock read before and after.
 """
@@ -19,11 +19,10 @@ import sys
 import numpy as np
 import torch
 
-from agnitra.kernels.autotune import input_sets
+from agnitra.kernels.autotune import input_sets, timed_rounds
 from agnitra.kernels.matmul import matmul_default_config
 from agnitra.kernels.spec import get_kernel
 from agnitra.telemetry.signature import software_versions
-from agnitra.telemetry.timing import time_device_calls
 
 
 def _clocks() -> str:
@@ -52,13 +51,11 @@ def main() -> int:
     for call in contenders.values():
         for i in range(3):
             call(i)
-    names = list(contenders)
-    rounds = {name: [] for name in names}
     before = _clocks()
+    samples = timed_rounds(list(contenders.values()), args.runs, device, args.rounds)
+    rounds = {name: [float(np.median(r)) for r in per_round] for name, per_round in zip(contenders, samples)}
     for r in range(args.rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            rounds[name].append(float(np.median(time_device_calls(contenders[name], args.runs, device))))
-        print(r, {n: round(v[-1] * 1e3, 1) for n, v in rounds.items()}, flush=True)
+        print(r, {n: round(v[r] * 1e3, 1) for n, v in rounds.items()}, flush=True)
     flops = 2.0 * args.dim ** 3
     summary = {n: {"median_ms": float(np.median(v)), "min_ms": min(v), "max_ms": max(v), "tflops": flops / (np.median(v) / 1e3) / 1e12} for n, v in rounds.items()}
     summary["ratio_tma_vs_cublas"] = summary["cublas"]["median_ms"] / summary["tma_128x256x64_s3"]["median_ms"]

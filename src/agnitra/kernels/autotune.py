@@ -106,16 +106,21 @@ def measure(spec: KernelSpec, config: dict, sets: list[tuple], reference: Any, d
         return Trial(config, None, None, False, first_line(exc))
 
 
-def head_to_head(calls: list, runs: int, device: torch.device, rounds: int = 3) -> list[float]:
-    """Median times (ms) of `calls` (each takes the call's index) timed head to head: `rounds`
-    interleaved rounds of `runs` calls each, the order reversed every other round, so clock and
-    temperature drift over a run (GPU boost falls as it heats) weighs on every contender alike."""
-    times: list[list[float]] = [[] for _ in calls]
+def timed_rounds(calls: list, runs: int, device: torch.device, rounds: int = 3) -> list[list[list[float]]]:
+    """Times (ms) of `calls` (each takes the call's index) in `rounds` interleaved rounds of `runs`
+    calls each, the order reversed every other round: [contender][round] -> samples."""
+    times: list[list[list[float]]] = [[] for _ in calls]
     for r in range(rounds):
         order = range(len(calls)) if r % 2 == 0 else reversed(range(len(calls)))
         for i in order:
-            times[i].extend(time_device_calls(calls[i], runs, device))
-    return [float(np.median(t)) for t in times]
+            times[i].append(time_device_calls(calls[i], runs, device))
+    return times
+
+
+def head_to_head(calls: list, runs: int, device: torch.device, rounds: int = 3) -> list[float]:
+    """Median times (ms) of `calls` timed head to head (`timed_rounds`), so clock and temperature
+    drift over a run (GPU boost falls as it heats) weighs on every contender alike."""
+    return [float(np.median([t for samples in per_round for t in samples])) for per_round in timed_rounds(calls, runs, device, rounds)]
 
 
 def confirm(spec: KernelSpec, configs: list[dict], sets: list[tuple], device: torch.device, runs: int, rounds: int = 3) -> list[float]:
@@ -174,7 +179,10 @@ def tune(
     force: bool = False,
     l2_bytes: int | None = None,
     progress=None,
+    sets: list[tuple] | None = None,
 ) -> TuneResult:
+    """The fastest checked configuration of `spec` for `shape` (see the module docstring). `sets`:
+    the input sets to time on, when the caller has made them already (`input_sets`)."""
     bucket = spec.bucket(shape)
     key = cache_key(spec.name, bucket, dtype)
     default = spec.default_config(shape, dtype)
@@ -182,7 +190,7 @@ def tune(
         hit = cache.get(key)
         if hit:
             return TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, hit["config"], hit["ms"], default, hit.get("default_ms"), hit.get("strategy", ""), cached=True)
-    sets = input_sets(spec, shape, dtype, device, l2_bytes)
+    sets = sets or input_sets(spec, shape, dtype, device, l2_bytes)
     reference = spec.reference(*to_float64(sets[0]))
     configs = spec.configs(shape, dtype)
     trials: dict[tuple, Trial] = {}

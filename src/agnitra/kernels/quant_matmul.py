@@ -536,15 +536,8 @@ def _int4_gemv_mma_kernel(
         acc += part * scale[:, None] + zero[:, None] * x_sum[None, :]
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * (BLOCK_K // 2) * stride_wk
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = m_ok[None, :] & (cols[:, None] < N)  # [BN, 16]: y^T
-    last = True
-    if SPLIT_K > 1:  # partials [SPLIT_K, M, N], contiguous
-        acc, last = _split_k_total(acc, p_ptr + offs_m[None, :] * N + cols[:, None], M * N, mask, c_ptr + pid_n, pid_k, SPLIT_K)
-    if last:
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + offs_n).to(tl.float32)[:, None]
-        tl.store(y_ptr + offs_m[None, :] * stride_ym + cols[:, None] * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    # y^T [BN, 16] -> y [16, BN]: one block of 16 rows, ended like every other GEMV block
+    _store_gemv_rows(tl.trans(acc), y_ptr, p_ptr, c_ptr, b_ptr, offs_n, 0, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, 16, BLOCK_N, SPLIT_K)
 
 
 def _int8_tiled_kernel(

@@ -35,8 +35,8 @@ def tune_matmul(shape: tuple[int, int, int], dtype: torch.dtype, device: torch.d
 
         raise UserError(reason)
     spec = get_kernel(kernel)
-    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, force=force, l2_bytes=l2_bytes, max_trials=max_trials, progress=progress)
     sets = input_sets(spec, shape, dtype, device, l2_bytes)
+    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, force=force, l2_bytes=l2_bytes, max_trials=max_trials, progress=progress, sets=sets)
     baseline = spec.reference  # the PyTorch reference is the cuBLAS call (same epilogue)
     for i in range(3):
         baseline(*sets[i % len(sets)])
