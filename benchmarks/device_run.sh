@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|ncu   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|ncu   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -144,6 +144,15 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       ;;
     stages3)  # int8 at the large-N shapes where torch.compile's int8 leads: deeper streaming
       timeout 300 python3 benchmarks/explore_gemv.py --shapes 32000x2048,128256x4096 --only int8 --int8-vary STAGES=3,4,6 --runs 20 --out-file "$OUT/gemv-explore-stages-int8-large-n.json" 2>&1 | grep -v "^  "
+      ;;
+    access)  # read rate of int4-sized weights by the bytes a row gets per step (64 B = one group of 128 codes)
+      timeout 300 python3 benchmarks/read_access.py --shapes 128256x2048,14336x2048 --runs 10 --out-file "$OUT/read-access.json"
+      ;;
+    groups)  # the int4 row kernel with steps of several groups (BLOCK_K 256..1024) beside the one-group-a-step winners, llama-1b shapes and 4096^2
+      timeout 540 python3 benchmarks/explore_gemv.py --shapes 1b,4096x4096 --only int4 --int4-configs benchmarks/int4-rows-groups.json --runs 20 --out-file "$OUT/gemv-explore-rows-groups.json" 2>&1 | grep -v "^  "
+      ;;
+    groups8b)  # steps of 2 and 4 groups at llama-8b shapes (where 2 groups a step won 128256x4096)
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-configs benchmarks/int4-rows-groups-8b.json --runs 20 --out-file "$OUT/gemv-explore-rows-groups-8b.json" 2>&1 | grep -v "^  "
       ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'

@@ -61,26 +61,36 @@ def _read_kernel():
     return read_rows
 
 
+class ReadPass:
+    """The read-only kernel over rotating copies past L2 of an [n, row_bytes] buffer (int32 words)."""
+
+    def __init__(self, n: int, row_bytes: int, device, l2_bytes: int | None):
+        self.kernel, self.n, self.words, self.device = _read_kernel(), n, row_bytes // 4, device
+        self.copies = sets_past_l2(n * row_bytes, l2_bytes)
+        self.bufs = [torch.randint(-2**31, 2**31 - 1, (n, self.words), dtype=torch.int32, device=device) for _ in range(self.copies)]
+        self.out = torch.empty(n, dtype=torch.int32, device=device)
+
+    def time(self, bn: int, bw: int, nw: int, stages: int, runs: int) -> float:
+        """Median device ms of one pass with BLOCK_N rows, BLOCK_W words a row a step (raises when it cannot run)."""
+        def launch(i):
+            self.kernel[(-(-self.n // bn),)](self.bufs[i % self.copies], self.out, self.n, self.words, BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw)
+        for i in range(3):
+            launch(i)
+        return float(np.median(time_device_calls(launch, runs, self.device)))
+
+
 def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int) -> dict:
     """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over copies past L2: loads
     straight to registers (STAGES 1) or streamed through shared memory (cp.async, STAGES 3 and 5)."""
-    kernel = _read_kernel()
-    copies = sets_past_l2(n * row_bytes, l2_bytes)
-    words = row_bytes // 4
-    bufs = [torch.randint(-2**31, 2**31 - 1, (n, words), dtype=torch.int32, device=device) for _ in range(copies)]
-    out = torch.empty(n, dtype=torch.int32, device=device)
+    reads = ReadPass(n, row_bytes, device, l2_bytes)
     best = None
     for bn in (1, 2, 4, 8, 16):
         for bw in (32, 64, 128, 256, 512, 1024):
-            if words % bw or bn * bw > 8192 or bn * bw < 512:
+            if reads.words % bw or bn * bw > 8192 or bn * bw < 512:
                 continue
             for nw, stages in itertools.product((4, 8), (1, 3, 5)):
-                def launch(i, bn=bn, bw=bw, nw=nw, stages=stages):
-                    kernel[(-(-n // bn),)](bufs[i % copies], out, n, words, BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw)
                 try:
-                    for i in range(3):
-                        launch(i)
-                    ms = float(np.median(time_device_calls(launch, runs, device)))
+                    ms = reads.time(bn, bw, nw, stages, runs)
                 except Exception as exc:  # noqa: BLE001 - out of resources: skip the configuration
                     print("read floor config failed", bn, bw, nw, stages, str(exc).splitlines()[0][:120])
                     continue
@@ -129,6 +139,7 @@ def main() -> int:
     parser.add_argument("--int4-kernels", default="", help="comma-separated KERNEL values of the int4 space to try (default: all)")
     parser.add_argument("--int4-where", default="", help="keep int4 configs with these values, e.g. PREFETCH=True,VEC=2")
     parser.add_argument("--int4-vary", default="", help="cross the int4 configs with a config key's values, e.g. maxnreg=0,96 or STAGES=1,3 (0: unset)")
+    parser.add_argument("--int4-configs", default="", help="a JSON file: the list of int4 configs to try instead of the space (no byte-kernel 'before')")
     parser.add_argument("--int8-vary", default="", help="cross the int8 configs with a config key's values, e.g. STAGES=1,3,4 (0: unset)")
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
@@ -168,14 +179,17 @@ def main() -> int:
             spec4 = get_kernel("int4_gemv")
             sets = input_sets(spec4, shape4, dtype, device, l2)
             row["int4_peers"] = {} if smoke else peer_ms(int4_peers(dtype), sets, device, args.runs)
-            row["int4_bytes"] = explore("int4_gemv", shape4, int4_before(shape4), dtype, device, l2, args.runs)
-            kinds = set(filter(None, args.int4_kernels.split(",")))
-            space = [c for c in spec4.configs(shape4, dtype) if not kinds or c["KERNEL"] in kinds]
+            if args.int4_configs:
+                space = json.loads(Path(args.int4_configs).read_text())
+            else:
+                row["int4_bytes"] = explore("int4_gemv", shape4, int4_before(shape4), dtype, device, l2, args.runs)
+                kinds = set(filter(None, args.int4_kernels.split(",")))
+                space = [c for c in spec4.configs(shape4, dtype) if not kinds or c["KERNEL"] in kinds]
             where = dict(item.split("=") for item in filter(None, args.int4_where.split(",")))
             space = [c for c in space if all(str(c.get(key)) == value for key, value in where.items())]
             space = vary(space, args.int4_vary)
             row["int4"] = explore("int4_gemv", shape4, space, dtype, device, l2, args.runs)
-            print(shape, "int4 bytes", row["int4_bytes"]["best_ms"], "space", row["int4"]["best_by_kernel"], row["int4_peers"], flush=True)
+            print(shape, "int4 bytes", row.get("int4_bytes", {}).get("best_ms"), "space", row["int4"]["best_by_kernel"], row["int4_peers"], flush=True)
         save()
     print(f"wrote {path}")
     return 0

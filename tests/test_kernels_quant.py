@@ -215,6 +215,20 @@ def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch, stages
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
+@pytest.mark.parametrize("split_k,vec,prefetch", [(1, 4, True), (2, 2, False), (1, 2, False)])
+def test_int4_row_kernel_with_several_groups_a_step(dtype, split_k, vec, prefetch):
+    """Steps of 2 to 4 groups (BLOCK_K a multiple of G dividing K): each group's words get their
+    own scale and zero; N not a multiple of BLOCK_N (the last block overlaps), split-K."""
+    for shape, block_k, block_n, warps in (((1, 17, 256, 64), 128, 4, 1), ((1, 100, 512, 64), 256, 8, 2), ((1, 100, 1024, 128), 512, 16, 2)):
+        (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
+        cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
+               "VEC": vec, "PREFETCH": prefetch}
+        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
+        _check(y, ref, dtype)
+    assert _counters_zero(), "the last program of every block resets its arrival counter"
+
+
 def test_int4_row_kernel_refuses_what_it_cannot_read():
     (x, w, s, z, g, b), _ = _int4_case((1, 17, 256, 64), torch.float32)
     cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
@@ -222,8 +236,8 @@ def test_int4_row_kernel_refuses_what_it_cannot_read():
         qm.int4_weight_only_matmul(torch.cat([x, x]), w, s, z, g, b, config=cfg)
     with pytest.raises(ValueError, match="BLOCK_N <= N"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_N": 32})
-    with pytest.raises(ValueError, match="must divide group_size"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})
+    with pytest.raises(ValueError, match="a multiple of it dividing K"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 512})  # eight groups a step, K = 256
     with pytest.raises(ValueError, match="VEC in"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "VEC": 3})
 
@@ -379,6 +393,7 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
     assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v3"  # versioned: the GEMV kernels changed
+    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v5"
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):
@@ -386,7 +401,7 @@ def test_four_specs_registered_with_costs():
         configs = spec.configs(shape, torch.bfloat16)
         assert 4 <= len(configs) <= 100, (name, len(configs))
         if name.startswith("int4"):
-            assert all(g % c["BLOCK_K"] == 0 for c in configs)
+            assert all(g % c["BLOCK_K"] == 0 or c["KERNEL"] == "rows" and c["BLOCK_K"] % g == 0 and k % c["BLOCK_K"] == 0 for c in configs)
 
 
 # --------------------------------------------------------------------------------------------

@@ -339,7 +339,7 @@ def _int4_gemv_rows_kernel(
     stride_zn, stride_zg,  # zeros strides
     stride_yn,  # y stride
     STRIDE_W: tl.constexpr,  # w row stride (words): a constant, so every row's load is one address plus an immediate
-    GROUP_SIZE: tl.constexpr,  # G, a multiple of 8 * BLOCK_W (one group per step)
+    GROUP_SIZE: tl.constexpr,  # G: a multiple of 8 * BLOCK_W (a group a step) or 8 * BLOCK_W / GROUPS
     HAS_BIAS: tl.constexpr,  # add the bias
     BLOCK_N: tl.constexpr,  # output channels per program
     BLOCK_W: tl.constexpr,  # 32-bit words (8 codes each) per row per step, two per lane along the row
@@ -348,6 +348,7 @@ def _int4_gemv_rows_kernel(
     VEC: tl.constexpr,  # words a lane loads from each row at once (2: 8-byte loads, 4: 16-byte loads)
     PREFETCH: tl.constexpr,  # load step k+1's words before step k's arithmetic (bytes in flight)
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
+    GROUPS: tl.constexpr = 1,  # groups a step (8 * BLOCK_W == GROUPS * G when > 1): long steps, fewer of them
 ):
     """Batch-1 int4 GEMV at about three instructions a code: one lop3 and one FMA, little else.
 
@@ -435,11 +436,20 @@ def _int4_gemv_rows_kernel(
             part += ((hi & 0x7800) | magic).to(tl.float32, bitcast=True) * y5
             part += ((hi & 0x78000) | magic).to(tl.float32, bitcast=True) * y6
             part += ((hi & 0x780000) | magic).to(tl.float32, bitcast=True) * y7
-        g = k0 // GROUP_SIZE  # the step lies in one group
-        scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
-        zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
-        acc += part * scale[:, None]
-        zero_acc += zero * tl.sum(x_sum, axis=1)  # [BN] * [1]: a sum across one row's lanes, in the words' layout
+        g = k0 // GROUP_SIZE  # the step's (first) group
+        if GROUPS == 1:  # the step lies in one group
+            scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
+            zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
+            acc += part * scale[:, None]
+            zero_acc += zero * tl.sum(x_sum, axis=1)  # [BN] * [1]: a sum across one row's lanes, in the words' layout
+        else:  # GROUPS groups of G / 8 words side by side: the words viewed [BN, GROUPS, G / 8], a scale and zero per group
+            offs_g = g + tl.arange(0, GROUPS)
+            scale = tl.load(s_ptr + offs_n[:, None] * stride_sn + offs_g[None, :] * stride_sg).to(tl.float32)  # [BN, GROUPS]
+            zero = tl.load(z_ptr + offs_n[:, None] * stride_zn + offs_g[None, :] * stride_zg).to(tl.float32)
+            scaled = tl.reshape(part, (BLOCK_N, GROUPS, GROUP_SIZE // 8)) * scale[:, :, None]
+            acc += tl.reshape(scaled, (BLOCK_N, BLOCK_W))
+            x_group = tl.sum(tl.reshape(x_sum, (1, GROUPS, GROUP_SIZE // 8)), axis=2)  # [1, GROUPS]
+            zero_acc += tl.sum(zero * x_group, axis=1)
         w_ptrs += SPLIT_K * BLOCK_W
     out = tl.sum(acc, axis=1) + zero_acc  # [BN]
     valid = offs_n >= pid_n * BLOCK_N  # the last block leaves its neighbour's rows alone
@@ -865,10 +875,12 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
     block_k, block_n, vec = cfg["BLOCK_K"], cfg["BLOCK_N"], cfg.get("VEC", 2)
     rows = kernel == "rows"
     if rows:
-        limits, fits = "up to 256 dividing group_size, BLOCK_N <= N and VEC in (1, 2, 4) at most BLOCK_K / 8", block_k <= 256 and block_n <= n and vec in (1, 2, 4) and 8 * vec <= block_k
+        limits = "dividing group_size (up to 256) or a multiple of it dividing K (up to 2048), BLOCK_N <= N and VEC in (1, 2, 4) at most BLOCK_K / 8"
+        spans = block_k <= 256 and group_size % block_k == 0 or block_k <= 2048 and block_k % group_size == 0 and k % block_k == 0
+        fits = spans and block_n <= n and vec in (1, 2, 4) and 8 * vec <= block_k
     else:
-        limits, fits = "(>= 16) dividing group_size", block_k >= 16
-    if m != 1 or words is None or block_k % 8 or group_size % block_k or not fits:
+        limits, fits = "(>= 16) dividing group_size", block_k >= 16 and group_size % block_k == 0
+    if m != 1 or words is None or block_k % 8 or not fits:
         raise ValueError(
             f"int4 GEMV KERNEL='{kernel}' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0) and BLOCK_K a multiple of 8"
             f" {limits}; got M={m}, N={n}, K={k}, BLOCK_K={block_k}, BLOCK_N={block_n}, VEC={vec}, group_size={group_size}:"
@@ -878,7 +890,8 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
     grid = (_cdiv(n, block_n), split_k)
     partials, counters = _split_k_buffers(split_k, 1, n, grid[0], y)
     if rows:  # the row stride is compiled in
-        fn, row_stride, extra = _int4_gemv_rows_kernel, (), {"STRIDE_W": words.stride(0), "PRECISE": x.dtype == torch.float32, "VEC": vec}
+        groups = max(1, block_k // group_size)
+        fn, row_stride, extra = _int4_gemv_rows_kernel, (), {"STRIDE_W": words.stride(0), "PRECISE": x.dtype == torch.float32, "VEC": vec, "GROUPS": groups}
     else:
         fn, row_stride, extra = _int4_gemv_words_kernel, (words.stride(0),), {}
     _jit(fn)[grid](
@@ -946,7 +959,8 @@ def int4_weight_only_matmul(
     """y [M, N] = x [M, K] @ W'^T (+ bias), W'[n, k] = (q[n, k] - 8) * scales[n, k // G] + zeros[n, k // G].
 
     `w_packed` [N, K/2] uint8, low nibble = even k (`pack_int4`); scales, zeros [N, K/G].
-    `config` as for `int8_weight_only_matmul`; BLOCK_K must divide group_size (ValueError).
+    `config` as for `int8_weight_only_matmul`; BLOCK_K must divide group_size (ValueError), or for
+    the batch-1 row kernel be a multiple of it that divides K.
     """
     m, n, k = _check_int4_inputs(x, w_packed, scales, zeros, group_size)
     _check_vector("bias", bias, n, x.device)
@@ -959,10 +973,11 @@ def int4_weight_only_matmul(
     if path == "gemv":
         cfg = {**int4_gemv_default_config(shape, x.dtype), **(config or {})}
         _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
-        _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
         kernel = cfg.get("KERNEL", "bytes")
         if kernel not in ("rows", "words", "bytes", "mma"):
             raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes' or 'mma', got {kernel!r}")
+        if kernel != "rows":  # the row kernel also takes steps of several whole groups (checked there)
+            _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
         if kernel in ("rows", "words"):
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
@@ -1114,19 +1129,31 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
     return out
 
 
+# the row kernel with steps of several groups, (BLOCK_N, BLOCK_K, num_warps, VEC, split-K too): the
+# shapes that won on the H100 (gemv-explore-rows-groups-*.json): llama-1b 256x2048 3.4 us against
+# 4.2 for a group a step, 32000x2048 19.3 against 20.1, 2048x2048 4.44 against 4.56; llama-8b
+# 128256x4096 116.3 against 144.7, 4096x14336 20.8 against 23.1 (split 4), 4096x4096 9.3 (split 4)
+_MULTI_GROUP_ROWS = ((4, 1024, 1, 4, False), (4, 1024, 2, 4, False), (8, 1024, 4, 4, False), (32, 256, 2, 2, False), (64, 256, 2, 2, False),
+                     (64, 256, 4, 2, True), (32, 512, 4, 2, True))
+
+
 def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     """M == 1: the row kernel (a group, up to 256 codes, per row per step; 8 to 16 words a thread;
-    two words a lane, with and without prefetch) and the word kernel's best shapes on the H100
+    two words a lane, with and without prefetch; and steps of several groups, _MULTI_GROUP_ROWS) and the word kernel's best shapes on the H100
     (gemv-explore-int4-rows-8b-*.json), also streamed through shared memory (STAGES 3: best at
     4096x14336, gemv-explore-stages-words-8b-*.json; the row kernel gained nothing from it); M > 1: the byte kernel and, for 16-bit activations up to
     16 rows, the tensor-core kernel."""
     out = []
     if m == 1 and k % 8 == 0:
         bk = max((b for b in (16, 32, 64, 128, 256) if group % b == 0), default=0)
-        for bn, nw in itertools.product((32, 64, 128, 256), (1, 2, 4, 8)):
+        for bn, nw in itertools.product((32, 64, 128), (1, 2, 4, 8)):  # 256 rows never won
             if bk and bn <= n and 8 <= bn * (bk // 8) // (32 * nw) <= 16:  # words a thread holds per step
                 for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": 2, "PREFETCH": prefetch})
+        for bn, block_k, nw, vec, splits in _MULTI_GROUP_ROWS:  # long steps
+            if block_k > group and block_k % group == 0 and k % block_k == 0 and bn <= n:
+                for split in [s for s in _split_ks(_cdiv(n, bn), k // block_k) if s <= 4] if splits else (1,):
+                    out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": True})
         word_k = min(bk, 128)
         for bn, nw, (prefetch, stages) in itertools.product((64, 128), (4, 8), ((False, 1), (True, 1), (False, 3))):
             if stages > 1 and bn != 16 * nw:  # streamed: the two shapes that won (8 words a thread a step)
@@ -1189,7 +1216,8 @@ def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[s
 
 def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
     """M == 1: the row kernel, 64 rows x a group a step on two warps, prefetching, split along K
-    while the programs stay under ~8 an SM (the H100's best at llama-8b shapes); the word kernel
+    while the programs stay under ~8 an SM (the H100's best at llama-8b shapes), two groups a step
+    when the programs fill the device unsplit; the word kernel
     for fewer than 64 rows; the byte kernel otherwise."""
     m, n, k, g = shape[:4]
     if m == 1 and k % 8 == 0 and g % 16 == 0:
@@ -1198,6 +1226,8 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict
         blocks, split = _cdiv(n, bn), 1
         while split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 4 * split:
             split *= 2
+        if n >= 64 and split == 1 and bk == g and k % (2 * g) == 0 and 2 * g <= 256:  # programs enough: two groups a step
+            bk *= 2  # (the H100's best at 128256x4096: 116 us against 145 for a group a step)
         if n >= 64:
             return {"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 2, "num_stages": 1, "VEC": 2, "PREFETCH": True}
         return {"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
@@ -1286,8 +1316,8 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v4" since the word kernel's loop may be streamed through shared memory (STAGES)."""
-    return _bucket(shape) + "_v4"
+    """int4 GEMV: "v5" since the row kernel may take several groups a step (BLOCK_K > G)."""
+    return _bucket(shape) + "_v5"
 
 
 def _with_path(fn, path: str):
