@@ -91,8 +91,7 @@ def _kernel_call(args) -> tuple:
               "BLOCK_N": args.block_n, "BLOCK_W": block_w, "SPLIT_K": args.split_k}
     codes = args.block_n * args.block_k // (32 * args.warps)
     if args.kernel == "rows":
-        rows = {"STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32", "VEC": args.vec, "PREFETCH": args.prefetch, "STAGES": args.stages,
-                "GROUPS": max(1, args.block_k // args.group)}
+        rows = {"STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32", "VEC": args.vec, "PREFETCH": args.prefetch, "STAGES": args.stages}
         return qm._int4_gemv_rows_kernel, common, {**consts, **rows}, codes
     return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch, "STAGES": args.stages}, codes
 

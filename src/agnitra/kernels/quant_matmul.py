@@ -339,7 +339,7 @@ def _int4_gemv_rows_kernel(
     stride_zn, stride_zg,  # zeros strides
     stride_yn,  # y stride
     STRIDE_W: tl.constexpr,  # w row stride (words): a constant, so every row's load is one address plus an immediate
-    GROUP_SIZE: tl.constexpr,  # G: a multiple of 8 * BLOCK_W (a group a step) or 8 * BLOCK_W / GROUPS
+    GROUP_SIZE: tl.constexpr,  # G: a multiple of 8 * BLOCK_W (a group a step) or a divisor of it (8 * BLOCK_W / G groups a step)
     HAS_BIAS: tl.constexpr,  # add the bias
     BLOCK_N: tl.constexpr,  # output channels per program
     BLOCK_W: tl.constexpr,  # 32-bit words (8 codes each) per row per step, two per lane along the row
@@ -348,7 +348,6 @@ def _int4_gemv_rows_kernel(
     VEC: tl.constexpr,  # words a lane loads from each row at once (2: 8-byte loads, 4: 16-byte loads)
     PREFETCH: tl.constexpr,  # load step k+1's words before step k's arithmetic (bytes in flight)
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
-    GROUPS: tl.constexpr = 1,  # groups a step (8 * BLOCK_W == GROUPS * G when > 1): long steps, fewer of them
 ):
     """Batch-1 int4 GEMV at about three instructions a code: one lop3 and one FMA, little else.
 
@@ -437,18 +436,19 @@ def _int4_gemv_rows_kernel(
             part += ((hi & 0x78000) | magic).to(tl.float32, bitcast=True) * y6
             part += ((hi & 0x780000) | magic).to(tl.float32, bitcast=True) * y7
         g = k0 // GROUP_SIZE  # the step's (first) group
-        if GROUPS == 1:  # the step lies in one group
+        if 8 * BLOCK_W <= GROUP_SIZE:  # the step lies in one group
             scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
             zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
             acc += part * scale[:, None]
             zero_acc += zero * tl.sum(x_sum, axis=1)  # [BN] * [1]: a sum across one row's lanes, in the words' layout
-        else:  # GROUPS groups of G / 8 words side by side: the words viewed [BN, GROUPS, G / 8], a scale and zero per group
-            offs_g = g + tl.arange(0, GROUPS)
-            scale = tl.load(s_ptr + offs_n[:, None] * stride_sn + offs_g[None, :] * stride_sg).to(tl.float32)  # [BN, GROUPS]
+        else:  # 8 BW / G groups of G / 8 words side by side: the words viewed [BN, groups, G / 8], a scale and zero per group
+            groups: tl.constexpr = 8 * BLOCK_W // GROUP_SIZE
+            offs_g = g + tl.arange(0, groups)
+            scale = tl.load(s_ptr + offs_n[:, None] * stride_sn + offs_g[None, :] * stride_sg).to(tl.float32)  # [BN, groups]
             zero = tl.load(z_ptr + offs_n[:, None] * stride_zn + offs_g[None, :] * stride_zg).to(tl.float32)
-            scaled = tl.reshape(part, (BLOCK_N, GROUPS, GROUP_SIZE // 8)) * scale[:, :, None]
+            scaled = tl.reshape(part, (BLOCK_N, groups, GROUP_SIZE // 8)) * scale[:, :, None]
             acc += tl.reshape(scaled, (BLOCK_N, BLOCK_W))
-            x_group = tl.sum(tl.reshape(x_sum, (1, GROUPS, GROUP_SIZE // 8)), axis=2)  # [1, GROUPS]
+            x_group = tl.sum(tl.reshape(x_sum, (1, groups, GROUP_SIZE // 8)), axis=2)  # [1, groups]
             zero_acc += tl.sum(zero * x_group, axis=1)
         w_ptrs += SPLIT_K * BLOCK_W
     out = tl.sum(acc, axis=1) + zero_acc  # [BN]
@@ -851,11 +851,23 @@ def int8_weight_only_matmul(
     return y
 
 
-def _check_int4_block_k(block_k: int, group_size: int, path: str) -> None:
+def _groups_a_step(block_k: int, group_size: int, k: int) -> int:
+    """Groups a loop step of BLOCK_K features spans: 1 when BLOCK_K divides the group, BLOCK_K / G
+    when it is a multiple of G that divides K (the row kernel's long steps), 0 otherwise."""
+    if group_size % block_k == 0:
+        return 1
+    return block_k // group_size if block_k % group_size == 0 and k % block_k == 0 else 0
+
+
+def _check_int4_block_k(block_k: int, group_size: int, path: str, spans_k: int | None = None) -> None:
+    """BLOCK_K divides the group (one scale/zero per chunk) or, given `spans_k` (the row kernel's K),
+    is a multiple of it dividing K (a scale/zero per group of the step)."""
     least = 32 if path == "tiled" else 2
-    if block_k < least or group_size % block_k:
+    groups = _groups_a_step(block_k, group_size, spans_k) if spans_k else int(group_size % block_k == 0)
+    if block_k < least or not groups:
+        several = f" or a multiple of it dividing K={spans_k}" if spans_k else ""
         raise ValueError(
-            f"int4 {path} path: BLOCK_K={block_k} must divide group_size={group_size} (one scale/zero per chunk)"
+            f"int4 {path} path: BLOCK_K={block_k} must divide group_size={group_size} (one scale/zero per chunk){several}"
             f" and be at least {least}; pick BLOCK_K in {[b for b in (2, 4, 8, 16, 32, 64, 128, 256, 512) if b >= least and group_size % b == 0]}"
         )
 
@@ -874,12 +886,11 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
     words = _int4_words(w_packed)
     block_k, block_n, vec = cfg["BLOCK_K"], cfg["BLOCK_N"], cfg.get("VEC", 2)
     rows = kernel == "rows"
-    if rows:
-        limits = "dividing group_size (up to 256) or a multiple of it dividing K (up to 2048), BLOCK_N <= N and VEC in (1, 2, 4) at most BLOCK_K / 8"
-        spans = block_k <= 256 and group_size % block_k == 0 or block_k <= 2048 and block_k % group_size == 0 and k % block_k == 0
-        fits = spans and block_n <= n and vec in (1, 2, 4) and 8 * vec <= block_k
+    if rows:  # BLOCK_K fits the groups (_check_int4_block_k)
+        limits = "up to 256 (2048 for several groups a step), BLOCK_N <= N and VEC in (1, 2, 4) at most BLOCK_K / 8"
+        fits = block_k <= (2048 if block_k > group_size else 256) and block_n <= n and vec in (1, 2, 4) and 8 * vec <= block_k
     else:
-        limits, fits = "(>= 16) dividing group_size", block_k >= 16 and group_size % block_k == 0
+        limits, fits = "(>= 16)", block_k >= 16
     if m != 1 or words is None or block_k % 8 or not fits:
         raise ValueError(
             f"int4 GEMV KERNEL='{kernel}' needs M == 1, rows of whole 4-byte-aligned words (K % 8 == 0) and BLOCK_K a multiple of 8"
@@ -890,8 +901,7 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
     grid = (_cdiv(n, block_n), split_k)
     partials, counters = _split_k_buffers(split_k, 1, n, grid[0], y)
     if rows:  # the row stride is compiled in
-        groups = max(1, block_k // group_size)
-        fn, row_stride, extra = _int4_gemv_rows_kernel, (), {"STRIDE_W": words.stride(0), "PRECISE": x.dtype == torch.float32, "VEC": vec, "GROUPS": groups}
+        fn, row_stride, extra = _int4_gemv_rows_kernel, (), {"STRIDE_W": words.stride(0), "PRECISE": x.dtype == torch.float32, "VEC": vec}
     else:
         fn, row_stride, extra = _int4_gemv_words_kernel, (words.stride(0),), {}
     _jit(fn)[grid](
@@ -976,8 +986,7 @@ def int4_weight_only_matmul(
         kernel = cfg.get("KERNEL", "bytes")
         if kernel not in ("rows", "words", "bytes", "mma"):
             raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes' or 'mma', got {kernel!r}")
-        if kernel != "rows":  # the row kernel also takes steps of several whole groups (checked there)
-            _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
+        _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k if kernel == "rows" else None)
         if kernel in ("rows", "words"):
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
@@ -1151,7 +1160,7 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
                 for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": 2, "PREFETCH": prefetch})
         for bn, block_k, nw, vec, splits in _MULTI_GROUP_ROWS:  # long steps
-            if block_k > group and block_k % group == 0 and k % block_k == 0 and bn <= n:
+            if _groups_a_step(block_k, group, k) > 1 and bn <= n:
                 for split in [s for s in _split_ks(_cdiv(n, bn), k // block_k) if s <= 4] if splits else (1,):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": True})
         word_k = min(bk, 128)
@@ -1226,7 +1235,7 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict
         blocks, split = _cdiv(n, bn), 1
         while split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 4 * split:
             split *= 2
-        if n >= 64 and split == 1 and bk == g and k % (2 * g) == 0 and 2 * g <= 256:  # programs enough: two groups a step
+        if n >= 64 and split == 1 and bk == g and 2 * g <= 256 and _groups_a_step(2 * g, g, k) == 2:  # programs enough: two groups a step
             bk *= 2  # (the H100's best at 128256x4096: 116 us against 145 for a group a step)
         if n >= 64:
             return {"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 2, "num_stages": 1, "VEC": 2, "PREFETCH": True}
