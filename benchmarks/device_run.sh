@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|ncu   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ncu   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -153,6 +153,13 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       ;;
     groups8b)  # steps of 2 and 4 groups at llama-8b shapes (where 2 groups a step won 128256x4096)
       timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-configs benchmarks/int4-rows-groups-8b.json --runs 20 --out-file "$OUT/gemv-explore-rows-groups-8b.json" 2>&1 | grep -v "^  "
+      ;;
+    prefetch2)  # the int4 row kernel prefetching a step's x, scales and zeros too (PREFETCH 2) beside its words only (1), llama-8b shapes
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 90 tests/test_kernels_quant.py -k row_kernel 2>&1 | tail -3
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-configs benchmarks/int4-rows-prefetch2.json --int4-vary PREFETCH=1,2 --runs 20 --out-file "$OUT/gemv-explore-rows-prefetch2-8b.json" 2>&1 | grep -v "^  "
+      ;;
+    prefetch2-1b)  # the same at llama-1b shapes
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes 1b --only int4 --int4-configs benchmarks/int4-rows-prefetch2.json --int4-vary PREFETCH=1,2 --runs 20 --out-file "$OUT/gemv-explore-rows-prefetch2-1b.json" 2>&1 | grep -v "^  "
       ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'

@@ -200,11 +200,13 @@ def test_int4_word_kernel_refuses_what_it_cannot_read():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k,vec,prefetch,stages", [(1, 2, False, 1), (2, 4, True, 1), (4, 2, True, 1), (1, 1, False, 1), (2, 2, False, 3)])
+@pytest.mark.parametrize("split_k,vec,prefetch,stages", [(1, 2, False, 1), (2, 4, True, 1), (4, 2, True, 1), (1, 1, False, 1), (2, 2, False, 3),
+                                                          (1, 2, 2, 1), (4, 4, 2, 1)])
 def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch, stages):
     """Batch 1: the last block overlaps its neighbour (N = 17, 100 over blocks of 16 / 32) and
     stores only its own rows; steps of 8 and 16 words (groups of 64 and 128 codes); split-K; 1, 2
-    or 4 words a lane; with and without the next step's words prefetched."""
+    or 4 words a lane; with and without the next step's words (PREFETCH 1), or all its reads
+    (PREFETCH 2), requested a step ahead."""
     for shape, block_k, block_n, warps in (((1, 17, 256, 64), 64, 16, 1), ((1, 100, 512, 128), 128, 32, 2), ((1, 100, 512, 128), 64, 16, 1)):
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
@@ -216,7 +218,7 @@ def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch, stages
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k,vec,prefetch", [(1, 4, True), (2, 2, False), (1, 2, False)])
+@pytest.mark.parametrize("split_k,vec,prefetch", [(1, 4, True), (2, 2, False), (1, 2, False), (1, 4, 2), (2, 2, 2)])
 def test_int4_row_kernel_with_several_groups_a_step(dtype, split_k, vec, prefetch):
     """Steps of 2 to 4 groups (BLOCK_K a multiple of G dividing K): each group's words get their
     own scale and zero; N not a multiple of BLOCK_N (the last block overlaps), split-K."""
@@ -240,6 +242,10 @@ def test_int4_row_kernel_refuses_what_it_cannot_read():
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 512})  # eight groups a step, K = 256
     with pytest.raises(ValueError, match="VEC in"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "VEC": 3})
+    with pytest.raises(ValueError, match="PREFETCH must be 0, 1"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "PREFETCH": 3})
+    with pytest.raises(ValueError, match="PREFETCH must be False or True"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "KERNEL": "words", "PREFETCH": 2})
 
 
 @pytest.mark.parametrize("m", [1, 3, 16])

@@ -324,6 +324,34 @@ def _int4_gemv_words_kernel(
     _store_gemv_vector(out, cols, cols < N, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
 
 
+def _int4_rows_side_loads(x_ptr, s_ptr, z_ptr, k0, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, ok,
+                          GROUP_SIZE: tl.constexpr, BLOCK_W: tl.constexpr, MASKED: tl.constexpr):
+    """The row kernel's reads for the step at feature k0 besides the words: x at features 8j + i
+    ([1, BW] each, i = 0..7, in the words' layout) and the step's scales and zeros ([BN] for a group
+    a step, [BN, 8 BW / G] for several), as stored; MASKED: all predicated on `ok` ([1, 1]: one value)."""
+    x_ptrs = x_ptr + (k0 + offs_w[None, :] * 8) * stride_xk  # [1, BW]: feature 8j of word j
+    g = k0 // GROUP_SIZE  # the step's (first) group
+    s_ok = ok
+    if 8 * BLOCK_W <= GROUP_SIZE:
+        s_ptrs = s_ptr + offs_n * stride_sn + g * stride_sg  # [BN]
+        z_ptrs = z_ptr + offs_n * stride_zn + g * stride_zg
+        if MASKED:
+            s_ok = tl.reshape(ok, (1,))
+    else:
+        offs_g = g + tl.arange(0, 8 * BLOCK_W // GROUP_SIZE)
+        s_ptrs = s_ptr + offs_n[:, None] * stride_sn + offs_g[None, :] * stride_sg  # [BN, groups]
+        z_ptrs = z_ptr + offs_n[:, None] * stride_zn + offs_g[None, :] * stride_zg
+    if MASKED:
+        return (tl.load(x_ptrs, mask=ok, other=0.0), tl.load(x_ptrs + stride_xk, mask=ok, other=0.0),
+                tl.load(x_ptrs + 2 * stride_xk, mask=ok, other=0.0), tl.load(x_ptrs + 3 * stride_xk, mask=ok, other=0.0),
+                tl.load(x_ptrs + 4 * stride_xk, mask=ok, other=0.0), tl.load(x_ptrs + 5 * stride_xk, mask=ok, other=0.0),
+                tl.load(x_ptrs + 6 * stride_xk, mask=ok, other=0.0), tl.load(x_ptrs + 7 * stride_xk, mask=ok, other=0.0),
+                tl.load(s_ptrs, mask=s_ok, other=0.0), tl.load(z_ptrs, mask=s_ok, other=0.0))
+    return (tl.load(x_ptrs), tl.load(x_ptrs + stride_xk), tl.load(x_ptrs + 2 * stride_xk), tl.load(x_ptrs + 3 * stride_xk),
+            tl.load(x_ptrs + 4 * stride_xk), tl.load(x_ptrs + 5 * stride_xk), tl.load(x_ptrs + 6 * stride_xk), tl.load(x_ptrs + 7 * stride_xk),
+            tl.load(s_ptrs), tl.load(z_ptrs))
+
+
 def _int4_gemv_rows_kernel(
     x_ptr,  # [1, K] activations (fp16 / bf16 / fp32)
     w_ptr,  # [N, K/8] int32 words, as for the word kernel; rows STRIDE_W words apart
@@ -346,7 +374,7 @@ def _int4_gemv_rows_kernel(
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K; the last to finish sums them
     PRECISE: tl.constexpr,  # fp32 activations: four shifts a word for fp32-grade sums (see below)
     VEC: tl.constexpr,  # words a lane loads from each row at once (2: 8-byte loads, 4: 16-byte loads)
-    PREFETCH: tl.constexpr,  # load step k+1's words before step k's arithmetic (bytes in flight)
+    PREFETCH: tl.constexpr,  # 1: load step k+1's words before step k's arithmetic; 2: its x, scales and zeros as well
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
 ):
     """Batch-1 int4 GEMV at about three instructions a code: one lop3 and one FMA, little else.
@@ -375,23 +403,38 @@ def _int4_gemv_rows_kernel(
     zero_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # zero * sum(x) per group
     magic = (N >> 31) | 0x3F800000  # 1.0f (N >> 31 is 0)
     step = SPLIT_K * BLOCK_W * 8  # features between this program's steps
+    first_k = pid_k * BLOCK_W * 8
     if PREFETCH:
         w_next = tl.load(w_ptrs)
-    for k0 in tl.range(pid_k * BLOCK_W * 8, K, step, num_stages=STAGES):
-        if PREFETCH:  # this step's words arrived during the last step's arithmetic; request the next step's now
+    if PREFETCH == 2:  # step 0's x, scales and zeros too
+        xn0, xn1, xn2, xn3, xn4, xn5, xn6, xn7, s_next, z_next = _int4_rows_side_loads(
+            x_ptr, s_ptr, z_ptr, first_k, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, True, GROUP_SIZE, BLOCK_W, False)
+    for k0 in tl.range(first_k, K, step, num_stages=STAGES):
+        if PREFETCH == 2:  # everything this step reads arrived during the last step; request all of the next step's now
             w = w_next.to(tl.uint32, bitcast=True)
-            w_next = tl.load(w_ptrs + SPLIT_K * BLOCK_W, mask=(offs_w < (K - k0 - step) // 8)[None, :], other=0)
+            x0, x1, x2, x3, x4, x5, x6, x7, scale, zero = xn0, xn1, xn2, xn3, xn4, xn5, xn6, xn7, s_next, z_next
+            more = tl.full((1, 1), 0, tl.int32) + (k0 + step) < K  # one predicate for every load of the next step (whole steps: K % BLOCK_K == 0)
+            w_next = tl.load(w_ptrs + SPLIT_K * BLOCK_W, mask=more, other=0)
+            xn0, xn1, xn2, xn3, xn4, xn5, xn6, xn7, s_next, z_next = _int4_rows_side_loads(
+                x_ptr, s_ptr, z_ptr, k0 + step, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, more, GROUP_SIZE, BLOCK_W, True)
         else:
-            w = tl.load(w_ptrs).to(tl.uint32, bitcast=True)  # [BN, BW]
-        x_ptrs = x_ptr + (k0 + offs_w[None, :] * 8) * stride_xk  # [1, BW]: feature 8j of word j
-        x0 = tl.load(x_ptrs).to(tl.float32)
-        x1 = tl.load(x_ptrs + stride_xk).to(tl.float32)
-        x2 = tl.load(x_ptrs + 2 * stride_xk).to(tl.float32)
-        x3 = tl.load(x_ptrs + 3 * stride_xk).to(tl.float32)
-        x4 = tl.load(x_ptrs + 4 * stride_xk).to(tl.float32)
-        x5 = tl.load(x_ptrs + 5 * stride_xk).to(tl.float32)
-        x6 = tl.load(x_ptrs + 6 * stride_xk).to(tl.float32)
-        x7 = tl.load(x_ptrs + 7 * stride_xk).to(tl.float32)
+            if PREFETCH:  # this step's words arrived during the last step's arithmetic; request the next step's now
+                w = w_next.to(tl.uint32, bitcast=True)
+                w_next = tl.load(w_ptrs + SPLIT_K * BLOCK_W, mask=(offs_w < (K - k0 - step) // 8)[None, :], other=0)
+            else:
+                w = tl.load(w_ptrs).to(tl.uint32, bitcast=True)  # [BN, BW]
+            x0, x1, x2, x3, x4, x5, x6, x7, scale, zero = _int4_rows_side_loads(
+                x_ptr, s_ptr, z_ptr, k0, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, True, GROUP_SIZE, BLOCK_W, False)
+        x0 = x0.to(tl.float32)
+        x1 = x1.to(tl.float32)
+        x2 = x2.to(tl.float32)
+        x3 = x3.to(tl.float32)
+        x4 = x4.to(tl.float32)
+        x5 = x5.to(tl.float32)
+        x6 = x6.to(tl.float32)
+        x7 = x7.to(tl.float32)
+        scale = scale.to(tl.float32)  # [BN] (a group a step) or [BN, groups]
+        zero = zero.to(tl.float32)
         x_sum = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
         if PRECISE:  # b = 19, 15, 19, 15, 19, 15, 19, 15: y within 2^8 |x|
             y0 = x0 * 16.0  # 2^(23 - b_i)
@@ -435,17 +478,11 @@ def _int4_gemv_rows_kernel(
             part += ((hi & 0x7800) | magic).to(tl.float32, bitcast=True) * y5
             part += ((hi & 0x78000) | magic).to(tl.float32, bitcast=True) * y6
             part += ((hi & 0x780000) | magic).to(tl.float32, bitcast=True) * y7
-        g = k0 // GROUP_SIZE  # the step's (first) group
         if 8 * BLOCK_W <= GROUP_SIZE:  # the step lies in one group
-            scale = tl.load(s_ptr + offs_n * stride_sn + g * stride_sg).to(tl.float32)  # [BN]
-            zero = tl.load(z_ptr + offs_n * stride_zn + g * stride_zg).to(tl.float32)
             acc += part * scale[:, None]
             zero_acc += zero * tl.sum(x_sum, axis=1)  # [BN] * [1]: a sum across one row's lanes, in the words' layout
         else:  # 8 BW / G groups of G / 8 words side by side: the words viewed [BN, groups, G / 8], a scale and zero per group
             groups: tl.constexpr = 8 * BLOCK_W // GROUP_SIZE
-            offs_g = g + tl.arange(0, groups)
-            scale = tl.load(s_ptr + offs_n[:, None] * stride_sn + offs_g[None, :] * stride_sg).to(tl.float32)  # [BN, groups]
-            zero = tl.load(z_ptr + offs_n[:, None] * stride_zn + offs_g[None, :] * stride_zg).to(tl.float32)
             scaled = tl.reshape(part, (BLOCK_N, groups, GROUP_SIZE // 8)) * scale[:, :, None]
             acc += tl.reshape(scaled, (BLOCK_N, BLOCK_W))
             x_group = tl.sum(tl.reshape(x_sum, (1, groups, GROUP_SIZE // 8)), axis=2)  # [1, groups]
@@ -661,7 +698,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -897,6 +934,9 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
             f" {limits}; got M={m}, N={n}, K={k}, BLOCK_K={block_k}, BLOCK_N={block_n}, VEC={vec}, group_size={group_size}:"
             f" use KERNEL='bytes'{' or a smaller BLOCK_N' if rows else ''}"
         )
+    prefetch = int(cfg.get("PREFETCH", 0))
+    if prefetch not in ((0, 1, 2) if rows else (0, 1)):
+        raise ValueError(f"int4 GEMV KERNEL='{kernel}': PREFETCH must be {'0, 1 (the words) or 2 (words, x, scales and zeros)' if rows else 'False or True'}, got {cfg['PREFETCH']!r}")
     split_k = cfg["SPLIT_K"]
     grid = (_cdiv(n, block_n), split_k)
     partials, counters = _split_k_buffers(split_k, 1, n, grid[0], y)
@@ -909,7 +949,7 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
         n, k, x.stride(1), *row_stride,
         scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_W=block_k // 8, SPLIT_K=split_k,
-        PREFETCH=bool(cfg.get("PREFETCH", False)), STAGES=_stages(cfg), **extra, **_launch_options(cfg),
+        PREFETCH=prefetch, STAGES=_stages(cfg), **extra, **_launch_options(cfg),
     )
 
 
