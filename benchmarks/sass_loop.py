@@ -107,7 +107,7 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=4096, help="K (the row kernel compiles its row stride in)")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
-    parser.add_argument("--prefetch", action="store_true", help="load the next step's words before this step's arithmetic")
+    parser.add_argument("--prefetch", type=int, default=0, help="1: load the next step's words before this step's arithmetic; 2: its x, scales and zeros too")
     parser.add_argument("--stages", type=int, default=1, help="STAGES and num_stages (Triton streams the loop's loads through shared memory when > 1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")

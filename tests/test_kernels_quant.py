@@ -231,6 +231,23 @@ def test_int4_row_kernel_with_several_groups_a_step(dtype, split_k, vec, prefetc
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
+@pytest.mark.parametrize("n,k", [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096), (2048, 2048), (256, 2048), (5632, 2048), (2048, 5632), (32000, 2048)])
+def test_int4_batch1_default_is_a_tried_config_of_the_row_kernel(n, k):
+    """At llama decode shapes the default is a row-kernel config of the tuning space (so the tuner
+    measures the default against the same space it searches, never a config it cannot pick)."""
+    shape = (1, n, k, 128)
+    default = qm.int4_gemv_default_config(shape, torch.bfloat16)
+    assert default["KERNEL"] == "rows" and default in qm.int4_gemv_configs(shape, torch.bfloat16)
+    assert len(qm.int4_gemv_configs(shape, torch.bfloat16)) <= 100  # exhaustive within kernels.py's trial budget
+
+
+def test_int4_batch1_default_runs_at_small_shapes():
+    """The default at batch 1 (short rows, the row kernel with two groups a step and split-K, the word kernel) matches the reference."""
+    for shape in ((1, 100, 2048, 128), (1, 1100, 512, 64), (1, 17, 256, 64)):
+        (x, w, s, z, g, b), ref = _int4_case(shape, torch.float16)
+        _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, out=_poisoned(1, shape[1], torch.float16)), ref, torch.float16)
+
+
 def test_int4_row_kernel_refuses_what_it_cannot_read():
     (x, w, s, z, g, b), _ = _int4_case((1, 17, 256, 64), torch.float32)
     cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
@@ -399,7 +416,7 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
     assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v3"  # versioned: the GEMV kernels changed
-    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v5"
+    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v6"
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):

@@ -1178,17 +1178,19 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
     return out
 
 
-# the row kernel with steps of several groups, (BLOCK_N, BLOCK_K, num_warps, VEC, split-K too): the
-# shapes that won on the H100 (gemv-explore-rows-groups-*.json): llama-1b 256x2048 3.4 us against
-# 4.2 for a group a step, 32000x2048 19.3 against 20.1, 2048x2048 4.44 against 4.56; llama-8b
-# 128256x4096 116.3 against 144.7, 4096x14336 20.8 against 23.1 (split 4), 4096x4096 9.3 (split 4)
-_MULTI_GROUP_ROWS = ((4, 1024, 1, 4, False), (4, 1024, 2, 4, False), (8, 1024, 4, 4, False), (32, 256, 2, 2, False), (64, 256, 2, 2, False),
-                     (64, 256, 4, 2, True), (32, 512, 4, 2, True))
+# the row kernel with steps of several groups, (BLOCK_N, BLOCK_K, num_warps, VEC, split-K too, PREFETCH):
+# the shapes that won on the H100 (gemv-explore-rows-groups-*.json, gemv-explore-rows-prefetch2-*.json):
+# llama-1b 256x2048 2.5 us (2 rows x the whole row a step) against 3.4 for 4 rows x 1024, 2048x5632 7.5
+# (PREFETCH 2) against 8.3 (1), 32000x2048 17.0 against 18.3; llama-8b 128256x4096 110.8 against
+# 115.9, 4096x14336 19.0 against 20.9 (split 4), 4096x4096 8.8 against 9.2 (split 4)
+_MULTI_GROUP_ROWS = ((2, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1024, 2, 4, False, 1), (8, 1024, 4, 4, False, 1),
+                     (32, 256, 2, 2, True, 2), (64, 256, 2, 2, True, 2), (64, 256, 4, 2, True, 2), (32, 512, 4, 2, True, 2))
 
 
 def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     """M == 1: the row kernel (a group, up to 256 codes, per row per step; 8 to 16 words a thread;
-    two words a lane, with and without prefetch; and steps of several groups, _MULTI_GROUP_ROWS) and the word kernel's best shapes on the H100
+    two words a lane; the next step's words prefetched, or all its reads (PREFETCH 2); and steps of
+    several groups, _MULTI_GROUP_ROWS) and the word kernel's best shapes on the H100
     (gemv-explore-int4-rows-8b-*.json), also streamed through shared memory (STAGES 3: best at
     4096x14336, gemv-explore-stages-words-8b-*.json; the row kernel gained nothing from it); M > 1: the byte kernel and, for 16-bit activations up to
     16 rows, the tensor-core kernel."""
@@ -1197,18 +1199,16 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
         bk = max((b for b in (16, 32, 64, 128, 256) if group % b == 0), default=0)
         for bn, nw in itertools.product((32, 64, 128), (1, 2, 4, 8)):  # 256 rows never won
             if bk and bn <= n and 8 <= bn * (bk // 8) // (32 * nw) <= 16:  # words a thread holds per step
-                for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (False, True)):
+                for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (1, 2)):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": 2, "PREFETCH": prefetch})
-        for bn, block_k, nw, vec, splits in _MULTI_GROUP_ROWS:  # long steps
+        for bn, block_k, nw, vec, splits, prefetch in _MULTI_GROUP_ROWS:  # long steps
             if _groups_a_step(block_k, group, k) > 1 and bn <= n:
                 for split in [s for s in _split_ks(_cdiv(n, bn), k // block_k) if s <= 4] if splits else (1,):
-                    out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": True})
+                    out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": prefetch})
         word_k = min(bk, 128)
-        for bn, nw, (prefetch, stages) in itertools.product((64, 128), (4, 8), ((False, 1), (True, 1), (False, 3))):
-            if stages > 1 and bn != 16 * nw:  # streamed: the two shapes that won (8 words a thread a step)
-                continue
-            for split in _split_ks(_cdiv(n, bn), k // word_k) if bk else ():
-                out.append({"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": word_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": prefetch, "STAGES": stages})
+        for prefetch, stages in ((False, 1), (True, 1), (False, 3)):  # no longer winning beside the row kernel: its best shape only
+            for split in _split_ks(_cdiv(n, 64), k // word_k) if bk else ():
+                out.append({"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": word_k, "SPLIT_K": split, "num_warps": 4, "num_stages": 1, "PREFETCH": prefetch, "STAGES": stages})
         return out
     bm = _block_m(m)
     pairs = [(bn, bk) for bn, bk in ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32)) if group % bk == 0] or [(64, group), (128, group)]
@@ -1264,22 +1264,30 @@ def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[s
 
 
 def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
-    """M == 1: the row kernel, 64 rows x a group a step on two warps, prefetching, split along K
-    while the programs stay under ~8 an SM (the H100's best at llama-8b shapes), two groups a step
-    when the programs fill the device unsplit; the word kernel
-    for fewer than 64 rows; the byte kernel otherwise."""
+    """M == 1 (the H100's best at llama shapes, gemv-explore-rows-prefetch2-*.json): under 1024
+    outputs, 2 rows x a whole row of up to 2048 codes a step on four warps; otherwise the row kernel
+    with two groups a step and all of the next step's reads prefetched, 64 rows a program when those
+    alone fill the device (four warps), else 32 rows, split along K while the programs stay under
+    ~4 an SM (two warps); the word kernel for fewer than 64 rows. M > 1: the byte kernel."""
     m, n, k, g = shape[:4]
     if m == 1 and k % 8 == 0 and g % 16 == 0:
         bk = max(b for b in (16, 32, 64, 128, 256) if g % b == 0)
-        bn = 64 if n >= 64 else 16
+        if n < 64:
+            blocks, split = _cdiv(n, 16), 1
+            while split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 4 * split:
+                split *= 2
+            return {"KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
+        whole = [b for b in (2048, 1024) if _groups_a_step(b, g, k) > 1]
+        if n < 1024 and whole:  # few outputs: many programs of short rows, one or two steps each
+            return {"KERNEL": "rows", "BLOCK_N": 2, "BLOCK_K": whole[0], "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 1}
+        if bk == g and 2 * g <= 256 and _groups_a_step(2 * g, g, k) == 2:
+            bk *= 2  # two groups a step
+        bn = 64 if _cdiv(n, 64) >= _SMS else 32
         blocks, split = _cdiv(n, bn), 1
-        while split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 4 * split:
+        while split < 4 and blocks * split * 2 <= 4 * _SMS and k // bk >= 4 * split:
             split *= 2
-        if n >= 64 and split == 1 and bk == g and 2 * g <= 256 and _groups_a_step(2 * g, g, k) == 2:  # programs enough: two groups a step
-            bk *= 2  # (the H100's best at 128256x4096: 116 us against 145 for a group a step)
-        if n >= 64:
-            return {"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 2, "num_stages": 1, "VEC": 2, "PREFETCH": True}
-        return {"KERNEL": "words", "BLOCK_N": bn, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
+        return {"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4 if bn == 64 and split == 1 else 2,
+                "num_stages": 1, "VEC": 2, "PREFETCH": 2}
     bk = max(b for b in (2, 4, 8, 16, 32, 64, 128) if g % b == 0)  # the largest divisor of G up to 128
     bn = 32 if m <= 2 else 16
     blocks = _cdiv(n, bn)
@@ -1365,8 +1373,8 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v5" since the row kernel may take several groups a step (BLOCK_K > G)."""
-    return _bucket(shape) + "_v5"
+    """int4 GEMV: "v6" since the row kernel may prefetch all of a step's reads (PREFETCH 2)."""
+    return _bucket(shape) + "_v6"
 
 
 def _with_path(fn, path: str):
