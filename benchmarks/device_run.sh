@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|ncu   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|ncu   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -164,6 +164,11 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
     ends)  # the two ends of the int4 row kernel's range: 128256x4096 (83% of copy) and short rows (256x2048, 2048x2048, beside torch.compile's int8)
       timeout 250 python3 benchmarks/explore_gemv.py --shapes 128256x4096 --only int4 --int4-configs benchmarks/int4-rows-ends.json --runs 20 --out-file "$OUT/gemv-explore-rows-ends-128256.json" 2>&1 | grep -v "^  "
       timeout 300 python3 benchmarks/explore_gemv.py --shapes 256x2048,2048x2048 --only int8,int4 --int4-configs benchmarks/int4-rows-ends.json --runs 30 --out-file "$OUT/gemv-explore-rows-ends-short.json" 2>&1 | grep -v "^  "
+      ;;
+    tc)  # the tensor-core int4 GEMV (pre-shuffled weights, MMAs from inline PTX): GPU numerics, then beside the row kernel's winners, llama-8b and -1b shapes
+      AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_quant.py -k "tensor_core or tc_ or shuffle" 2>&1 | tail -4
+      timeout 230 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-configs benchmarks/int4-tc.json --runs 20 --out-file "$OUT/gemv-explore-tc-8b.json" 2>&1 | grep -v "^  "
+      timeout 200 python3 benchmarks/explore_gemv.py --shapes 1b --only int4 --int4-configs benchmarks/int4-tc.json --runs 20 --out-file "$OUT/gemv-explore-tc-1b.json" 2>&1 | grep -v "^  "
       ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'

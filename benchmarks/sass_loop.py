@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel rows --block-n 256 --block-k 128 --warps 4
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel words --block-n 64 --block-k 128 --warps 4 --json out.json
+    PYTHONPATH=src python benchmarks/sass_loop.py --kernel tc --block-n 128 --warps 4 --asm-layout
 
 Compiles the kernel for CUDA arch 90 with the installed Triton (`triton.compile` on an ASTSource,
 pointer arguments declared 16-byte aligned, unit strides constant, as the launcher specialises
@@ -34,10 +35,11 @@ def _tool(name: str) -> str:
     return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
 
 
-def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int, maxnreg: int | None = None, num_stages: int = 1) -> tuple[str, int]:
-    """(SASS, registers a thread) of `fn` (a quant_matmul kernel) for sm_90: `types` names every runtime argument's type."""
+def compile_kernel(fn, types: dict[str, str], constants: dict, num_warps: int, maxnreg: int | None = None, num_stages: int = 1,
+                   divisible: tuple[str, ...] = ()):
+    """`fn` (a quant_matmul kernel) compiled for sm_90: pointers and the `divisible` integers declared
+    multiples of 16 (as the launcher specialises them); `types` names every runtime argument's type."""
     import inspect
-    import tempfile
 
     import triton
     from triton.backends.compiler import GPUTarget
@@ -45,10 +47,25 @@ def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int, max
 
     names = list(inspect.signature(fn).parameters)
     signature = {name: "constexpr" if name in constants else types[name] for name in names}
-    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if signature[n].startswith("*")}
+    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if signature[n].startswith("*") or n in divisible}
     source = ASTSource(fn=qm._jit(fn), signature=signature, constexprs=constants, attrs=aligned)
     options = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
-    kernel = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def asm_layouts(ttgir: str) -> list[str]:
+    """The layouts of the inline-asm ops' results in a kernel's TTGIR (`#blocked<{...}>` text)."""
+    layouts = dict(re.findall(r"^(#\w+) = (#ttg\.\w+<.*>)$", ttgir, flags=re.M))
+    uses = [re.search(r"-> tensor<[^,]+, (#\w+)>", line) for line in ttgir.splitlines() if "elementwise_inline_asm" in line]
+    return [layouts.get(use.group(1), use.group(1)) for use in uses if use]
+
+
+def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int, maxnreg: int | None = None, num_stages: int = 1,
+                 divisible: tuple[str, ...] = ()) -> tuple[str, int]:
+    """(SASS, registers a thread) of `fn` compiled for sm_90 (`compile_kernel`)."""
+    import tempfile
+
+    kernel = compile_kernel(fn, types, constants, num_warps, maxnreg, num_stages, divisible)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
         cubin.flush()
@@ -81,8 +98,23 @@ def loop_mix(sass: str) -> collections.Counter:
     return collections.Counter(opcode(line) for line in body)
 
 
+def _tc_call(args) -> tuple:
+    """The tensor-core GEMV (`_int4_gemv_tc_kernel`): BLOCK_N / 16 tiles, 64 features a step."""
+    import triton.language as tl
+
+    half = {"bf16": "*bf16", "fp16": "*fp16"}[args.dtype]
+    types = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": half, "z_ptr": half, "b_ptr": half, "y_ptr": half, "p_ptr": "*fp32", "c_ptr": "*i32",
+             "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_sn": "i32", "stride_zn": "i32", "stride_ym": "i32"}
+    consts = {"stride_sg": 1, "stride_zg": 1, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True,
+              "ASM": qm.INT4_TC_BF16 if args.dtype == "bf16" else qm.INT4_TC_FP16, "HALF": tl.bfloat16 if args.dtype == "bf16" else tl.float16,
+              "TILES": args.block_n // 16, "WARPS": args.warps, "SPLIT_K": args.split_k}
+    return qm._int4_gemv_tc_kernel, types, consts, args.block_n * 64 // (32 * args.warps)
+
+
 def _kernel_call(args) -> tuple:
     """(kernel, argument types, constexprs, codes per thread per loop step)."""
+    if args.kernel == "tc":
+        return _tc_call(args)
     block_w = args.block_k // 8
     act = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[args.dtype]
     common = {"x_ptr": act, "w_ptr": "*i32", "s_ptr": act, "z_ptr": act, "b_ptr": act, "y_ptr": act, "p_ptr": "*fp32", "c_ptr": "*i32",
@@ -98,7 +130,7 @@ def _kernel_call(args) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", choices=("rows", "words"), default="rows")
+    parser.add_argument("--kernel", choices=("rows", "words", "tc"), default="rows")
     parser.add_argument("--block-n", type=int, default=256)
     parser.add_argument("--block-k", type=int, default=128)
     parser.add_argument("--warps", type=int, default=4)
@@ -111,9 +143,15 @@ def main() -> int:
     parser.add_argument("--stages", type=int, default=1, help="STAGES and num_stages (Triton streams the loop's loads through shared memory when > 1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
+    parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
-    sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages)
+    divisible = ("K", "stride_xm", "stride_sn", "stride_zn") if args.kernel == "tc" else ()
+    if args.asm_layout:
+        for layout in asm_layouts(compile_kernel(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible).asm["ttgir"]):
+            print("asm layout:", layout)
+        return 0
+    sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible)
     mix = loop_mix(sass)
     total = sum(mix.values())
     import triton

@@ -7,9 +7,9 @@ CPU only for the GEMV paths, which use no tl.dot, and on a GPU by the `gpu` test
 
 from __future__ import annotations
 
-
-
+import os
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +21,7 @@ from agnitra.kernels.spec import KERNELS, get_kernel  # noqa: E402
 from agnitra.transforms import quantize as tq  # noqa: E402
 
 pytestmark = pytest.mark.interpreter
+ROOT = Path(__file__).resolve().parents[1]
 
 from kernel_device import DEVICE as CPU  # noqa: E402 - the CPU, or CUDA with AGNITRA_GPU_TESTS=1
 # ||y - ref|| / ||ref|| against float64: fp32 arithmetic, fp16 / bf16 output rounding
@@ -246,6 +247,78 @@ def test_int4_batch1_default_runs_at_small_shapes():
     for shape in ((1, 100, 2048, 128), (1, 1100, 512, 64), (1, 17, 256, 64)):
         (x, w, s, z, g, b), ref = _int4_case(shape, torch.float16)
         _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, out=_poisoned(1, shape[1], torch.float16)), ref, torch.float16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("m,split_k,warps", [(1, 1, 1), (3, 2, 2), (8, 4, 1)])
+def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps):
+    """KERNEL 'tc' (the MMA fragments emulated under the interpreter, the inline PTX on a GPU):
+    N not a multiple of 16 (a padded tile), more tiles a program than the matrix has (the last
+    program repeats a tile and stores nothing twice), batch 1 to 8, groups of 64 and 128, split-K."""
+    for shape, block_n in (((m, 40, 256, 64), 16 * warps), ((m, 17, 512, 128), 32 * warps), ((m, 100, 128, 64), 64)):
+        (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
+        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": 64, "SPLIT_K": split_k, "num_warps": warps}
+        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
+        _check(y, ref, dtype)
+        assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
+    assert _counters_zero(), "the last program of every block resets its arrival counter"
+
+
+def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
+    """Word (tile, chunk, lane = 4g + t, j), nibble i = 4p + 2e + h holds the code of row
+    16 tile + 8h + g, feature 64 chunk + 16t + 8e + 2j + p (rows past N are 0); cached per weight."""
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randint(0, 16, (40, 128), generator=gen)
+    packed = qm.pack_int4(q)
+    words = qm.shuffle_int4_for_tc(packed)
+    assert words.shape == (3, 2, 32, 4) and words.dtype == torch.int32
+    for tile, chunk, lane, j, i in ((0, 0, 0, 0, 0), (1, 1, 13, 2, 5), (2, 0, 31, 3, 7), (0, 1, 6, 1, 2), (2, 1, 9, 0, 3)):
+        g, t, p, e, h = lane // 4, lane % 4, i // 4, (i // 2) % 2, i % 2
+        row, feature = 16 * tile + 8 * h + g, 64 * chunk + 16 * t + 8 * e + 2 * j + p
+        code = (int(words[tile, chunk, lane, j]) >> (4 * i)) & 0xF
+        assert code == (int(q[row, feature]) if row < 40 else 0), (tile, chunk, lane, j, i)
+    assert qm._int4_tc_words(packed) is qm._int4_tc_words(packed), "shuffled once per weight"
+    packed.add_(0)  # written in place: shuffled again
+    assert torch.equal(qm._int4_tc_words(packed), words)
+    with pytest.raises(ValueError, match="K % 64"):
+        qm.shuffle_int4_for_tc(qm.pack_int4(torch.zeros(16, 96, dtype=torch.int64)))
+
+
+def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
+    (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float32)
+    cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
+    with pytest.raises(ValueError, match="fp16/bf16 activations"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+    (x, w, s, z, g, b), _ = _int4_case((9, 40, 256, 64), torch.float16)
+    with pytest.raises(ValueError, match="M <= 8"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+    (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 32), torch.float16)
+    with pytest.raises(ValueError, match="multiples of 64"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 32})
+    (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
+    with pytest.raises(ValueError, match="16 \\* num_warps"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "num_warps": 4})
+
+
+def test_int4_tc_asm_layout():
+    """The inline PTX runs whole MMAs, so it is right only where each lane holds four consecutive
+    elements of dim 2 and the 32 lanes span it (the words' 16-byte load layout): compiled for
+    sm_90 with the installed Triton (no GPU needed; a process without the interpreter), the asm's
+    operands are in exactly that layout, for bf16 and fp16 and several warp counts."""
+    pytest.importorskip("triton")
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=str(ROOT / "src"), TRITON_DEFAULT_FP_FUSION="1")
+    for block_n, warps, dtype in ((128, 4, "bf16"), (64, 2, "fp16"), (256, 8, "bf16")):
+        run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", "tc", "--block-n", str(block_n),
+                              "--warps", str(warps), "--dtype", dtype, "--asm-layout"], capture_output=True, text=True, env=env, timeout=300)
+        if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
+            pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
+        assert run.returncode == 0, run.stderr[-2000:]
+        layouts = [line for line in run.stdout.splitlines() if line.startswith("asm layout:")]
+        assert layouts and all("sizePerThread = [1, 1, 4]" in line and "threadsPerWarp = [1, 1, 32]" in line for line in layouts), run.stdout
 
 
 def test_int4_row_kernel_refuses_what_it_cannot_read():

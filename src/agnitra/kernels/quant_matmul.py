@@ -587,6 +587,163 @@ def _int4_gemv_mma_kernel(
     _store_gemv_rows(tl.trans(acc), y_ptr, p_ptr, c_ptr, b_ptr, offs_n, 0, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, 16, BLOCK_N, SPLIT_K)
 
 
+# The tensor-core GEMV's step for one 16-row tile: four m16n8k16 MMAs over 64 features, for
+# `tl.inline_asm_elementwise` with pack=4 on [TILES, 128] tensors, element 4 lane + c: the lane
+# <-> fragment mapping holds only in the layout of the words' 16-byte loads (four elements a
+# thread, 32 lanes along dim 1), which `test_int4_tc_asm_layout` checks in the compiled IR.
+# $0..$3: the C fragment (fp32, from zero); $4..$7: the sums of x over the 64 features in the
+# C layout (the same MMAs with A = ones); $8..$11 the lane's four words (one per 16-feature tile,
+# A-fragment order: `shuffle_int4_for_tc`); $12..$15, $16..$19 the B fragments (MMA features
+# 2t, 2t + 1 and 2t + 8, 2t + 9 of each MMA: x pairs 8t + j, 8t + 4 + j, batch row g = lane / 4). Code pairs
+# (r, r + 4) = (w >> 4r) & 0x000F000F | MAGIC are MAGIC + q exactly, one packed FMA leaves q - 8
+# (exact in 16 bits): the MMA sums x (q - 8) in fp32 and the group's scale and zero apply to the
+# fp32 sums, so the weight is never rounded. Thirteen instructions per eight codes.
+_INT4_TC_TILE = """
+{
+.reg .b32 a0, a1, a2, a3, t1, t2, t3, one, bias, ones;
+mov.b32 one, ONE;
+mov.b32 bias, BIAS;
+mov.b32 $0, 0;
+mov.b32 $1, 0;
+mov.b32 $2, 0;
+mov.b32 $3, 0;
+mov.b32 $4, 0;
+mov.b32 $5, 0;
+mov.b32 $6, 0;
+mov.b32 $7, 0;
+""" + "".join(f"""
+shr.u32 t1, ${8 + i}, 4;
+shr.u32 t2, ${8 + i}, 8;
+shr.u32 t3, ${8 + i}, 12;
+lop3.b32 a0, ${8 + i}, 0x000F000F, MAGIC, 0xEA;
+lop3.b32 a1, t1, 0x000F000F, MAGIC, 0xEA;
+lop3.b32 a2, t2, 0x000F000F, MAGIC, 0xEA;
+lop3.b32 a3, t3, 0x000F000F, MAGIC, 0xEA;
+fma.rn.TYPE a0, a0, one, bias;
+fma.rn.TYPE a1, a1, one, bias;
+fma.rn.TYPE a2, a2, one, bias;
+fma.rn.TYPE a3, a3, one, bias;
+mma.sync.aligned.m16n8k16.row.col.f32.MMA.MMA.f32 {{$0, $1, $2, $3}}, {{a0, a1, a2, a3}}, {{${12 + i}, ${16 + i}}}, {{$0, $1, $2, $3}};
+mma.sync.aligned.m16n8k16.row.col.f32.MMA.MMA.f32 {{$4, $5, $6, $7}}, {{one, one, one, one}}, {{${12 + i}, ${16 + i}}}, {{$4, $5, $6, $7}};
+""" for i in range(4)) + "}\n"
+
+
+def _tc_asm(template: str, half: str) -> str:
+    """`template` for 16-bit activations `half` ("bf16" or "fp16")."""
+    if half == "bf16":  # MAGIC 128 + q - 136
+        return template.replace("MAGIC", "0x43004300").replace("ONE", "0x3F803F80").replace("BIAS", "0xC308C308").replace("TYPE", "bf16x2").replace("MMA", "bf16")
+    return template.replace("MAGIC", "0x64006400").replace("ONE", "0x3C003C00").replace("BIAS", "0xE408E408").replace("TYPE", "f16x2").replace("MMA", "f16")
+
+
+INT4_TC_BF16, INT4_TC_FP16 = _tc_asm(_INT4_TC_TILE, "bf16"), _tc_asm(_INT4_TC_TILE, "fp16")
+
+
+def _tc_x_matrix(b0, b1, HALF: tl.constexpr):
+    """The B fragments [1, 128] (element 4 lane + j) as the matrix x [8 batch rows, 64 features] (the PTX ISA's layout)."""
+    xb = tl.reshape(tl.join(b0, b1), (8, 4, 4, 2))  # [g = n, t, j, e]: x pairs
+    x_lo = (xb & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
+    x_hi = ((xb >> 16) & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
+    return tl.reshape(tl.permute(tl.join(x_lo, x_hi), (0, 2, 3, 1, 4)), (8, 64))  # [n, j e t p]
+
+
+def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
+    """`_INT4_TC_TILE`'s C fragments in tensor arithmetic (the interpreter, where inline PTX cannot
+    run): A [tile, 16 rows, 64 features] of q - 8 from the words, B from the x pairs, C scattered
+    back to [tile, 4 lane + c] (row 8 (c // 2) + g, column 2t + c % 2) as the m16n8k16 layouts say."""
+    lane_j = tl.reshape(words, (TILES, 8, 4, 4))  # [tile, g, t, j]
+    vals = []
+    for i in tl.static_range(8):  # nibble i = 4p + 2e + h: row g + 8h, feature 16j + 8e + 2t + p
+        vals.append(((lane_j >> (4 * i)) & 0xF).to(tl.float32) - 8.0)
+    v = tl.join(tl.join(tl.join(vals[0], vals[1]), tl.join(vals[2], vals[3])), tl.join(tl.join(vals[4], vals[5]), tl.join(vals[6], vals[7])))
+    a = tl.reshape(tl.permute(v, (0, 4, 1, 3, 5, 2, 6)), (TILES, 16, 64))  # [tile, g t j h e p] -> [tile, h g, j e t p]
+    y = tl.sum(a[:, :, None, :] * _tc_x_matrix(b0, b1, HALF)[None, None, :, :], axis=3)  # [tile, 16 rows, 8 columns]
+    c = tl.permute(tl.reshape(y, (TILES, 2, 8, 4, 2)), (0, 2, 3, 1, 4))  # [tile, g, t, h, par]
+    return tl.reshape(c, (TILES, 128))
+
+
+def _int4_tc_xsum_emulated(b0, b1, HALF: tl.constexpr):
+    """The x sums of `_INT4_TC_TILE` ($4..$7) [1, 128]: the sum of x[2t + c % 2] over the 64 features."""
+    sums = tl.reshape(tl.sum(_tc_x_matrix(b0, b1, HALF), axis=1), (1, 1, 4, 1, 2))  # [., ., t, ., par]
+    return tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
+
+
+def _int4_gemv_tc_kernel(
+    x_ptr,  # [M, K/2] int32: the 16-bit activations read as pairs
+    w_ptr,  # [cdiv(N, 16), K/64, 32, 4] int32 words in MMA A-fragment order (`shuffle_int4_for_tc`)
+    s_ptr,  # [N, K/G] group scales
+    z_ptr,  # [N, K/G] group zeros
+    b_ptr,  # [N] bias; read only when HAS_BIAS
+    y_ptr,  # [M, N] output (x's dtype)
+    p_ptr,  # [SPLIT_K, M, N] fp32 partials (SPLIT_K > 1)
+    c_ptr,  # [cdiv(cdiv(N, 16), TILES)] int32 arrival counters, zero between launches (SPLIT_K > 1)
+    M, N, K,  # problem size (K in features); M <= 8
+    stride_xm,  # x row stride (pairs)
+    stride_sn, stride_sg,  # scales strides
+    stride_zn, stride_zg,  # zeros strides
+    stride_ym, stride_yn,  # y strides
+    GROUP_SIZE: tl.constexpr,  # G, a multiple of 64
+    HAS_BIAS: tl.constexpr,  # add the bias
+    ASM: tl.constexpr,  # INT4_TC_BF16 / INT4_TC_FP16, or "" (the interpreter: `_int4_tc_emulated`)
+    HALF: tl.constexpr,  # x's 16-bit dtype
+    TILES: tl.constexpr,  # 16-row tiles per program, a multiple of WARPS
+    WARPS: tl.constexpr,  # num_warps
+    SPLIT_K: tl.constexpr,  # programs sharing one output block along K
+):
+    """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
+    load is its four A fragments, dequantised in registers straight into MMA operands (no shared
+    memory, no layout conversion), x padded to the MMA's 8 columns. A step = 64 features of every
+    tile: the MMAs give y^T [16, 8] of sum x (q - 8) per tile in fp32, scaled by the rows' group
+    scales and offset by zero * sum x (those sums by MMAs with A = ones) into an fp32 accumulator
+    [TILES, 128] in the C fragments' layout."""
+    pid_n = tl.program_id(axis=0)
+    pid_k = tl.program_id(axis=1)
+    n_tiles = tl.cdiv(N, 16)
+    # [WARPS, TILES / WARPS, 128]: warp w holds tiles w TILES / WARPS + r, a lane its four words / C
+    # elements (element 4 lane + c); x's B fragments [WARPS, 1, 128] have as many elements a thread
+    # as the words, so every asm operand loads in the words' 16-byte layout and none is converted
+    own = pid_n * TILES + (tl.arange(0, WARPS)[:, None, None] * (TILES // WARPS) + tl.arange(0, TILES // WARPS)[None, :, None])
+    tiles = tl.minimum(own, n_tiles - 1)  # the last program repeats a tile instead of reading past the end
+    e = tl.arange(0, 128)[None, None, :]
+    g = e // 16  # the MMA's group id (lane / 4): A/C rows g and g + 8, B column g
+    t = (e // 4) % 4  # thread in group: MMA features 2t, 2t + 1 (+ 8), C columns 2t, 2t + 1
+    c = e % 4  # the lane's word c (MMA c of the step) / C element c
+    chunks = K // 64
+    w_ptrs = w_ptr + tiles * (chunks * 128) + e  # [WARPS, TILES / WARPS, 128]
+    x_ptrs = x_ptr + g * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None]  # [WARPS, 1, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1)
+    x_ok = g < M
+    rows = 16 * tiles + g + 8 * (c // 2)  # C element c: row g + 8 (c // 2), column 2t + c % 2
+    s_ptrs = s_ptr + (rows % N) * stride_sn
+    z_ptrs = z_ptr + (rows % N) * stride_zn
+    acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
+    for k0 in tl.range(pid_k * 64, K, SPLIT_K * 64):
+        chunk = k0 // 64  # (k0 // 64) * 32, not k0 // 2: a multiple of 32 the compiler can see (16-byte loads)
+        words = tl.load(w_ptrs + chunk * 128)
+        b0 = tl.load(x_ptrs + chunk * 32, mask=x_ok, other=0)
+        b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=x_ok, other=0)
+        grp = k0 // GROUP_SIZE
+        scale = tl.load(s_ptrs + grp * stride_sg).to(tl.float32)  # the scale of each C element's row
+        zero = tl.load(z_ptrs + grp * stride_zg).to(tl.float32)
+        if ASM == "":
+            flat0 = tl.reshape(tl.max(b0, axis=0), (1, 128))  # the warps' copies are equal
+            flat1 = tl.reshape(tl.max(b1, axis=0), (1, 128))
+            part = tl.reshape(_int4_tc_emulated(tl.reshape(words, (TILES, 128)), flat0, flat1, HALF, TILES), (WARPS, TILES // WARPS, 128))
+            x_sum = tl.reshape(_int4_tc_xsum_emulated(flat0, flat1, HALF), (1, 1, 128))
+        else:
+            part, x_sum = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1],
+                                                    dtype=(tl.float32, tl.float32), is_pure=True, pack=4)
+        acc += part * scale + zero * x_sum  # sum (q - 8) x s + z sum x over the chunk, in fp32
+    cols = 2 * t + c % 2
+    valid = (own < n_tiles) & (rows < N) & (cols < M)
+    p_ptrs = p_ptr + cols * N + rows
+    last = True
+    if SPLIT_K > 1:
+        acc, last = _split_k_total(acc, p_ptrs, M * N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
+    if last:
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + rows % N).to(tl.float32)
+        tl.store(y_ptr + cols * stride_ym + rows * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=valid)
+
+
 def _int8_tiled_kernel(
     x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
     w_ptr,  # [N, K] int8 weight
@@ -698,7 +855,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_int4_tc_xsum_emulated", "_tc_x_matrix")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -963,6 +1120,65 @@ def _check_int4_mma(cfg: dict[str, Any], x: torch.Tensor, m: int) -> None:
         raise ValueError(f"int4 GEMV with MMA=True needs BLOCK_N >= 16 and BLOCK_K >= 32 (tl.dot tiles), got {cfg}")
 
 
+def shuffle_int4_for_tc(w_packed: torch.Tensor) -> torch.Tensor:
+    """`pack_int4` codes [N, K/2] -> int32 words [cdiv(N, 16), K/64, 32, 4] in mma.m16n8k16 A-fragment
+    order, the tensor-core GEMV's weight (rows past N are code 0 and never stored).
+
+    Word (tile, chunk, lane, j) holds the 8 codes lane l = 4g + t supplies to MMA j of the chunk's
+    four: nibble i = 4p + 2e + h is row 16 tile + 8h + g and MMA feature 16j + 8e + 2t + p, so
+    (w >> 4r) & 0x000F000F holds A register r's two codes. MMA feature 16j + 8e + 2t + p reads
+    x feature 64 chunk + 16t + 8e + 2j + p: lane t's B fragments of the four MMAs are then the
+    16 consecutive x values 16t..16t + 15 of the chunk (two 16-byte loads)."""
+    n, k = w_packed.shape[0], 2 * w_packed.shape[1]
+    if k % 64:
+        raise ValueError(f"the tensor-core int4 GEMV needs K % 64 == 0, got K={k}")
+    q = unpack_int4(w_packed).to(torch.int64)
+    tiles = -(-n // 16)
+    q = torch.nn.functional.pad(q, (0, 0, 0, tiles * 16 - n))
+    q = q.view(tiles, 2, 8, k // 64, 4, 2, 4, 2).permute(0, 3, 2, 4, 6, 7, 5, 1)  # [tile, h, g, chunk, t, e, j, p] -> [tile, chunk, g, t, j, p, e, h]
+    q = q.reshape(tiles, k // 64, 32, 4, 8)
+    words = (q << (4 * torch.arange(8, device=q.device))).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()
+
+
+def _int4_tc_words(w_packed: torch.Tensor) -> torch.Tensor:
+    """`shuffle_int4_for_tc(w_packed)`, made once per weight (kept on the tensor, remade if it is written in place)."""
+    cached = getattr(w_packed, "_agnitra_tc_words", None)
+    if cached is None or cached[0] != w_packed._version:
+        cached = (w_packed._version, shuffle_int4_for_tc(w_packed))
+        w_packed._agnitra_tc_words = cached
+    return cached[1]
+
+
+def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
+    """The tensor-core GEMV (`_int4_gemv_tc_kernel`): 16-bit activations, M <= 8, K and G multiples of 64."""
+    from agnitra.kernels.spec import interpreting
+
+    m, k = x.shape
+    n = w_packed.shape[0]
+    tiles, warps = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4)
+    if x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < 16 * warps or cfg["BLOCK_K"] != 64:
+        raise ValueError(
+            f"int4 GEMV KERNEL='tc' needs fp16/bf16 activations, M <= 8, K and group_size multiples of 64, BLOCK_N >= 16 * num_warps"
+            f" (a 16-row tile a warp at least) and BLOCK_K == 64; got {x.dtype}, M={m}, K={k}, group_size={group_size},"
+            f" BLOCK_N={cfg['BLOCK_N']}, num_warps={warps}, BLOCK_K={cfg['BLOCK_K']}: use KERNEL='rows' or 'bytes'"
+        )
+    pairs = x if x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0 else x.contiguous()
+    pairs = pairs.view(torch.int32)
+    split_k = cfg["SPLIT_K"]
+    grid = (_cdiv(_cdiv(n, 16), tiles), split_k)
+    partials, counters = _split_k_buffers(split_k, m, n, grid[0], y)
+    bf16 = x.dtype == torch.bfloat16
+    asm = "" if interpreting() else (INT4_TC_BF16 if bf16 else INT4_TC_FP16)
+    _jit(_int4_gemv_tc_kernel)[grid](
+        pairs, _int4_tc_words(w_packed), scales, zeros, bias if bias is not None else scales, y, partials, counters,
+        m, n, k, pairs.stride(0),
+        scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(0), y.stride(1),
+        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, HALF=tl.bfloat16 if bf16 else tl.float16,
+        TILES=tiles, WARPS=warps, SPLIT_K=split_k, **_launch_options(cfg),
+    )
+
+
 def _int4_asm(x: torch.Tensor) -> str:
     """The packed int4 -> 16-bit conversion for x's dtype; "" (arithmetic) under the interpreter."""
     from agnitra.kernels.spec import interpreting
@@ -1024,11 +1240,14 @@ def int4_weight_only_matmul(
         cfg = {**int4_gemv_default_config(shape, x.dtype), **(config or {})}
         _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
         kernel = cfg.get("KERNEL", "bytes")
-        if kernel not in ("rows", "words", "bytes", "mma"):
-            raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes' or 'mma', got {kernel!r}")
+        if kernel not in ("rows", "words", "bytes", "mma", "tc"):
+            raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes', 'mma' or 'tc', got {kernel!r}")
         _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k if kernel == "rows" else None)
         if kernel in ("rows", "words"):
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
+            return y
+        if kernel == "tc":
+            _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
         split_k, n_blocks = cfg["SPLIT_K"], _cdiv(n, cfg["BLOCK_N"])
         if kernel == "mma":
