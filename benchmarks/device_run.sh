@@ -167,8 +167,8 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       ;;
     tc)  # the tensor-core int4 GEMV (pre-shuffled weights, MMAs from inline PTX): GPU numerics, then beside the row kernel's winners, llama-8b and -1b shapes
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_quant.py -k "tensor_core or tc_ or shuffle" 2>&1 | tail -4
-      timeout 230 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-configs benchmarks/int4-tc.json --runs 20 --out-file "$OUT/gemv-explore-tc-8b.json" 2>&1 | grep -v "^  "
-      timeout 200 python3 benchmarks/explore_gemv.py --shapes 1b --only int4 --int4-configs benchmarks/int4-tc.json --runs 20 --out-file "$OUT/gemv-explore-tc-1b.json" 2>&1 | grep -v "^  "
+      timeout 290 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-configs benchmarks/int4-tc.json --runs 20 --out-file "$OUT/gemv-explore-tc-8b.json" 2>&1 | grep -v "^  "
+      timeout 230 python3 benchmarks/explore_gemv.py --shapes 1b --only int4 --int4-configs benchmarks/int4-tc.json --runs 20 --out-file "$OUT/gemv-explore-tc-1b.json" 2>&1 | grep -v "^  "
       ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'

@@ -103,12 +103,13 @@ def _tc_call(args) -> tuple:
     import triton.language as tl
 
     half = {"bf16": "*bf16", "fp16": "*fp16"}[args.dtype]
-    types = {"x_ptr": "*i32", "w_ptr": "*i32", "s_ptr": half, "z_ptr": half, "b_ptr": half, "y_ptr": half, "p_ptr": "*fp32", "c_ptr": "*i32",
-             "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_sn": "i32", "stride_zn": "i32", "stride_ym": "i32"}
-    consts = {"stride_sg": 1, "stride_zg": 1, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True,
-              "ASM": qm.INT4_TC_BF16 if args.dtype == "bf16" else qm.INT4_TC_FP16, "HALF": tl.bfloat16 if args.dtype == "bf16" else tl.float16,
-              "TILES": args.block_n // 16, "WARPS": args.warps, "SPLIT_K": args.split_k}
-    return qm._int4_gemv_tc_kernel, types, consts, args.block_n * 64 // (32 * args.warps)
+    types = {"x_ptr": "*i32", "w_ptr": "*i32", "sz_ptr": "*i32", "b_ptr": half, "y_ptr": half, "p_ptr": "*fp32", "c_ptr": "*i32",
+             "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32"}
+    bf16 = args.dtype == "bf16"
+    consts = {"stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, "ASM": qm.INT4_TC_BF16 if bf16 else qm.INT4_TC_FP16,
+              "XSUM_ASM": qm.INT4_TC_XSUM_BF16 if bf16 else qm.INT4_TC_XSUM_FP16, "HALF": tl.bfloat16 if bf16 else tl.float16,
+              "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k}
+    return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
 def _kernel_call(args) -> tuple:
@@ -146,7 +147,7 @@ def main() -> int:
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
-    divisible = ("K", "stride_xm", "stride_sn", "stride_zn") if args.kernel == "tc" else ()
+    divisible = ("K", "stride_xm") if args.kernel == "tc" else ()
     if args.asm_layout:
         for layout in asm_layouts(compile_kernel(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible).asm["ttgir"]):
             print("asm layout:", layout)

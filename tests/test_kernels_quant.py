@@ -250,14 +250,15 @@ def test_int4_batch1_default_runs_at_small_shapes():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("m,split_k,warps", [(1, 1, 1), (3, 2, 2), (8, 4, 1)])
-def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps):
+@pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 1, 1, False), (3, 2, 2, True), (8, 4, 1, True), (1, 1, 2, True)])
+def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps, prefetch):
     """KERNEL 'tc' (the MMA fragments emulated under the interpreter, the inline PTX on a GPU):
     N not a multiple of 16 (a padded tile), more tiles a program than the matrix has (the last
-    program repeats a tile and stores nothing twice), batch 1 to 8, groups of 64 and 128, split-K."""
-    for shape, block_n in (((m, 40, 256, 64), 16 * warps), ((m, 17, 512, 128), 32 * warps), ((m, 100, 128, 64), 64)):
+    program repeats a tile and stores nothing twice), batch 1 to 8, groups of 64 and 128, steps
+    of one and two 64-feature chunks, the next step's reads prefetched or not, split-K."""
+    for shape, block_n, block_k in (((m, 40, 256, 64), 16 * warps, 64), ((m, 17, 512, 128), 32 * warps, 128), ((m, 100, 128, 64), 64, 64)):
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
-        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": 64, "SPLIT_K": split_k, "num_warps": warps}
+        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": prefetch}
         y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
         _check(y, ref, dtype)
         assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
@@ -266,22 +267,29 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
 
 def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
     """Word (tile, chunk, lane = 4g + t, j), nibble i = 4p + 2e + h holds the code of row
-    16 tile + 8h + g, feature 64 chunk + 16t + 8e + 2j + p (rows past N are 0); cached per weight."""
+    16 tile + 2g + h, feature 64 chunk + 16t + 8e + 2j + p (rows past N are 0); cached per weight;
+    the scales and zeros as (s, z) pairs tile by tile."""
     gen = torch.Generator().manual_seed(3)
-    q = torch.randint(0, 16, (40, 128), generator=gen)
+    q = torch.randint(0, 16, (40, 128), generator=gen, device="cpu")
     packed = qm.pack_int4(q)
     words = qm.shuffle_int4_for_tc(packed)
     assert words.shape == (3, 2, 32, 4) and words.dtype == torch.int32
     for tile, chunk, lane, j, i in ((0, 0, 0, 0, 0), (1, 1, 13, 2, 5), (2, 0, 31, 3, 7), (0, 1, 6, 1, 2), (2, 1, 9, 0, 3)):
         g, t, p, e, h = lane // 4, lane % 4, i // 4, (i // 2) % 2, i % 2
-        row, feature = 16 * tile + 8 * h + g, 64 * chunk + 16 * t + 8 * e + 2 * j + p
+        row, feature = 16 * tile + 2 * g + h, 64 * chunk + 16 * t + 8 * e + 2 * j + p
         code = (int(words[tile, chunk, lane, j]) >> (4 * i)) & 0xF
         assert code == (int(q[row, feature]) if row < 40 else 0), (tile, chunk, lane, j, i)
     assert qm._int4_tc_words(packed) is qm._int4_tc_words(packed), "shuffled once per weight"
     packed.add_(0)  # written in place: shuffled again
     assert torch.equal(qm._int4_tc_words(packed), words)
+    scales, zeros = torch.rand(40, 2, device="cpu").to(torch.bfloat16), torch.rand(40, 2, device="cpu").to(torch.bfloat16)
+    pairs = qm._int4_tc_scales(scales, zeros, torch.bfloat16)
+    assert pairs.shape == (3, 2, 16) and pairs.dtype == torch.int32
+    halves = pairs.view(torch.bfloat16).view(3, 2, 16, 2)  # [tile, group, row, (s, z)]
+    assert torch.equal(halves[1, 1, 7, 0], scales[23, 1]) and torch.equal(halves[2, 0, 3, 1], zeros[35, 0])
+    assert torch.equal(halves[2, 0, 8:], torch.zeros(8, 2, dtype=torch.bfloat16)), "rows past N are zero"
     with pytest.raises(ValueError, match="K % 64"):
-        qm.shuffle_int4_for_tc(qm.pack_int4(torch.zeros(16, 96, dtype=torch.int64)))
+        qm.shuffle_int4_for_tc(qm.pack_int4(torch.zeros(16, 96, dtype=torch.int64, device="cpu")))
 
 
 def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
@@ -295,6 +303,9 @@ def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 32), torch.float16)
     with pytest.raises(ValueError, match="multiples of 64"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 32})
+    (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
+    with pytest.raises(ValueError, match="must divide group_size"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
     with pytest.raises(ValueError, match="16 \\* num_warps"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "num_warps": 4})
@@ -311,14 +322,15 @@ def test_int4_tc_asm_layout():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=str(ROOT / "src"), TRITON_DEFAULT_FP_FUSION="1")
-    for block_n, warps, dtype in ((128, 4, "bf16"), (64, 2, "fp16"), (256, 8, "bf16")):
-        run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", "tc", "--block-n", str(block_n),
-                              "--warps", str(warps), "--dtype", dtype, "--asm-layout"], capture_output=True, text=True, env=env, timeout=300)
+    for block_n, block_k, warps, dtype, prefetch in ((128, 128, 4, "bf16", 1), (64, 64, 2, "fp16", 0), (256, 128, 8, "bf16", 1)):
+        run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", "tc", "--block-n", str(block_n), "--block-k", str(block_k),
+                              "--warps", str(warps), "--dtype", dtype, "--prefetch", str(prefetch), "--asm-layout"], capture_output=True, text=True, env=env, timeout=300)
         if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
             pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
         assert run.returncode == 0, run.stderr[-2000:]
         layouts = [line for line in run.stdout.splitlines() if line.startswith("asm layout:")]
-        assert layouts and all("sizePerThread = [1, 1, 4]" in line and "threadsPerWarp = [1, 1, 32]" in line for line in layouts), run.stdout
+        lanes_hold_four = re.compile(r"sizePerThread = \[(1, )+4\], threadsPerWarp = \[(1, )+32\]")
+        assert len(layouts) == 2 and all(lanes_hold_four.search(line) for line in layouts), run.stdout
 
 
 def test_int4_row_kernel_refuses_what_it_cannot_read():

@@ -588,34 +588,29 @@ def _int4_gemv_mma_kernel(
 
 
 # The tensor-core GEMV's step for one 16-row tile: four m16n8k16 MMAs over 64 features, for
-# `tl.inline_asm_elementwise` with pack=4 on [TILES, 128] tensors, element 4 lane + c: the lane
-# <-> fragment mapping holds only in the layout of the words' 16-byte loads (four elements a
-# thread, 32 lanes along dim 1), which `test_int4_tc_asm_layout` checks in the compiled IR.
-# $0..$3: the C fragment (fp32, from zero); $4..$7: the sums of x over the 64 features in the
-# C layout (the same MMAs with A = ones); $8..$11 the lane's four words (one per 16-feature tile,
-# A-fragment order: `shuffle_int4_for_tc`); $12..$15, $16..$19 the B fragments (MMA features
-# 2t, 2t + 1 and 2t + 8, 2t + 9 of each MMA: x pairs 8t + j, 8t + 4 + j, batch row g = lane / 4). Code pairs
-# (r, r + 4) = (w >> 4r) & 0x000F000F | MAGIC are MAGIC + q exactly, one packed FMA leaves q - 8
-# (exact in 16 bits): the MMA sums x (q - 8) in fp32 and the group's scale and zero apply to the
-# fp32 sums, so the weight is never rounded. Thirteen instructions per eight codes.
+# `tl.inline_asm_elementwise` with pack=4 on [..., 128] tensors, element 4 lane + c: the lane <->
+# fragment mapping holds only in the layout of the words' 16-byte loads (four elements a thread,
+# 32 lanes along the last dim), which `test_int4_tc_asm_layout` checks in the compiled IR.
+# $0..$3: the C fragment (fp32, from zero); $4..$7 the lane's four words (one per MMA, A-fragment
+# order: `shuffle_int4_for_tc`); $8..$11, $12..$15 the B fragments (MMA features 2t, 2t + 1 and
+# 2t + 8, 2t + 9: x pairs 8t + j and 8t + 4 + j, batch row g = lane / 4). Code pairs (r, r + 4) =
+# (w >> 4r) & 0x000F000F | MAGIC are MAGIC + q exactly, one packed FMA leaves q - 8 (exact in 16
+# bits): the MMA sums x (q - 8) in fp32 and the group's scale and zero apply to the fp32 sums, so
+# the weight is never rounded. Twelve instructions per eight codes, the MMA included.
 _INT4_TC_TILE = """
 {
-.reg .b32 a0, a1, a2, a3, t1, t2, t3, one, bias, ones;
+.reg .b32 a0, a1, a2, a3, t1, t2, t3, one, bias;
 mov.b32 one, ONE;
 mov.b32 bias, BIAS;
 mov.b32 $0, 0;
 mov.b32 $1, 0;
 mov.b32 $2, 0;
 mov.b32 $3, 0;
-mov.b32 $4, 0;
-mov.b32 $5, 0;
-mov.b32 $6, 0;
-mov.b32 $7, 0;
 """ + "".join(f"""
-shr.u32 t1, ${8 + i}, 4;
-shr.u32 t2, ${8 + i}, 8;
-shr.u32 t3, ${8 + i}, 12;
-lop3.b32 a0, ${8 + i}, 0x000F000F, MAGIC, 0xEA;
+shr.u32 t1, ${4 + i}, 4;
+shr.u32 t2, ${4 + i}, 8;
+shr.u32 t3, ${4 + i}, 12;
+lop3.b32 a0, ${4 + i}, 0x000F000F, MAGIC, 0xEA;
 lop3.b32 a1, t1, 0x000F000F, MAGIC, 0xEA;
 lop3.b32 a2, t2, 0x000F000F, MAGIC, 0xEA;
 lop3.b32 a3, t3, 0x000F000F, MAGIC, 0xEA;
@@ -623,8 +618,19 @@ fma.rn.TYPE a0, a0, one, bias;
 fma.rn.TYPE a1, a1, one, bias;
 fma.rn.TYPE a2, a2, one, bias;
 fma.rn.TYPE a3, a3, one, bias;
-mma.sync.aligned.m16n8k16.row.col.f32.MMA.MMA.f32 {{$0, $1, $2, $3}}, {{a0, a1, a2, a3}}, {{${12 + i}, ${16 + i}}}, {{$0, $1, $2, $3}};
-mma.sync.aligned.m16n8k16.row.col.f32.MMA.MMA.f32 {{$4, $5, $6, $7}}, {{one, one, one, one}}, {{${12 + i}, ${16 + i}}}, {{$4, $5, $6, $7}};
+mma.sync.aligned.m16n8k16.row.col.f32.MMA.MMA.f32 {{$0, $1, $2, $3}}, {{a0, a1, a2, a3}}, {{${8 + i}, ${12 + i}}}, {{$0, $1, $2, $3}};
+""" for i in range(4)) + "}\n"
+# The x sums the zero point needs, in the C layout: the same MMAs with A = ones (C[row][n] = the sum
+# of x[n] over the 64 features for every row); $4..$7, $8..$11 the B fragments. Once a chunk a warp.
+_INT4_TC_XSUM = """
+{
+.reg .b32 one;
+mov.b32 one, ONE;
+mov.b32 $0, 0;
+mov.b32 $1, 0;
+mov.b32 $2, 0;
+mov.b32 $3, 0;
+""" + "".join(f"""mma.sync.aligned.m16n8k16.row.col.f32.MMA.MMA.f32 {{$0, $1, $2, $3}}, {{one, one, one, one}}, {{${4 + i}, ${8 + i}}}, {{$0, $1, $2, $3}};
 """ for i in range(4)) + "}\n"
 
 
@@ -636,6 +642,7 @@ def _tc_asm(template: str, half: str) -> str:
 
 
 INT4_TC_BF16, INT4_TC_FP16 = _tc_asm(_INT4_TC_TILE, "bf16"), _tc_asm(_INT4_TC_TILE, "fp16")
+INT4_TC_XSUM_BF16, INT4_TC_XSUM_FP16 = _tc_asm(_INT4_TC_XSUM, "bf16"), _tc_asm(_INT4_TC_XSUM, "fp16")
 
 
 def _tc_x_matrix(b0, b1, HALF: tl.constexpr):
@@ -662,7 +669,7 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
 
 
 def _int4_tc_xsum_emulated(b0, b1, HALF: tl.constexpr):
-    """The x sums of `_INT4_TC_TILE` ($4..$7) [1, 128]: the sum of x[2t + c % 2] over the 64 features."""
+    """`_INT4_TC_XSUM`'s C fragments [1, 128]: the sum of x[2t + c % 2] over the 64 features."""
     sums = tl.reshape(tl.sum(_tc_x_matrix(b0, b1, HALF), axis=1), (1, 1, 4, 1, 2))  # [., ., t, ., par]
     return tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
@@ -670,23 +677,23 @@ def _int4_tc_xsum_emulated(b0, b1, HALF: tl.constexpr):
 def _int4_gemv_tc_kernel(
     x_ptr,  # [M, K/2] int32: the 16-bit activations read as pairs
     w_ptr,  # [cdiv(N, 16), K/64, 32, 4] int32 words in MMA A-fragment order (`shuffle_int4_for_tc`)
-    s_ptr,  # [N, K/G] group scales
-    z_ptr,  # [N, K/G] group zeros
+    sz_ptr,  # [cdiv(N, 16), K/G, 16] int32: each row's scale and zero in x's dtype (`_int4_tc_scales`)
     b_ptr,  # [N] bias; read only when HAS_BIAS
     y_ptr,  # [M, N] output (x's dtype)
     p_ptr,  # [SPLIT_K, M, N] fp32 partials (SPLIT_K > 1)
     c_ptr,  # [cdiv(cdiv(N, 16), TILES)] int32 arrival counters, zero between launches (SPLIT_K > 1)
     M, N, K,  # problem size (K in features); M <= 8
     stride_xm,  # x row stride (pairs)
-    stride_sn, stride_sg,  # scales strides
-    stride_zn, stride_zg,  # zeros strides
     stride_ym, stride_yn,  # y strides
     GROUP_SIZE: tl.constexpr,  # G, a multiple of 64
     HAS_BIAS: tl.constexpr,  # add the bias
     ASM: tl.constexpr,  # INT4_TC_BF16 / INT4_TC_FP16, or "" (the interpreter: `_int4_tc_emulated`)
+    XSUM_ASM: tl.constexpr,  # INT4_TC_XSUM_BF16 / INT4_TC_XSUM_FP16 (unused under the interpreter)
     HALF: tl.constexpr,  # x's 16-bit dtype
     TILES: tl.constexpr,  # 16-row tiles per program, a multiple of WARPS
     WARPS: tl.constexpr,  # num_warps
+    CHUNKS: tl.constexpr,  # 64-feature chunks a step (of one group)
+    PREFETCH: tl.constexpr,  # load step k+1 (words, x, scales, zeros) before step k's arithmetic
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
@@ -698,40 +705,67 @@ def _int4_gemv_tc_kernel(
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     n_tiles = tl.cdiv(N, 16)
-    # [WARPS, TILES / WARPS, 128]: warp w holds tiles w TILES / WARPS + r, a lane its four words / C
-    # elements (element 4 lane + c); x's B fragments [WARPS, 1, 128] have as many elements a thread
-    # as the words, so every asm operand loads in the words' 16-byte layout and none is converted
+    # [WARPS, TILES / WARPS, CHUNKS, 128]: warp w holds tiles w TILES / WARPS + r, a lane its four
+    # words of each of the step's chunks (element 4 lane + c); x's B fragments [WARPS, 1, CHUNKS, 128]
+    # have as many elements a thread as the words, so every asm operand loads in the words' 16-byte
+    # layout and none is converted. The fp32 sums and the C fragments: [WARPS, TILES / WARPS, 128].
     own = pid_n * TILES + (tl.arange(0, WARPS)[:, None, None] * (TILES // WARPS) + tl.arange(0, TILES // WARPS)[None, :, None])
     tiles = tl.minimum(own, n_tiles - 1)  # the last program repeats a tile instead of reading past the end
     e = tl.arange(0, 128)[None, None, :]
     g = e // 16  # the MMA's group id (lane / 4): A/C rows g and g + 8, B column g
     t = (e // 4) % 4  # thread in group: MMA features 2t, 2t + 1 (+ 8), C columns 2t, 2t + 1
-    c = e % 4  # the lane's word c (MMA c of the step) / C element c
+    c = e % 4  # the lane's word c (MMA c of a chunk) / C element c
+    ch = tl.arange(0, CHUNKS)[None, None, :, None]
     chunks = K // 64
-    w_ptrs = w_ptr + tiles * (chunks * 128) + e  # [WARPS, TILES / WARPS, 128]
-    x_ptrs = x_ptr + g * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None]  # [WARPS, 1, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1)
-    x_ok = g < M
-    rows = 16 * tiles + g + 8 * (c // 2)  # C element c: row g + 8 (c // 2), column 2t + c % 2
-    s_ptrs = s_ptr + (rows % N) * stride_sn
-    z_ptrs = z_ptr + (rows % N) * stride_zn
+    w_ptrs = w_ptr + (tiles * (chunks * 128) + e)[:, :, None, :] + ch * 128  # [WARPS, TILES / WARPS, CHUNKS, 128]
+    x_ptrs = (x_ptr + g * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None])[:, :, None, :] + ch * 32  # [WARPS, 1, CHUNKS, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1)
+    x_ok = (g < M)[:, :, None, :]
+    rows = 16 * tiles + 2 * g + c // 2  # C element c: MMA row g + 8 (c // 2) = weight row 2g + c // 2 of the tile, column 2t + c % 2
+    e64 = tl.arange(0, 64)[None, None, :]  # a lane's two rows 2g, 2g + 1 (element 2 lane + h)
+    sz_ptrs = sz_ptr + tiles * ((K // GROUP_SIZE) * 16) + (2 * (e64 // 8) + e64 % 2)  # [WARPS, TILES / WARPS, 64]: 8-byte loads
     acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
-    for k0 in tl.range(pid_k * 64, K, SPLIT_K * 64):
-        chunk = k0 // 64  # (k0 // 64) * 32, not k0 // 2: a multiple of 32 the compiler can see (16-byte loads)
-        words = tl.load(w_ptrs + chunk * 128)
-        b0 = tl.load(x_ptrs + chunk * 32, mask=x_ok, other=0)
-        b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=x_ok, other=0)
-        grp = k0 // GROUP_SIZE
-        scale = tl.load(s_ptrs + grp * stride_sg).to(tl.float32)  # the scale of each C element's row
-        zero = tl.load(z_ptrs + grp * stride_zg).to(tl.float32)
-        if ASM == "":
-            flat0 = tl.reshape(tl.max(b0, axis=0), (1, 128))  # the warps' copies are equal
-            flat1 = tl.reshape(tl.max(b1, axis=0), (1, 128))
-            part = tl.reshape(_int4_tc_emulated(tl.reshape(words, (TILES, 128)), flat0, flat1, HALF, TILES), (WARPS, TILES // WARPS, 128))
-            x_sum = tl.reshape(_int4_tc_xsum_emulated(flat0, flat1, HALF), (1, 1, 128))
+    step = SPLIT_K * 64 * CHUNKS
+    k_first = pid_k * 64 * CHUNKS
+    if PREFETCH:  # step 0's reads
+        words_n = tl.load(w_ptrs + (k_first // 64) * 128)
+        b0_n = tl.load(x_ptrs + (k_first // 64) * 32, mask=x_ok, other=0)
+        b1_n = tl.load(x_ptrs + ((k_first // 64) * 32 + 4), mask=x_ok, other=0)
+        sz_n = tl.load(sz_ptrs + (k_first // GROUP_SIZE) * 16)
+    for k0 in tl.range(k_first, K, step):
+        chunk = k0 // 64  # times 128 / 32, not k0 * 2 or k0 // 2: multiples the compiler can see (16-byte loads)
+        grp = k0 // GROUP_SIZE  # a step lies in one group (GROUP_SIZE % (64 CHUNKS) == 0)
+        if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
+            words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
+            more = tl.full((1, 1, 1, 1), 0, tl.int32) + (k0 + step) < K
+            nxt = (k0 + step) // 64
+            words_n = tl.load(w_ptrs + nxt * 128, mask=more, other=0)
+            b0_n = tl.load(x_ptrs + nxt * 32, mask=x_ok & more, other=0)
+            b1_n = tl.load(x_ptrs + (nxt * 32 + 4), mask=x_ok & more, other=0)
+            sz_n = tl.load(sz_ptrs + ((k0 + step) // GROUP_SIZE) * 16, mask=tl.reshape(more, (1, 1, 1)), other=0)
         else:
-            part, x_sum = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1],
-                                                    dtype=(tl.float32, tl.float32), is_pure=True, pack=4)
-        acc += part * scale + zero * x_sum  # sum (q - 8) x s + z sum x over the chunk, in fp32
+            words = tl.load(w_ptrs + chunk * 128)
+            b0 = tl.load(x_ptrs + chunk * 32, mask=x_ok, other=0)
+            b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=x_ok, other=0)
+            sz = tl.load(sz_ptrs + grp * 16)
+        if ASM == "":
+            part = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
+            x_sum = tl.zeros((1, 1, 128), dtype=tl.float32)
+            for i in tl.static_range(CHUNKS):  # chunk i's words and x, picked out by a masked sum
+                words_i = tl.reshape(tl.sum(tl.where(ch == i, words, 0), axis=2), (TILES, 128))
+                b0_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b0, 0), axis=2), axis=0), (1, 128))  # the warps' copies are equal
+                b1_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b1, 0), axis=2), axis=0), (1, 128))
+                part += tl.reshape(_int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES), (WARPS, TILES // WARPS, 128))
+                x_sum += tl.reshape(_int4_tc_xsum_emulated(b0_i, b1_i, HALF), (1, 1, 128))
+        else:
+            parts = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1], dtype=tl.float32, is_pure=True, pack=4)
+            x_sums = tl.inline_asm_elementwise(XSUM_ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r", [b0, b1], dtype=tl.float32, is_pure=True, pack=4)
+            part = tl.sum(parts, axis=2)  # the step's chunks: one group
+            x_sum = tl.sum(x_sums, axis=2)
+        s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TILES / WARPS, 64]: rows 2g, 2g + 1
+        z_half = (sz >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
+        scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TILES // WARPS, 128))  # C element c: row 2g + c // 2
+        zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, 128))
+        acc += part * scale + zero * x_sum  # sum (q - 8) x s + z sum x over the step, in fp32
     cols = 2 * t + c % 2
     valid = (own < n_tiles) & (rows < N) & (cols < M)
     p_ptrs = p_ptr + cols * N + rows
@@ -1125,17 +1159,19 @@ def shuffle_int4_for_tc(w_packed: torch.Tensor) -> torch.Tensor:
     order, the tensor-core GEMV's weight (rows past N are code 0 and never stored).
 
     Word (tile, chunk, lane, j) holds the 8 codes lane l = 4g + t supplies to MMA j of the chunk's
-    four: nibble i = 4p + 2e + h is row 16 tile + 8h + g and MMA feature 16j + 8e + 2t + p, so
-    (w >> 4r) & 0x000F000F holds A register r's two codes. MMA feature 16j + 8e + 2t + p reads
-    x feature 64 chunk + 16t + 8e + 2j + p: lane t's B fragments of the four MMAs are then the
-    16 consecutive x values 16t..16t + 15 of the chunk (two 16-byte loads)."""
+    four: nibble i = 4p + 2e + h is MMA row g + 8h and MMA feature 16j + 8e + 2t + p, so
+    (w >> 4r) & 0x000F000F holds A register r's two codes. MMA row g + 8h is weight row
+    16 tile + 2g + h: a lane's C rows are then adjacent (one 8-byte load of their scales and
+    zeros, `_int4_tc_scales`). MMA feature 16j + 8e + 2t + p is x feature 64 chunk + 16t + 8e +
+    2j + p: lane t's B fragments of the four MMAs are the 16 consecutive x values 16t..16t + 15 of
+    the chunk (two 16-byte loads)."""
     n, k = w_packed.shape[0], 2 * w_packed.shape[1]
     if k % 64:
         raise ValueError(f"the tensor-core int4 GEMV needs K % 64 == 0, got K={k}")
     q = unpack_int4(w_packed).to(torch.int64)
     tiles = -(-n // 16)
     q = torch.nn.functional.pad(q, (0, 0, 0, tiles * 16 - n))
-    q = q.view(tiles, 2, 8, k // 64, 4, 2, 4, 2).permute(0, 3, 2, 4, 6, 7, 5, 1)  # [tile, h, g, chunk, t, e, j, p] -> [tile, chunk, g, t, j, p, e, h]
+    q = q.view(tiles, 8, 2, k // 64, 4, 2, 4, 2).permute(0, 3, 1, 4, 6, 7, 5, 2)  # [tile, g, h, chunk, t, e, j, p] -> [tile, chunk, g, t, j, p, e, h]
     q = q.reshape(tiles, k // 64, 32, 4, 8)
     words = (q << (4 * torch.arange(8, device=q.device))).sum(-1)
     return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()
@@ -1150,18 +1186,35 @@ def _int4_tc_words(w_packed: torch.Tensor) -> torch.Tensor:
     return cached[1]
 
 
+def _int4_tc_scales(scales: torch.Tensor, zeros: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """scales, zeros [N, K/G] -> int32 [cdiv(N, 16), K/G, 16]: each row's scale (low half) and zero
+    (high half) in `dtype` (x's), tile by tile, so a lane's two C rows (2g, 2g + 1) are one 8-byte
+    load; made once per (scales, zeros) pair (kept on the scales tensor, remade after in-place writes)."""
+    key = (zeros.data_ptr(), scales._version, zeros._version, dtype)
+    cached = getattr(scales, "_agnitra_tc_scales", None)
+    if cached is None or cached[0] != key:
+        n, groups = scales.shape
+        tiles = -(-n // 16)
+        halves = torch.stack((scales.to(dtype), zeros.to(dtype)), dim=-1).view(torch.int32)[..., 0]  # [N, K/G]: (s, z) pairs
+        halves = torch.nn.functional.pad(halves, (0, 0, 0, tiles * 16 - n))
+        cached = (key, halves.view(tiles, 16, groups).transpose(1, 2).contiguous())
+        scales._agnitra_tc_scales = cached
+    return cached[1]
+
+
 def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
     """The tensor-core GEMV (`_int4_gemv_tc_kernel`): 16-bit activations, M <= 8, K and G multiples of 64."""
     from agnitra.kernels.spec import interpreting
 
     m, k = x.shape
     n = w_packed.shape[0]
-    tiles, warps = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4)
-    if x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < 16 * warps or cfg["BLOCK_K"] != 64:
+    tiles, warps, chunks = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4), cfg["BLOCK_K"] // 64
+    if (x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < 16 * warps
+            or cfg["BLOCK_K"] % 64 or group_size % cfg["BLOCK_K"]):
         raise ValueError(
             f"int4 GEMV KERNEL='tc' needs fp16/bf16 activations, M <= 8, K and group_size multiples of 64, BLOCK_N >= 16 * num_warps"
-            f" (a 16-row tile a warp at least) and BLOCK_K == 64; got {x.dtype}, M={m}, K={k}, group_size={group_size},"
-            f" BLOCK_N={cfg['BLOCK_N']}, num_warps={warps}, BLOCK_K={cfg['BLOCK_K']}: use KERNEL='rows' or 'bytes'"
+            f" (a 16-row tile a warp at least) and BLOCK_K a multiple of 64 dividing group_size; got {x.dtype}, M={m}, K={k},"
+            f" group_size={group_size}, BLOCK_N={cfg['BLOCK_N']}, num_warps={warps}, BLOCK_K={cfg['BLOCK_K']}: use KERNEL='rows' or 'bytes'"
         )
     pairs = x if x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0 else x.contiguous()
     pairs = pairs.view(torch.int32)
@@ -1169,13 +1222,12 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
     grid = (_cdiv(_cdiv(n, 16), tiles), split_k)
     partials, counters = _split_k_buffers(split_k, m, n, grid[0], y)
     bf16 = x.dtype == torch.bfloat16
-    asm = "" if interpreting() else (INT4_TC_BF16 if bf16 else INT4_TC_FP16)
+    asm, xsum = ("", "") if interpreting() else ((INT4_TC_BF16, INT4_TC_XSUM_BF16) if bf16 else (INT4_TC_FP16, INT4_TC_XSUM_FP16))
     _jit(_int4_gemv_tc_kernel)[grid](
-        pairs, _int4_tc_words(w_packed), scales, zeros, bias if bias is not None else scales, y, partials, counters,
-        m, n, k, pairs.stride(0),
-        scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(0), y.stride(1),
-        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, HALF=tl.bfloat16 if bf16 else tl.float16,
-        TILES=tiles, WARPS=warps, SPLIT_K=split_k, **_launch_options(cfg),
+        pairs, _int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype), bias if bias is not None else scales, y, partials, counters,
+        m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
+        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
+        TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, **_launch_options(cfg),
     )
 
 
