@@ -269,7 +269,7 @@ def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
     """Word (tile, chunk, lane = 4g + t, j), nibble i = 4p + 2e + h holds the code of row
     16 tile + 2g + h, feature 64 chunk + 16t + 8e + 2j + p (rows past N are 0); cached per weight;
     the scales and zeros as (s, z) pairs tile by tile."""
-    gen = torch.Generator().manual_seed(3)
+    gen = torch.Generator(device="cpu").manual_seed(3)
     q = torch.randint(0, 16, (40, 128), generator=gen, device="cpu")
     packed = qm.pack_int4(q)
     words = qm.shuffle_int4_for_tc(packed)

@@ -692,7 +692,7 @@ def _int4_gemv_tc_kernel(
     HALF: tl.constexpr,  # x's 16-bit dtype
     TILES: tl.constexpr,  # 16-row tiles per program, a multiple of WARPS
     WARPS: tl.constexpr,  # num_warps
-    CHUNKS: tl.constexpr,  # 64-feature chunks a step (of one group)
+    CHUNKS: tl.constexpr,  # 64-feature chunks a step (within a group, or whole groups)
     PREFETCH: tl.constexpr,  # load step k+1 (words, x, scales, zeros) before step k's arithmetic
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
 ):
@@ -718,54 +718,57 @@ def _int4_gemv_tc_kernel(
     ch = tl.arange(0, CHUNKS)[None, None, :, None]
     chunks = K // 64
     w_ptrs = w_ptr + (tiles * (chunks * 128) + e)[:, :, None, :] + ch * 128  # [WARPS, TILES / WARPS, CHUNKS, 128]
-    x_ptrs = (x_ptr + g * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None])[:, :, None, :] + ch * 32  # [WARPS, 1, CHUNKS, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1)
-    x_ok = (g < M)[:, :, None, :]
+    # [WARPS, 1, CHUNKS, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1) of batch row g; B columns past M read row g % M
+    # (valid addresses, no masks): they only make C columns that are never stored
+    x_ptrs = (x_ptr + (g % M) * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None])[:, :, None, :] + ch * 32
     rows = 16 * tiles + 2 * g + c // 2  # C element c: MMA row g + 8 (c // 2) = weight row 2g + c // 2 of the tile, column 2t + c % 2
-    e64 = tl.arange(0, 64)[None, None, :]  # a lane's two rows 2g, 2g + 1 (element 2 lane + h)
-    sz_ptrs = sz_ptr + tiles * ((K // GROUP_SIZE) * 16) + (2 * (e64 // 8) + e64 % 2)  # [WARPS, TILES / WARPS, 64]: 8-byte loads
+    # a step spans SPAN groups (64 CHUNKS <= G: one): their scales and zeros [WARPS, TILES / WARPS, SPAN, 64]
+    SPAN: tl.constexpr = 1 if 64 * CHUNKS <= GROUP_SIZE else 64 * CHUNKS // GROUP_SIZE
+    e64 = tl.arange(0, 64)[None, None, None, :]  # a lane's two rows 2g, 2g + 1 (element 2 lane + h)
+    span = tl.arange(0, SPAN)[None, None, :, None]
+    sz_ptrs = sz_ptr + tiles[:, :, :, None] * ((K // GROUP_SIZE) * 16) + span * 16 + (2 * (e64 // 8) + e64 % 2)  # 8-byte loads
     acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
     step = SPLIT_K * 64 * CHUNKS
     k_first = pid_k * 64 * CHUNKS
     if PREFETCH:  # step 0's reads
         words_n = tl.load(w_ptrs + (k_first // 64) * 128)
-        b0_n = tl.load(x_ptrs + (k_first // 64) * 32, mask=x_ok, other=0)
-        b1_n = tl.load(x_ptrs + ((k_first // 64) * 32 + 4), mask=x_ok, other=0)
+        b0_n = tl.load(x_ptrs + (k_first // 64) * 32)
+        b1_n = tl.load(x_ptrs + ((k_first // 64) * 32 + 4))
         sz_n = tl.load(sz_ptrs + (k_first // GROUP_SIZE) * 16)
     for k0 in tl.range(k_first, K, step):
         chunk = k0 // 64  # times 128 / 32, not k0 * 2 or k0 // 2: multiples the compiler can see (16-byte loads)
-        grp = k0 // GROUP_SIZE  # a step lies in one group (GROUP_SIZE % (64 CHUNKS) == 0)
         if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
             words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
             more = tl.full((1, 1, 1, 1), 0, tl.int32) + (k0 + step) < K
             nxt = (k0 + step) // 64
-            words_n = tl.load(w_ptrs + nxt * 128, mask=more, other=0)
-            b0_n = tl.load(x_ptrs + nxt * 32, mask=x_ok & more, other=0)
-            b1_n = tl.load(x_ptrs + (nxt * 32 + 4), mask=x_ok & more, other=0)
-            sz_n = tl.load(sz_ptrs + ((k0 + step) // GROUP_SIZE) * 16, mask=tl.reshape(more, (1, 1, 1)), other=0)
+            words_n = tl.load(w_ptrs + nxt * 128, mask=more)  # past the end: never used, left undefined
+            b0_n = tl.load(x_ptrs + nxt * 32, mask=more)
+            b1_n = tl.load(x_ptrs + (nxt * 32 + 4), mask=more)
+            sz_n = tl.load(sz_ptrs + ((k0 + step) // GROUP_SIZE) * 16, mask=more)
         else:
             words = tl.load(w_ptrs + chunk * 128)
-            b0 = tl.load(x_ptrs + chunk * 32, mask=x_ok, other=0)
-            b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=x_ok, other=0)
-            sz = tl.load(sz_ptrs + grp * 16)
+            b0 = tl.load(x_ptrs + chunk * 32)
+            b1 = tl.load(x_ptrs + (chunk * 32 + 4))
+            sz = tl.load(sz_ptrs + (k0 // GROUP_SIZE) * 16)
+        s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TILES / WARPS, SPAN, 64]: rows 2g, 2g + 1
+        z_half = (sz >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
+        scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TILES // WARPS, SPAN, 128))  # C element c: row 2g + c // 2
+        zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, SPAN, 128))
         if ASM == "":
-            part = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
-            x_sum = tl.zeros((1, 1, 128), dtype=tl.float32)
-            for i in tl.static_range(CHUNKS):  # chunk i's words and x, picked out by a masked sum
+            for i in tl.static_range(CHUNKS):  # chunk i's words and x, and its group's scale and zero, picked out by masked sums
                 words_i = tl.reshape(tl.sum(tl.where(ch == i, words, 0), axis=2), (TILES, 128))
                 b0_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b0, 0), axis=2), axis=0), (1, 128))  # the warps' copies are equal
                 b1_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b1, 0), axis=2), axis=0), (1, 128))
-                part += tl.reshape(_int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES), (WARPS, TILES // WARPS, 128))
-                x_sum += tl.reshape(_int4_tc_xsum_emulated(b0_i, b1_i, HALF), (1, 1, 128))
+                own_group = span == i // (CHUNKS // SPAN)
+                part = tl.reshape(_int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES), (WARPS, TILES // WARPS, 128))
+                x_sum = tl.reshape(_int4_tc_xsum_emulated(b0_i, b1_i, HALF), (1, 1, 128))
+                acc += part * tl.sum(tl.where(own_group, scale, 0.0), axis=2) + tl.sum(tl.where(own_group, zero, 0.0), axis=2) * x_sum
         else:
             parts = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1], dtype=tl.float32, is_pure=True, pack=4)
             x_sums = tl.inline_asm_elementwise(XSUM_ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r", [b0, b1], dtype=tl.float32, is_pure=True, pack=4)
-            part = tl.sum(parts, axis=2)  # the step's chunks: one group
-            x_sum = tl.sum(x_sums, axis=2)
-        s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TILES / WARPS, 64]: rows 2g, 2g + 1
-        z_half = (sz >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
-        scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TILES // WARPS, 128))  # C element c: row 2g + c // 2
-        zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, 128))
-        acc += part * scale + zero * x_sum  # sum (q - 8) x s + z sum x over the step, in fp32
+            part = tl.sum(tl.reshape(parts, (WARPS, TILES // WARPS, SPAN, CHUNKS // SPAN, 128)), axis=3)  # the chunks of each group
+            x_sum = tl.sum(tl.reshape(x_sums, (WARPS, 1, SPAN, CHUNKS // SPAN, 128)), axis=3)
+            acc += tl.sum(part * scale + zero * x_sum, axis=2)  # sum (q - 8) x s + z sum x over each group, in fp32
     cols = 2 * t + c % 2
     valid = (own < n_tiles) & (rows < N) & (cols < M)
     p_ptrs = p_ptr + cols * N + rows
@@ -1210,10 +1213,11 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
     n = w_packed.shape[0]
     tiles, warps, chunks = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4), cfg["BLOCK_K"] // 64
     if (x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < 16 * warps
-            or cfg["BLOCK_K"] % 64 or group_size % cfg["BLOCK_K"]):
+            or cfg["BLOCK_K"] % 64 or cfg["BLOCK_K"] > 512 or not _groups_a_step(cfg["BLOCK_K"], group_size, k)):
         raise ValueError(
             f"int4 GEMV KERNEL='tc' needs fp16/bf16 activations, M <= 8, K and group_size multiples of 64, BLOCK_N >= 16 * num_warps"
-            f" (a 16-row tile a warp at least) and BLOCK_K a multiple of 64 dividing group_size; got {x.dtype}, M={m}, K={k},"
+            f" (a 16-row tile a warp at least) and BLOCK_K a multiple of 64 up to 512 dividing group_size or a multiple of it dividing K;"
+            f" got {x.dtype}, M={m}, K={k},"
             f" group_size={group_size}, BLOCK_N={cfg['BLOCK_N']}, num_warps={warps}, BLOCK_K={cfg['BLOCK_K']}: use KERNEL='rows' or 'bytes'"
         )
     pairs = x if x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0 else x.contiguous()
@@ -1294,7 +1298,7 @@ def int4_weight_only_matmul(
         kernel = cfg.get("KERNEL", "bytes")
         if kernel not in ("rows", "words", "bytes", "mma", "tc"):
             raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes', 'mma' or 'tc', got {kernel!r}")
-        _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k if kernel == "rows" else None)
+        _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k if kernel in ("rows", "tc") else None)
         if kernel in ("rows", "words"):
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
