@@ -303,9 +303,9 @@ def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 32), torch.float16)
     with pytest.raises(ValueError, match="multiples of 64"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 32})
-    (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
-    with pytest.raises(ValueError, match="must divide group_size"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step
+    (x, w, s, z, g, b), _ = _int4_case((1, 40, 192, 64), torch.float16)
+    with pytest.raises(ValueError, match="a multiple of it dividing K=192"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step, K not a multiple of the step
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
     with pytest.raises(ValueError, match="16 \\* num_warps"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "num_warps": 4})
