@@ -233,13 +233,17 @@ def test_int4_row_kernel_with_several_groups_a_step(dtype, split_k, vec, prefetc
 
 
 @pytest.mark.parametrize("n,k", [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096), (2048, 2048), (256, 2048), (5632, 2048), (2048, 5632), (32000, 2048)])
-def test_int4_batch1_default_is_a_tried_config_of_the_row_kernel(n, k):
-    """At llama decode shapes the default is a row-kernel config of the tuning space (so the tuner
-    measures the default against the same space it searches, never a config it cannot pick)."""
+def test_int4_batch1_default_is_a_tried_config(n, k):
+    """At llama decode shapes the default is a config of the tuning space (so the tuner measures
+    the default against the same space it searches): the tensor-core kernel for 16-bit
+    activations from 1024 outputs, short rows below, the row kernel for fp32 (no MMA)."""
     shape = (1, n, k, 128)
-    default = qm.int4_gemv_default_config(shape, torch.bfloat16)
-    assert default["KERNEL"] == "rows" and default in qm.int4_gemv_configs(shape, torch.bfloat16)
-    assert len(qm.int4_gemv_configs(shape, torch.bfloat16)) <= 100  # exhaustive within kernels.py's trial budget
+    for dtype, kernel in ((torch.bfloat16, "tc" if n >= 1024 else "rows"), (torch.float32, "rows")):
+        default = qm.int4_gemv_default_config(shape, dtype)
+        configs = qm.int4_gemv_configs(shape, dtype)
+        assert default["KERNEL"] == kernel and default in configs
+        assert len(configs) <= 100  # exhaustive within kernels.py's trial budget
+        assert dtype != torch.float32 or all(c["KERNEL"] != "tc" for c in configs)
 
 
 def test_int4_batch1_default_runs_at_small_shapes():
@@ -287,7 +291,7 @@ def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
     assert pairs.shape == (3, 2, 16) and pairs.dtype == torch.int32
     halves = pairs.view(torch.bfloat16).view(3, 2, 16, 2)  # [tile, group, row, (s, z)]
     assert torch.equal(halves[1, 1, 7, 0], scales[23, 1]) and torch.equal(halves[2, 0, 3, 1], zeros[35, 0])
-    assert torch.equal(halves[2, 0, 8:], torch.zeros(8, 2, dtype=torch.bfloat16)), "rows past N are zero"
+    assert torch.equal(halves[2, 0, 8:], torch.zeros(8, 2, dtype=torch.bfloat16, device="cpu")), "rows past N are zero"
     with pytest.raises(ValueError, match="K % 64"):
         qm.shuffle_int4_for_tc(qm.pack_int4(torch.zeros(16, 96, dtype=torch.int64, device="cpu")))
 
@@ -501,7 +505,7 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
     assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v3"  # versioned: the GEMV kernels changed
-    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v6"
+    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v7"
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):
@@ -509,7 +513,7 @@ def test_four_specs_registered_with_costs():
         configs = spec.configs(shape, torch.bfloat16)
         assert 4 <= len(configs) <= 100, (name, len(configs))
         if name.startswith("int4"):
-            assert all(g % c["BLOCK_K"] == 0 or c["KERNEL"] == "rows" and c["BLOCK_K"] % g == 0 and k % c["BLOCK_K"] == 0 for c in configs)
+            assert all(g % c["BLOCK_K"] == 0 or c["KERNEL"] in ("rows", "tc") and c["BLOCK_K"] % g == 0 and k % c["BLOCK_K"] == 0 for c in configs)
 
 
 # --------------------------------------------------------------------------------------------

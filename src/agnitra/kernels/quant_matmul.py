@@ -40,12 +40,23 @@ KernelSpec):
   STAGES > 1 (config key) asks Triton to stream the loop's loads through shared memory (cp.async,
   STAGES - 1 steps ahead): it pipelines a loop without tl.dot only when the loop itself asks
   (`tl.range(num_stages=...)`), never from the launch option. int8 runs at STAGES 3 by default.
-* int4 at batch 1 ("rows", the default there from 64 outputs): the packed bytes read as 32-bit
-  words, a lane holding two words of each of several rows so the x values of its words serve all
-  of them; one lop3 and one FMA a code (`_int4_gemv_rows_kernel`, about 3.5 instructions a code
-  in the compiled loop). "words" (`_int4_gemv_words_kernel`): the earlier word kernel, about
-  five to six a code, kept in the space (it wins at some shapes); split-K fixed up in the kernel
-  as for int8.
+* int4 at batch 1 ("rows", the default there for fp32 activations and under 1024 outputs): the
+  packed bytes read as 32-bit words, a lane holding two words of each of several rows so the x
+  values of its words serve all of them; one lop3 and one FMA a code (`_int4_gemv_rows_kernel`,
+  about 4 instructions a code in the compiled loop); PREFETCH 2 requests all of the next step's
+  reads (words, x, scales, zeros) a step ahead. "words" (`_int4_gemv_words_kernel`): the earlier
+  word kernel, about five to six a code, kept in the space at its best shape; split-K fixed up in
+  the kernel as for int8.
+* int4 on tensor cores for M <= 8 ("tc", 16-bit activations, the default at batch 1 from 1024
+  outputs): the weight pre-shuffled once (`shuffle_int4_for_tc`, cached on the weight tensor) so
+  that each lane's 16-byte load is its A fragments of four mma.m16n8k16; inline PTX
+  (`_INT4_TC_TILE`) turns code pairs into exact 16-bit q - 8 (lop3 + one packed FMA) and issues
+  the MMAs with x as B (batch rows padded to the MMA's 8 columns); the group's scale and zero
+  (pre-arranged as (s, z) pairs so a lane's two C rows are one 8-byte load) apply to the fp32
+  sums, so the weight is never rounded. No shared memory in the loop; about 2.5 instructions a
+  code. The asm is right only in the words' load layout: `test_int4_tc_asm_layout` compiles it
+  for sm_90 and checks; under the interpreter the MMAs are emulated from the PTX ISA's fragment
+  layouts (`_int4_tc_emulated`).
 * int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
   inline PTX (prmt / lop3 / fma.rn.x2: `INT4_ASM_BF16`, `INT4_ASM_FP16`; arithmetic under the
   interpreter) and tl.dot sums W_chunk @ x^T with M padded to 16. On the H100 it did not beat the
@@ -1481,10 +1492,9 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
                 for split in [s for s in _split_ks(_cdiv(n, bn), k // block_k) if s <= 4] if splits else (1,):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": prefetch})
         word_k = min(bk, 128)
-        for prefetch, stages in ((False, 1), (True, 1), (False, 3)):  # no longer winning beside the row kernel: its best shape only
-            for split in _split_ks(_cdiv(n, 64), k // word_k) if bk else ():
-                out.append({"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": word_k, "SPLIT_K": split, "num_warps": 4, "num_stages": 1, "PREFETCH": prefetch, "STAGES": stages})
-        return out
+        for split in _split_ks(_cdiv(n, 64), k // word_k) if bk else ():  # no longer winning beside the row kernel: its best shape only
+            out.append({"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": word_k, "SPLIT_K": split, "num_warps": 4, "num_stages": 1, "PREFETCH": False, "STAGES": 1})
+        return out + _int4_tc_space(m, n, k, group)
     bm = _block_m(m)
     pairs = [(bn, bk) for bn, bk in ((16, 128), (32, 128), (64, 128), (32, 64), (64, 64), (128, 32)) if group % bk == 0] or [(64, group), (128, group)]
     for (bn, bk), nw in itertools.product(pairs, (4, 8)):
@@ -1497,6 +1507,24 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
             if group % bk == 0:
                 for split in _split_ks(_cdiv(n, bn), k // bk):
                     out.append({"KERNEL": "mma", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4 if bn == 64 else 8, "num_stages": 3})
+    return out + _int4_tc_space(m, n, k, group)
+
+
+# the tensor-core GEMV's shapes (BLOCK_N, BLOCK_K, num_warps) that won on the H100 at llama shapes
+# (gemv-explore-tc-chunks-*.json: one 16-row tile a warp, steps of 2 to 8 chunks, split along K)
+_TC_SHAPES = ((64, 128, 4), (64, 256, 4), (64, 512, 4), (64, 512, 2), (128, 128, 8), (128, 256, 8))
+
+
+def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
+    """KERNEL 'tc' for M <= 8 (16-bit activations only: `int4_gemv_configs` drops it for fp32), the
+    next step's reads prefetched, split along K as for the other GEMVs."""
+    out = []
+    if m > 8 or k % 64 or group % 64:
+        return out
+    for bn, bk, nw in _TC_SHAPES:
+        if bk <= 512 and _groups_a_step(bk, group, k):
+            for split in [s for s in _split_ks(_cdiv(n, bn), k // bk) if k // bk >= s]:
+                out.append({"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": True})
     return out
 
 
@@ -1535,7 +1563,7 @@ def int8_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict
 def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
     m, n, k, g = shape[:4]
     configs = _int4_gemv_space(m, n, k, g)
-    return [c for c in configs if c["KERNEL"] != "mma" or dtype != torch.float32]
+    return [c for c in configs if c["KERNEL"] not in ("mma", "tc") or dtype != torch.float32]
 
 
 def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
@@ -1555,6 +1583,8 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict
         whole = [b for b in (2048, 1024) if _groups_a_step(b, g, k) > 1]
         if n < 1024 and whole:  # few outputs: many programs of short rows, one or two steps each
             return {"KERNEL": "rows", "BLOCK_N": 2, "BLOCK_K": whole[0], "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 1}
+        if dtype in (torch.float16, torch.bfloat16) and k % 64 == 0 and g % 64 == 0:
+            return _int4_tc_default(n, k, g)
         if bk == g and 2 * g <= 256 and _groups_a_step(2 * g, g, k) == 2:
             bk *= 2  # two groups a step
         bn = 64 if _cdiv(n, 64) >= _SMS else 32
@@ -1570,6 +1600,19 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict
     while blocks * split * 2 <= 2 * _SMS and _cdiv(k, bk) >= 4 * split:
         split *= 2
     return {"KERNEL": "bytes", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
+
+
+def _int4_tc_default(n: int, k: int, g: int) -> dict[str, Any]:
+    """The tensor-core GEMV at batch 1 (the H100's best, gemv-explore-tc-chunks-*.json): 64 rows a
+    program; when those alone fill the device, two warps and steps of up to 512 features, else four
+    warps, steps of up to 256 and split along K up to ~8 programs an SM."""
+    blocks = _cdiv(n, 64)
+    fill = blocks >= 2 * _SMS
+    bk = next(b for b in ((512, 256, 128, 64) if fill else (256, 128, 64)) if _groups_a_step(b, g, k))
+    split = 1
+    while not fill and split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 2 * split * 2:
+        split *= 2
+    return {"KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 2 if fill else 4, "num_stages": 1, "PREFETCH": True}
 
 
 def int8_tiled_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
@@ -1648,8 +1691,8 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v6" since the row kernel may prefetch all of a step's reads (PREFETCH 2)."""
-    return _bucket(shape) + "_v6"
+    """int4 GEMV: "v7" since the tensor-core kernel joined the space."""
+    return _bucket(shape) + "_v7"
 
 
 def _with_path(fn, path: str):
