@@ -706,6 +706,7 @@ def _int4_gemv_tc_kernel(
     CHUNKS: tl.constexpr,  # 64-feature chunks a step (within a group, or whole groups)
     PREFETCH: tl.constexpr,  # load step k+1 (words, x, scales, zeros) before step k's arithmetic
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
+    STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -746,7 +747,7 @@ def _int4_gemv_tc_kernel(
         b0_n = tl.load(x_ptrs + (k_first // 64) * 32)
         b1_n = tl.load(x_ptrs + ((k_first // 64) * 32 + 4))
         sz_n = tl.load(sz_ptrs + (k_first // GROUP_SIZE) * 16)
-    for k0 in tl.range(k_first, K, step):
+    for k0 in tl.range(k_first, K, step, num_stages=STAGES):
         chunk = k0 // 64  # times 128 / 32, not k0 * 2 or k0 // 2: multiples the compiler can see (16-byte loads)
         if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
             words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
@@ -1242,7 +1243,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
         pairs, _int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype), bias if bias is not None else scales, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
-        TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, **_launch_options(cfg),
+        TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
     )
 
 
@@ -1523,7 +1524,7 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
         return out
     for bn, bk, nw in _TC_SHAPES:
         if bk <= 512 and _groups_a_step(bk, group, k):
-            for split in [s for s in _split_ks(_cdiv(n, bn), k // bk) if k // bk >= s]:
+            for split in [s for s in (1, 2, 4, 8) if s == 1 or (_cdiv(n, bn) * s <= 8 * _SMS and k // bk >= s)]:  # a split may take one step
                 out.append({"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": True})
     return out
 
