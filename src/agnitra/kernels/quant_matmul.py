@@ -1692,8 +1692,8 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v7" since the tensor-core kernel joined the space."""
-    return _bucket(shape) + "_v7"
+    """int4 GEMV: "v8" since the tensor-core kernel joined the space (with splits of one step)."""
+    return _bucket(shape) + "_v8"
 
 
 def _with_path(fn, path: str):
