@@ -76,6 +76,17 @@ def test_default_config_wins_when_nothing_beats_it(tmp_path):
     assert result.best == configs[0]
 
 
+@pytest.mark.parametrize("challenger_ms,chosen", [(0.99, "default"), (0.95, "challenger")])
+def test_a_challenger_must_beat_the_default_by_the_margin(monkeypatch, challenger_ms, chosen):
+    """Head to head, a configuration within DEFAULT_MARGIN of the default is noise: the default stays."""
+    from agnitra.kernels import autotune
+
+    configs = [{"mode": "ok", "sleep_ms": 0.0, "name": "default"}, {"mode": "ok", "sleep_ms": 0.0, "name": "challenger"}]
+    monkeypatch.setattr(autotune, "confirm", lambda spec, cfgs, *a, **k: [1.0 if c["name"] == "default" else challenger_ms for c in cfgs])
+    result = tune(_spec(configs, configs[0]), (8,), torch.float32, torch.device("cpu"), runs=2, warmup=0)
+    assert result.best["name"] == chosen and result.best_ms <= result.default_ms
+
+
 def test_a_lucky_trial_loses_the_head_to_head_with_the_default():
     """A configuration fast only while its own trial ran (drift, another process) is re-timed
     against the default before it is chosen: the choice is the one faster in one measurement."""
