@@ -298,6 +298,38 @@ def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
         qm.shuffle_int4_for_tc(qm.pack_int4(torch.zeros(16, 96, dtype=torch.int64, device="cpu")))
 
 
+def test_int4_module_makes_the_tensor_core_operands_ahead_and_the_op_never_makes_them(monkeypatch):
+    """A kernel-backed int4 Linear makes the shuffled words and (s, z) pairs when it is built (a
+    first call inside a CUDA graph capture could not allocate them); the custom op without them
+    runs the row kernel instead of shuffling on the fly, and both agree with the reference."""
+    from agnitra.kernels import modules as km
+    from agnitra.kernels import ops
+
+    tc = {"KERNEL": "tc", "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 2, "PREFETCH": True}
+    monkeypatch.setattr(ops, "config_for", lambda kernel, shape, dtype, device_type: dict(tc))
+    lin = torch.nn.Linear(128, 40, bias=True, device=CPU).to(torch.float16)
+    module = km.TritonInt4Linear.from_linear(lin, 64)
+    assert module.tc_words is not None and torch.equal(module.tc_words, qm.shuffle_int4_for_tc(module.weight))
+    assert "tc_words" not in module.state_dict(), "remade from the weights, not saved"
+    x = torch.randn(1, 128, device=CPU).to(torch.float16)
+    ref = qm.int4_reference(x.double(), module.weight, module.scales.double(), module.zeros.double(), 64, module.bias.double())
+    _check(module(x), ref, torch.float16)
+    bare = ops.int4_weight_only_linear(x, module.weight, module.scales, module.zeros, 64, module.bias)  # no operands: the row kernel
+    _check(bare, ref, torch.float16)
+    assert not hasattr(module.weight, "_agnitra_tc_words"), "the op made no operands of its own"
+    no_tc = km.TritonInt4Linear.from_linear(torch.nn.Linear(96, 16, device=CPU).to(torch.float16), 32)  # K % 64: no tensor-core operands
+    assert no_tc.tc_words is None and no_tc.tc_scales is None
+
+
+def test_int4_tensor_core_shuffle_in_passes_matches_one_pass():
+    """The shuffle works through the rows in passes of ~64 MB of codes: a matrix larger than one pass gives the same words."""
+    gen = torch.Generator(device="cpu").manual_seed(5)
+    q = torch.randint(0, 16, (1000, 32768), generator=gen, device="cpu")  # 63 tiles, 32 a pass ((1 << 24) // (16 K))
+    words = qm.shuffle_int4_for_tc(qm.pack_int4(q))
+    tail = qm.shuffle_int4_for_tc(qm.pack_int4(q[16 * 32:]))
+    assert words.shape == (63, 512, 32, 4) and torch.equal(words[32:], tail)
+
+
 def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float32)
     cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}

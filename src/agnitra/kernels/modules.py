@@ -59,6 +59,14 @@ class TritonInt4Linear(nn.Module):
         self.register_buffer("scales", scales)  # [N, K/G]
         self.register_buffer("zeros", zeros)  # [N, K/G]
         self.register_buffer("bias", bias)
+        # the tensor-core GEMV's operands, made here rather than on a first call inside a CUDA graph
+        # capture (not saved: remade from the weights); None where that kernel cannot run
+        from agnitra.kernels.quant_matmul import int4_tc_operands
+
+        words, pairs = int4_tc_operands(weight, scales, zeros, group_size)
+        self.register_buffer("tc_words", words, persistent=False)
+        self.register_buffer("tc_scales", pairs, persistent=False)
+        self.tc_dtype = scales.dtype  # the activations' dtype the (s, z) pairs are made for
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int) -> "TritonInt4Linear":
@@ -70,7 +78,9 @@ class TritonInt4Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dt = x.dtype
-        y = ops.int4_weight_only_linear(_flat(x, self.in_features).contiguous(), self.weight, self.scales.to(dt), self.zeros.to(dt), self.group_size, None if self.bias is None else self.bias.to(dt))
+        tc = (self.tc_words, self.tc_scales) if self.tc_scales is not None and dt == self.tc_dtype else (None, None)
+        y = ops.int4_weight_only_linear(_flat(x, self.in_features).contiguous(), self.weight, self.scales.to(dt), self.zeros.to(dt), self.group_size,
+                                        None if self.bias is None else self.bias.to(dt), *tc)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:

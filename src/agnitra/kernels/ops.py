@@ -58,17 +58,25 @@ def _(x, weight, scales, bias):
 
 
 @torch.library.custom_op("agnitra::int4_weight_only_linear", mutates_args=())
-def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, bias: torch.Tensor | None) -> torch.Tensor:
-    from agnitra.kernels.quant_matmul import int4_weight_only_matmul
+def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, bias: torch.Tensor | None,
+                            tc_words: torch.Tensor | None = None, tc_scales: torch.Tensor | None = None) -> torch.Tensor:
+    """`tc_words`, `tc_scales`: the module's `int4_tc_operands` (in x's dtype). Without them the
+    tensor-core GEMV gives way to the row kernel: making them here could happen inside a CUDA
+    graph capture, whose pool refuses allocations that outlive the step."""
+    from agnitra.kernels import quant_matmul as qm
 
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1] * 2
     kernel = _gemv_or_tiled("int4", m)
-    config = {**config_for(kernel, (m, n, k, group_size), x.dtype, x.device.type), "path": kernel.split("_")[1]}
-    return int4_weight_only_matmul(x, weight, scales, zeros, group_size, bias, config=config)
+    shape = (m, n, k, group_size)
+    config = {**config_for(kernel, shape, x.dtype, x.device.type), "path": kernel.split("_")[1]}
+    operands = (tc_words, tc_scales) if tc_words is not None and tc_scales is not None else None
+    if config.get("KERNEL") == "tc" and operands is None:
+        config = {**qm.int4_gemv_default_config(shape, torch.float32), "path": "gemv"}  # the row kernel's default (no MMA operands)
+    return qm.int4_weight_only_matmul(x, weight, scales, zeros, group_size, bias, config=config, tc_operands=operands)
 
 
 @int4_weight_only_linear.register_fake
-def _(x, weight, scales, zeros, group_size, bias):
+def _(x, weight, scales, zeros, group_size, bias, tc_words=None, tc_scales=None):
     return x.new_empty(x.shape[0], weight.shape[0])
 
 

@@ -1183,13 +1183,20 @@ def shuffle_int4_for_tc(w_packed: torch.Tensor) -> torch.Tensor:
     n, k = w_packed.shape[0], 2 * w_packed.shape[1]
     if k % 64:
         raise ValueError(f"the tensor-core int4 GEMV needs K % 64 == 0, got K={k}")
-    q = unpack_int4(w_packed).to(torch.int64)
     tiles = -(-n // 16)
-    q = torch.nn.functional.pad(q, (0, 0, 0, tiles * 16 - n))
-    q = q.view(tiles, 8, 2, k // 64, 4, 2, 4, 2).permute(0, 3, 1, 4, 6, 7, 5, 2)  # [tile, g, h, chunk, t, e, j, p] -> [tile, chunk, g, t, j, p, e, h]
-    q = q.reshape(tiles, k // 64, 32, 4, 8)
-    words = (q << (4 * torch.arange(8, device=q.device))).sum(-1)
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).contiguous()
+    words = torch.empty(tiles, k // 64, 32, 4, dtype=torch.int32, device=w_packed.device)
+    step = max(1, (1 << 24) // (16 * k))  # tiles a pass: ~64 MB of int32 codes at a time, not the whole matrix
+    for first in range(0, tiles, step):
+        rows = w_packed[16 * first:16 * (first + step)]
+        count = -(-rows.shape[0] // 16)
+        q = torch.nn.functional.pad(unpack_int4(rows).to(torch.int32), (0, 0, 0, 16 * count - rows.shape[0]))
+        q = q.view(count, 8, 2, k // 64, 4, 2, 4, 2).permute(0, 3, 1, 4, 6, 7, 5, 2)  # [tile, g, h, chunk, t, e, j, p] -> [tile, chunk, g, t, j, p, e, h]
+        q = q.reshape(count, k // 64, 32, 4, 8)
+        packed = q[..., 0]
+        for i in range(1, 8):
+            packed = packed | (q[..., i] << (4 * i))  # int32 bit fields (the top one wraps the sign: the bits are what count)
+        words[first:first + count] = packed
+    return words
 
 
 def _int4_tc_words(w_packed: torch.Tensor) -> torch.Tensor:
@@ -1217,8 +1224,21 @@ def _int4_tc_scales(scales: torch.Tensor, zeros: torch.Tensor, dtype: torch.dtyp
     return cached[1]
 
 
-def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
-    """The tensor-core GEMV (`_int4_gemv_tc_kernel`): 16-bit activations, M <= 8, K and G multiples of 64."""
+def int4_tc_operands(w_packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(shuffled words, (s, z) pairs) for the tensor-core GEMV, made ahead of time by a module that
+    owns the weight: made lazily inside a CUDA graph capture they would be allocations in the
+    graph's pool (torch refuses them). (None, None) when the kernel cannot run on these weights
+    (K or the group size not a multiple of 64, scales not 16-bit). Costs a second copy of the
+    int4 weight (the row, byte and tiled kernels read the original packing)."""
+    k = 2 * w_packed.shape[1]
+    if k % 64 or group_size % 64 or scales.dtype not in (torch.float16, torch.bfloat16):
+        return None, None
+    return shuffle_int4_for_tc(w_packed), _int4_tc_scales(scales, zeros, scales.dtype)
+
+
+def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands=None) -> None:
+    """The tensor-core GEMV (`_int4_gemv_tc_kernel`): 16-bit activations, M <= 8, K and G multiples of 64;
+    `operands` from `int4_tc_operands` (made lazily, cached on the tensors, when not given)."""
     from agnitra.kernels.spec import interpreting
 
     m, k = x.shape
@@ -1240,7 +1260,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg) -> None:
     bf16 = x.dtype == torch.bfloat16
     asm, xsum = ("", "") if interpreting() else ((INT4_TC_BF16, INT4_TC_XSUM_BF16) if bf16 else (INT4_TC_FP16, INT4_TC_XSUM_FP16))
     _jit(_int4_gemv_tc_kernel)[grid](
-        pairs, _int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype), bias if bias is not None else scales, y, partials, counters,
+        pairs, *(operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype))), bias if bias is not None else scales, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
@@ -1289,12 +1309,14 @@ def int4_weight_only_matmul(
     bias: torch.Tensor | None = None,
     config: dict[str, Any] | None = None,
     out: torch.Tensor | None = None,
+    tc_operands: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """y [M, N] = x [M, K] @ W'^T (+ bias), W'[n, k] = (q[n, k] - 8) * scales[n, k // G] + zeros[n, k // G].
 
     `w_packed` [N, K/2] uint8, low nibble = even k (`pack_int4`); scales, zeros [N, K/G].
     `config` as for `int8_weight_only_matmul`; BLOCK_K must divide group_size (ValueError), or for
-    the batch-1 row kernel be a multiple of it that divides K.
+    the batch-1 row kernel be a multiple of it that divides K. `tc_operands`: `int4_tc_operands`
+    of these weights for KERNEL 'tc' (in x's dtype; made and cached on the tensors when absent).
     """
     m, n, k = _check_int4_inputs(x, w_packed, scales, zeros, group_size)
     _check_vector("bias", bias, n, x.device)
@@ -1315,7 +1337,7 @@ def int4_weight_only_matmul(
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
         if kernel == "tc":
-            _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg)
+            _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, tc_operands)
             return y
         split_k, n_blocks = cfg["SPLIT_K"], _cdiv(n, cfg["BLOCK_N"])
         if kernel == "mma":
