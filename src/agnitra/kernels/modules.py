@@ -27,6 +27,9 @@ class TritonInt8Linear(nn.Module):
         self.register_buffer("weight", weight)  # [N, K] int8
         self.register_buffer("scales", scales)  # [N]
         self.register_buffer("bias", bias)
+        from agnitra.kernels.quant_matmul import reserve_split_k_counters
+
+        reserve_split_k_counters(weight.device)  # split-K GEMVs' counters, outside any CUDA graph capture
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "TritonInt8Linear":
@@ -61,8 +64,9 @@ class TritonInt4Linear(nn.Module):
         self.register_buffer("bias", bias)
         # the tensor-core GEMV's operands, made here rather than on a first call inside a CUDA graph
         # capture (not saved: remade from the weights); None where that kernel cannot run
-        from agnitra.kernels.quant_matmul import int4_tc_operands
+        from agnitra.kernels.quant_matmul import int4_tc_operands, reserve_split_k_counters
 
+        reserve_split_k_counters(weight.device)  # split-K GEMVs' counters, outside any CUDA graph capture
         words, pairs = int4_tc_operands(weight, scales, zeros, group_size)
         self.register_buffer("tc_words", words, persistent=False)
         self.register_buffer("tc_scales", pairs, persistent=False)

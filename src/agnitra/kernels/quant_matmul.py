@@ -1024,10 +1024,18 @@ def _split_k_buffers(split_k: int, m: int, n: int, blocks: int, y: torch.Tensor)
     if split_k == 1:  # not read: the kernel's split-K branch is compiled out
         return y, y
     device = y.device
+    return torch.empty((split_k, m, n), device=device, dtype=torch.float32), reserve_split_k_counters(device, blocks)
+
+
+def reserve_split_k_counters(device: torch.device, blocks: int = 1) -> torch.Tensor:
+    """The device's split-K arrival counters (at least `blocks`, 65536 by default), made on first
+    use. Kernel-backed modules reserve them when they are built: made on a first call inside a
+    CUDA graph capture, the buffer would be an allocation in the graph's pool that outlives the
+    step, which torch refuses ("tensors in the cudagraph pool not tracked as outputs")."""
     held = _COUNTERS.setdefault(torch.device(device), [])
     if not held or held[-1].numel() < blocks:
         held.append(torch.zeros(max(blocks, 1 << 16), device=device, dtype=torch.int32))
-    return torch.empty((split_k, m, n), device=device, dtype=torch.float32), held[-1]
+    return held[-1]
 
 
 def int8_weight_only_matmul(
