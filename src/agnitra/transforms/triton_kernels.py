@@ -2,7 +2,9 @@
 
 - `weights`: "int8" / "int4" quantise eligible nn.Linear layers into kernel-backed modules (GEMV
   for decode batches, tiled for larger ones); "keep" leaves float Linears alone but still moves
-  `int8-weight-only` modules of an earlier step onto the kernels (same format, no copy).
+  `int8-weight-only` modules of an earlier step onto the kernels (same format, no copy). int4
+  layers of a 16-bit model also keep their weights pre-shuffled for the tensor-core GEMV (batch
+  1-8): a second copy of the int4 weights, a quarter of the bf16 bytes.
 - `norms`: RMSNorm (ours) and nn.LayerNorm through the fused norm kernels; in our Llama the
   residual add is fused into the FFN norm (one pass over the hidden state instead of two).
 - `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel; a transformers encoder's Linear + exact
