@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|e2e4|ncu   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|e2e4|ncu|ncutc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -190,6 +190,14 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
         python3 benchmarks/gemv_once.py --n 128256 --k 4096 --config "$rows" --config "$words" --launches 1 > "$OUT/ncu-gemv-128256.txt" 2>&1
       tail -5 "$OUT/ncu-gemv-128256.txt"
+      ;;
+    ncutc)  # hardware counters of the tensor-core int4 GEMV at a mid-size llama-8b shape (4096x14336: 65% of copy), beside the row kernel and tinygemm
+      tc='{"KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "PREFETCH": true}'
+      rows='{"KERNEL": "rows", "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 2, "VEC": 2, "PREFETCH": 2}'
+      timeout 400 ncu --clock-control none -k regex:'int4_gemv|tinygemm' \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 benchmarks/gemv_once.py --n 4096 --k 14336 --config "$tc" --config "$rows" --launches 1 > "$OUT/ncu-gemv-tc-4096x14336.txt" 2>&1
+      tail -5 "$OUT/ncu-gemv-tc-4096x14336.txt"
       ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
