@@ -1507,10 +1507,10 @@ _MULTI_GROUP_ROWS = ((2, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1
 def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     """M == 1: the row kernel (a group, up to 256 codes, per row per step; 8 to 16 words a thread;
     two words a lane; the next step's words prefetched, or all its reads (PREFETCH 2); and steps of
-    several groups, _MULTI_GROUP_ROWS) and the word kernel's best shapes on the H100
-    (gemv-explore-int4-rows-8b-*.json), also streamed through shared memory (STAGES 3: best at
-    4096x14336, gemv-explore-stages-words-8b-*.json; the row kernel gained nothing from it); M > 1: the byte kernel and, for 16-bit activations up to
-    16 rows, the tensor-core kernel."""
+    several groups, _MULTI_GROUP_ROWS) and the word kernel at its best shape (it no longer wins
+    beside them); M > 1: the byte kernel and, for 16-bit activations up to 16 rows, the MMA
+    kernel over bytes. M <= 8 with 16-bit activations: the tensor-core kernel over pre-shuffled
+    weights too (`_int4_tc_space`; the default at batch 1 from 1024 outputs)."""
     out = []
     if m == 1 and k % 8 == 0:
         bk = max((b for b in (16, 32, 64, 128, 256) if group % b == 0), default=0)
