@@ -20,6 +20,15 @@ trap save_cache EXIT
 # merged into the committed result file of the day, copied to $OUT after each case group
 RESULT=benchmarks/results/peers-nvidia-h100-80gb-hbm3-$(date +%F).json
 peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --out-file "$RESULT"; cp "$RESULT" "$OUT/"; }
+# ncu_gemv N K OUTFILE CONFIG...: hardware counters of batch-1 int4 GEMV configs (JSON) and tinygemm at N x K
+ncu_gemv() {
+  local n=$1 k=$2 file=$3; shift 3
+  local configs=(); for c in "$@"; do configs+=(--config "$c"); done
+  timeout 400 ncu --clock-control none -k regex:'int4_gemv|tinygemm' \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+    python3 benchmarks/gemv_once.py --n "$n" --k "$k" "${configs[@]}" --launches 1 > "$file" 2>&1
+  tail -5 "$file"
+}
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -184,20 +193,14 @@ peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2" --
       tail -c 1500 "$OUT/bench-llama-1b-int4.json"
       ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
-      rows='{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}'
-      words='{"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}'
-      timeout 400 ncu --clock-control none -k regex:'int4_gemv|tinygemm' \
-        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-        python3 benchmarks/gemv_once.py --n 128256 --k 4096 --config "$rows" --config "$words" --launches 1 > "$OUT/ncu-gemv-128256.txt" 2>&1
-      tail -5 "$OUT/ncu-gemv-128256.txt"
+      ncu_gemv 128256 4096 "$OUT/ncu-gemv-128256.txt" \
+        '{"KERNEL": "rows", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 2, "VEC": 2, "PREFETCH": true}' \
+        '{"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1}'
       ;;
     ncutc)  # hardware counters of the tensor-core int4 GEMV at a mid-size llama-8b shape (4096x14336: 65% of copy), beside the row kernel and tinygemm
-      tc='{"KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "PREFETCH": true}'
-      rows='{"KERNEL": "rows", "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 2, "VEC": 2, "PREFETCH": 2}'
-      timeout 400 ncu --clock-control none -k regex:'int4_gemv|tinygemm' \
-        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-        python3 benchmarks/gemv_once.py --n 4096 --k 14336 --config "$tc" --config "$rows" --launches 1 > "$OUT/ncu-gemv-tc-4096x14336.txt" 2>&1
-      tail -5 "$OUT/ncu-gemv-tc-4096x14336.txt"
+      ncu_gemv 4096 14336 "$OUT/ncu-gemv-tc-4096x14336.txt" \
+        '{"KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "PREFETCH": true}' \
+        '{"KERNEL": "rows", "BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 2, "VEC": 2, "PREFETCH": 2}'
       ;;
     inspect)  # issue 3's criterion: time attribution of the llama-1b decode step on the GPU
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"

@@ -322,8 +322,8 @@ def test_int4_module_makes_the_tensor_core_operands_ahead_and_the_op_never_makes
 
 
 def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):
-    """Kernel-backed Linears reserve the device's split-K counters when they are built, so a split-K
-    launch in a first call (inside a CUDA graph capture) allocates nothing that outlives it."""
+    """Kernel-backed Linears reserve the device's split-K counters when they are built and when they
+    move, so a split-K launch in a first call (inside a CUDA graph capture) allocates nothing that outlives it."""
     from agnitra.kernels import modules as km
 
     monkeypatch.setattr(qm, "_COUNTERS", {})
@@ -332,8 +332,11 @@ def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):
     (x, w, s, z, g, b), ref = _int4_case((1, 40, 256, 64), torch.float16)
     cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 1}
     _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), ref, torch.float16)
-    km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 16, device=CPU).to(torch.float16), 64)
+    int4 = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 16, device=CPU).to(torch.float16), 64)
     assert len(qm._COUNTERS[torch.device(CPU)]) == 1, "the split-K launch and the second module used the reserved buffer"
+    monkeypatch.setattr(qm, "_COUNTERS", {})
+    int4.to(CPU)  # moved (here onto the same device): reserved where it now lives
+    assert len(qm._COUNTERS[torch.device(CPU)]) == 1
 
 
 def test_int4_tensor_core_shuffle_in_passes_matches_one_pass():

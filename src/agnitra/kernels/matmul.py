@@ -92,6 +92,39 @@ def _epilogue(
 
 
 @triton.jit
+def _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """(pid_m, pid_n) of C tile number `tile_id` in grouped order (`matmul_kernel`'s programs,
+    `matmul_tma_kernel`'s tiles): GROUP_M tile-rows at a time, column-major inside a group, so the
+    tiles in flight at once share a few row-panels of A and column-panels of B in L2."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile_id // num_pid_in_group) * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((tile_id % num_pid_in_group) % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _epilogue_store(
+    acc,  # [TILE_M, TILE_N] fp32 accumulator of the C block at (off_m, off_n)
+    off_m,  # first row of the block in C
+    off_n,  # first column of the block in C
+    M, N, c_ptr, bias_ptr, residual_ptr, stride_cm, stride_cn, stride_rm, stride_rn,  # as in matmul_tma_kernel
+    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ACTIVATION: tl.constexpr, INT64_OFFSETS: tl.constexpr,
+):
+    """`_epilogue` on one block of C, then its masked store (rows past M, columns past N dropped)."""
+    offs_cm = off_m + tl.arange(0, acc.shape[0])
+    offs_cn = off_n + tl.arange(0, acc.shape[1])
+    if INT64_OFFSETS:
+        offs_cm = offs_cm.to(tl.int64)
+        offs_cn = offs_cn.to(tl.int64)
+    acc = _epilogue(acc, offs_cm, offs_cn, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RESIDUAL, ACTIVATION)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
 def matmul_kernel(
     a_ptr,  # *A [M, K] (fp16 | bf16 | fp32)
     b_ptr,  # *B [K, N], same dtype as A (an [N, K] weight is passed with swapped strides)
@@ -125,16 +158,8 @@ def matmul_kernel(
     # -- which tile of C this program computes: grouped ordering ------------------------------------
     # Programs are launched in groups of GROUP_M tile-rows, column-major inside a group, so the
     # programs running at the same time read GROUP_M row-panels of A and a few column-panels of B.
-    pid = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = _grouped_tile(tl.program_id(axis=0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
 
     # -- pointers to the first A [BLOCK_M, BLOCK_K] and B [BLOCK_K, BLOCK_N] blocks --------------------
     # Rows of A and columns of B past the edge wrap around (% M, % N): those loads need no mask and
@@ -163,51 +188,17 @@ def matmul_kernel(
         b_ptrs += BLOCK_K * SPLIT_K * stride_bk
 
     # -- epilogue and store ---------------------------------------------------------------------
-    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    if INT64_OFFSETS:
-        offs_cm = offs_cm.to(tl.int64)
-        offs_cn = offs_cn.to(tl.int64)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
     if ATOMIC:
-        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+        offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        if INT64_OFFSETS:
+            offs_cm = offs_cm.to(tl.int64)
+            offs_cn = offs_cn.to(tl.int64)
+        c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
+        tl.atomic_add(c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :], acc, mask=c_mask, sem="relaxed")
     else:
-        acc = _epilogue(acc, offs_cm, offs_cn, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RESIDUAL, ACTIVATION)
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-@triton.jit
-def _grouped_tile(tile_id, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """(pid_m, pid_n) of C tile number `tile_id` in grouped order, the order `matmul_kernel` gives
-    its programs: GROUP_M tile-rows at a time, column-major inside a group, so the tiles in flight
-    at once share a few row-panels of A and column-panels of B in L2."""
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (tile_id // num_pid_in_group) * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-    pid_m = first_pid_m + ((tile_id % num_pid_in_group) % group_size_m)
-    pid_n = (tile_id % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
-
-
-@triton.jit
-def _epilogue_store(
-    acc,  # [TILE_M, TILE_N] fp32 accumulator of the C block at (off_m, off_n)
-    off_m,  # first row of the block in C
-    off_n,  # first column of the block in C
-    M, N, c_ptr, bias_ptr, residual_ptr, stride_cm, stride_cn, stride_rm, stride_rn,  # as in matmul_tma_kernel
-    HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr, ACTIVATION: tl.constexpr, INT64_OFFSETS: tl.constexpr,
-):
-    """`_epilogue` on one block of C, then its masked store (rows past M, columns past N dropped)."""
-    offs_cm = off_m + tl.arange(0, acc.shape[0])
-    offs_cn = off_n + tl.arange(0, acc.shape[1])
-    if INT64_OFFSETS:
-        offs_cm = offs_cm.to(tl.int64)
-        offs_cn = offs_cn.to(tl.int64)
-    acc = _epilogue(acc, offs_cm, offs_cn, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, HAS_BIAS, HAS_RESIDUAL, ACTIVATION)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+        _epilogue_store(acc, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, c_ptr, bias_ptr, residual_ptr, stride_cm, stride_cn, stride_rm, stride_rn,
+                        HAS_BIAS, HAS_RESIDUAL, ACTIVATION, INT64_OFFSETS)
 
 
 @triton.jit
@@ -592,9 +583,7 @@ def smem_bytes(config: dict[str, Any], dtype: torch.dtype, out_dtype: torch.dtyp
     if not config.get("TMA"):
         return pipeline
     out_elem = torch.empty((), dtype=out_dtype or dtype).element_size()
-    tile = config["BLOCK_M"] * config["BLOCK_N"] * out_elem
-    epilogue = tile
-    return pipeline + epilogue + 1024
+    return pipeline + config["BLOCK_M"] * config["BLOCK_N"] * out_elem + 1024
 
 
 def fits_shared_memory(config: dict[str, Any], dtype: torch.dtype, limit: int = SMEM_LIMIT_BYTES) -> bool:

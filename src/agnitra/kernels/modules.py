@@ -18,7 +18,23 @@ def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
     return x.reshape(-1, k)  # [M, K]
 
 
-class TritonInt8Linear(nn.Module):
+class _SplitKLinear(nn.Module):
+    """A kernel-backed Linear whose GEMVs may split K: the split-K arrival counters of the device its
+    weight lives on are reserved when it is built and whenever it moves (`.to()`), never on a first
+    call, which may run inside a CUDA graph capture whose pool refuses allocations that outlive it."""
+
+    def _reserve_counters(self) -> None:
+        from agnitra.kernels.quant_matmul import reserve_split_k_counters
+
+        reserve_split_k_counters(self.weight.device)
+
+    def _apply(self, fn, *args, **kwargs):
+        module = super()._apply(fn, *args, **kwargs)
+        self._reserve_counters()
+        return module
+
+
+class TritonInt8Linear(_SplitKLinear):
     """y = (x @ W_int8^T) * scales (+ bias): int8 weights per output channel, GEMV or tiled kernel."""
 
     def __init__(self, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None, in_features: int, out_features: int) -> None:
@@ -27,9 +43,7 @@ class TritonInt8Linear(nn.Module):
         self.register_buffer("weight", weight)  # [N, K] int8
         self.register_buffer("scales", scales)  # [N]
         self.register_buffer("bias", bias)
-        from agnitra.kernels.quant_matmul import reserve_split_k_counters
-
-        reserve_split_k_counters(weight.device)  # split-K GEMVs' counters, outside any CUDA graph capture
+        self._reserve_counters()
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "TritonInt8Linear":
@@ -52,7 +66,7 @@ class TritonInt8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, weight=int8 per-channel, kernel=triton"
 
 
-class TritonInt4Linear(nn.Module):
+class TritonInt4Linear(_SplitKLinear):
     """Group-wise asymmetric int4 weights packed two per byte; GEMV or tiled kernel."""
 
     def __init__(self, weight, scales, zeros, bias, in_features: int, out_features: int, group_size: int) -> None:
@@ -64,9 +78,9 @@ class TritonInt4Linear(nn.Module):
         self.register_buffer("bias", bias)
         # the tensor-core GEMV's operands, made here rather than on a first call inside a CUDA graph
         # capture (not saved: remade from the weights); None where that kernel cannot run
-        from agnitra.kernels.quant_matmul import int4_tc_operands, reserve_split_k_counters
+        from agnitra.kernels.quant_matmul import int4_tc_operands
 
-        reserve_split_k_counters(weight.device)  # split-K GEMVs' counters, outside any CUDA graph capture
+        self._reserve_counters()
         words, pairs = int4_tc_operands(weight, scales, zeros, group_size)
         self.register_buffer("tc_words", words, persistent=False)
         self.register_buffer("tc_scales", pairs, persistent=False)

@@ -71,7 +71,7 @@ def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch
     config = {**config_for(kernel, shape, x.dtype, x.device.type), "path": kernel.split("_")[1]}
     operands = (tc_words, tc_scales) if tc_words is not None and tc_scales is not None else None
     if config.get("KERNEL") == "tc" and operands is None:
-        config = {**qm.int4_gemv_default_config(shape, torch.float32), "path": "gemv"}  # the row kernel's default (no MMA operands)
+        config = {**qm.int4_gemv_default_config(shape, x.dtype, tensor_cores=False), "path": "gemv"}
     return qm.int4_weight_only_matmul(x, weight, scales, zeros, group_size, bias, config=config, tc_operands=operands)
 
 

@@ -339,7 +339,8 @@ def _int4_rows_side_loads(x_ptr, s_ptr, z_ptr, k0, offs_n, offs_w, stride_xk, st
                           GROUP_SIZE: tl.constexpr, BLOCK_W: tl.constexpr, MASKED: tl.constexpr):
     """The row kernel's reads for the step at feature k0 besides the words: x at features 8j + i
     ([1, BW] each, i = 0..7, in the words' layout) and the step's scales and zeros ([BN] for a group
-    a step, [BN, 8 BW / G] for several), as stored; MASKED: all predicated on `ok` ([1, 1]: one value)."""
+    a step, [BN, 8 BW / G] for several), as stored. MASKED: all predicated on `ok` ([1, 1]: one
+    value; what a false one leaves is never read), else `ok` is None."""
     x_ptrs = x_ptr + (k0 + offs_w[None, :] * 8) * stride_xk  # [1, BW]: feature 8j of word j
     g = k0 // GROUP_SIZE  # the step's (first) group
     s_ok = ok
@@ -352,15 +353,9 @@ def _int4_rows_side_loads(x_ptr, s_ptr, z_ptr, k0, offs_n, offs_w, stride_xk, st
         offs_g = g + tl.arange(0, 8 * BLOCK_W // GROUP_SIZE)
         s_ptrs = s_ptr + offs_n[:, None] * stride_sn + offs_g[None, :] * stride_sg  # [BN, groups]
         z_ptrs = z_ptr + offs_n[:, None] * stride_zn + offs_g[None, :] * stride_zg
-    if MASKED:
-        return (tl.load(x_ptrs, mask=ok, other=0.0), tl.load(x_ptrs + stride_xk, mask=ok, other=0.0),
-                tl.load(x_ptrs + 2 * stride_xk, mask=ok, other=0.0), tl.load(x_ptrs + 3 * stride_xk, mask=ok, other=0.0),
-                tl.load(x_ptrs + 4 * stride_xk, mask=ok, other=0.0), tl.load(x_ptrs + 5 * stride_xk, mask=ok, other=0.0),
-                tl.load(x_ptrs + 6 * stride_xk, mask=ok, other=0.0), tl.load(x_ptrs + 7 * stride_xk, mask=ok, other=0.0),
-                tl.load(s_ptrs, mask=s_ok, other=0.0), tl.load(z_ptrs, mask=s_ok, other=0.0))
-    return (tl.load(x_ptrs), tl.load(x_ptrs + stride_xk), tl.load(x_ptrs + 2 * stride_xk), tl.load(x_ptrs + 3 * stride_xk),
-            tl.load(x_ptrs + 4 * stride_xk), tl.load(x_ptrs + 5 * stride_xk), tl.load(x_ptrs + 6 * stride_xk), tl.load(x_ptrs + 7 * stride_xk),
-            tl.load(s_ptrs), tl.load(z_ptrs))
+    return (tl.load(x_ptrs, mask=ok), tl.load(x_ptrs + stride_xk, mask=ok), tl.load(x_ptrs + 2 * stride_xk, mask=ok),
+            tl.load(x_ptrs + 3 * stride_xk, mask=ok), tl.load(x_ptrs + 4 * stride_xk, mask=ok), tl.load(x_ptrs + 5 * stride_xk, mask=ok),
+            tl.load(x_ptrs + 6 * stride_xk, mask=ok), tl.load(x_ptrs + 7 * stride_xk, mask=ok), tl.load(s_ptrs, mask=s_ok), tl.load(z_ptrs, mask=s_ok))
 
 
 def _int4_gemv_rows_kernel(
@@ -419,7 +414,7 @@ def _int4_gemv_rows_kernel(
         w_next = tl.load(w_ptrs)
     if PREFETCH == 2:  # step 0's x, scales and zeros too
         xn0, xn1, xn2, xn3, xn4, xn5, xn6, xn7, s_next, z_next = _int4_rows_side_loads(
-            x_ptr, s_ptr, z_ptr, first_k, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, True, GROUP_SIZE, BLOCK_W, False)
+            x_ptr, s_ptr, z_ptr, first_k, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, None, GROUP_SIZE, BLOCK_W, False)
     for k0 in tl.range(first_k, K, step, num_stages=STAGES):
         if PREFETCH == 2:  # everything this step reads arrived during the last step; request all of the next step's now
             w = w_next.to(tl.uint32, bitcast=True)
@@ -435,7 +430,7 @@ def _int4_gemv_rows_kernel(
             else:
                 w = tl.load(w_ptrs).to(tl.uint32, bitcast=True)  # [BN, BW]
             x0, x1, x2, x3, x4, x5, x6, x7, scale, zero = _int4_rows_side_loads(
-                x_ptr, s_ptr, z_ptr, k0, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, True, GROUP_SIZE, BLOCK_W, False)
+                x_ptr, s_ptr, z_ptr, k0, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, None, GROUP_SIZE, BLOCK_W, False)
         x0 = x0.to(tl.float32)
         x1 = x1.to(tl.float32)
         x2 = x2.to(tl.float32)
@@ -665,24 +660,21 @@ def _tc_x_matrix(b0, b1, HALF: tl.constexpr):
 
 
 def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
-    """`_INT4_TC_TILE`'s C fragments in tensor arithmetic (the interpreter, where inline PTX cannot
-    run): A [tile, 16 rows, 64 features] of q - 8 from the words, B from the x pairs, C scattered
-    back to [tile, 4 lane + c] (row 8 (c // 2) + g, column 2t + c % 2) as the m16n8k16 layouts say."""
+    """`_INT4_TC_TILE`'s and `_INT4_TC_XSUM`'s C fragments in tensor arithmetic (the interpreter,
+    where inline PTX cannot run): A [tile, 16 rows, 64 features] of q - 8 from the words, B from
+    the x pairs, C scattered back to [tile, 4 lane + c] (row 8 (c // 2) + g, column 2t + c % 2) as
+    the m16n8k16 layouts say; and the x sums [1, 128] (the sum of x[2t + c % 2])."""
     lane_j = tl.reshape(words, (TILES, 8, 4, 4))  # [tile, g, t, j]
     vals = []
     for i in tl.static_range(8):  # nibble i = 4p + 2e + h: row g + 8h, feature 16j + 8e + 2t + p
         vals.append(((lane_j >> (4 * i)) & 0xF).to(tl.float32) - 8.0)
     v = tl.join(tl.join(tl.join(vals[0], vals[1]), tl.join(vals[2], vals[3])), tl.join(tl.join(vals[4], vals[5]), tl.join(vals[6], vals[7])))
     a = tl.reshape(tl.permute(v, (0, 4, 1, 3, 5, 2, 6)), (TILES, 16, 64))  # [tile, g t j h e p] -> [tile, h g, j e t p]
-    y = tl.sum(a[:, :, None, :] * _tc_x_matrix(b0, b1, HALF)[None, None, :, :], axis=3)  # [tile, 16 rows, 8 columns]
+    bmat = _tc_x_matrix(b0, b1, HALF)
+    y = tl.sum(a[:, :, None, :] * bmat[None, None, :, :], axis=3)  # [tile, 16 rows, 8 columns]
     c = tl.permute(tl.reshape(y, (TILES, 2, 8, 4, 2)), (0, 2, 3, 1, 4))  # [tile, g, t, h, par]
-    return tl.reshape(c, (TILES, 128))
-
-
-def _int4_tc_xsum_emulated(b0, b1, HALF: tl.constexpr):
-    """`_INT4_TC_XSUM`'s C fragments [1, 128]: the sum of x[2t + c % 2] over the 64 features."""
-    sums = tl.reshape(tl.sum(_tc_x_matrix(b0, b1, HALF), axis=1), (1, 1, 4, 1, 2))  # [., ., t, ., par]
-    return tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
+    sums = tl.reshape(tl.sum(bmat, axis=1), (1, 1, 4, 1, 2))  # [., ., t, ., par]
+    return tl.reshape(c, (TILES, 128)), tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
 
 def _int4_gemv_tc_kernel(
@@ -772,8 +764,9 @@ def _int4_gemv_tc_kernel(
                 b0_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b0, 0), axis=2), axis=0), (1, 128))  # the warps' copies are equal
                 b1_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b1, 0), axis=2), axis=0), (1, 128))
                 own_group = span == i // (CHUNKS // SPAN)
-                part = tl.reshape(_int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES), (WARPS, TILES // WARPS, 128))
-                x_sum = tl.reshape(_int4_tc_xsum_emulated(b0_i, b1_i, HALF), (1, 1, 128))
+                part, x_sum = _int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES)
+                part = tl.reshape(part, (WARPS, TILES // WARPS, 128))
+                x_sum = tl.reshape(x_sum, (1, 1, 128))
                 acc += part * tl.sum(tl.where(own_group, scale, 0.0), axis=2) + tl.sum(tl.where(own_group, zero, 0.0), axis=2) * x_sum
         else:
             parts = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1], dtype=tl.float32, is_pure=True, pack=4)
@@ -904,7 +897,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_int4_tc_xsum_emulated", "_tc_x_matrix")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1253,11 +1246,10 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
     n = w_packed.shape[0]
     tiles, warps, chunks = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4), cfg["BLOCK_K"] // 64
     if (x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < 16 * warps
-            or cfg["BLOCK_K"] % 64 or cfg["BLOCK_K"] > 512 or not _groups_a_step(cfg["BLOCK_K"], group_size, k)):
+            or cfg["BLOCK_K"] % 64 or cfg["BLOCK_K"] > 512):  # BLOCK_K against the groups: `_check_int4_block_k`, by the caller
         raise ValueError(
             f"int4 GEMV KERNEL='tc' needs fp16/bf16 activations, M <= 8, K and group_size multiples of 64, BLOCK_N >= 16 * num_warps"
-            f" (a 16-row tile a warp at least) and BLOCK_K a multiple of 64 up to 512 dividing group_size or a multiple of it dividing K;"
-            f" got {x.dtype}, M={m}, K={k},"
+            f" (a 16-row tile a warp at least) and BLOCK_K a multiple of 64 up to 512; got {x.dtype}, M={m}, K={k},"
             f" group_size={group_size}, BLOCK_N={cfg['BLOCK_N']}, num_warps={warps}, BLOCK_K={cfg['BLOCK_K']}: use KERNEL='rows' or 'bytes'"
         )
     pairs = x if x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0 else x.contiguous()
@@ -1553,7 +1545,7 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     if m > 8 or k % 64 or group % 64:
         return out
     for bn, bk, nw in _TC_SHAPES:
-        if bk <= 512 and _groups_a_step(bk, group, k):
+        if _groups_a_step(bk, group, k):
             for split in [s for s in (1, 2, 4, 8) if s == 1 or (_cdiv(n, bn) * s <= 8 * _SMS and k // bk >= s)]:  # a split may take one step
                 out.append({"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": True})
     return out
@@ -1597,12 +1589,14 @@ def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[s
     return [c for c in configs if c["KERNEL"] not in ("mma", "tc") or dtype != torch.float32]
 
 
-def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
-    """M == 1 (the H100's best at llama shapes, gemv-explore-rows-prefetch2-*.json): under 1024
-    outputs, 2 rows x a whole row of up to 2048 codes a step on four warps; otherwise the row kernel
-    with two groups a step and all of the next step's reads prefetched, 64 rows a program when those
-    alone fill the device (four warps), else 32 rows, split along K while the programs stay under
-    ~4 an SM (two warps); the word kernel for fewer than 64 rows. M > 1: the byte kernel."""
+def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_cores: bool = True) -> dict[str, Any]:
+    """M == 1 (the H100's best at llama shapes, gemv-explore-rows-prefetch2-*.json, gemv-explore-tc-chunks-*.json):
+    under 1024 outputs, 2 rows x a whole row of up to 2048 codes a step on four warps; otherwise, for
+    16-bit activations and unless `tensor_cores` is False (no pre-shuffled operands at hand), the
+    tensor-core kernel (`_int4_tc_default`); else the row kernel with two groups a step and all of
+    the next step's reads prefetched, 64 rows a program when those alone fill the device (four
+    warps), else 32 rows, split along K while the programs stay under ~4 an SM (two warps); the word
+    kernel for fewer than 64 rows. M > 1: the byte kernel."""
     m, n, k, g = shape[:4]
     if m == 1 and k % 8 == 0 and g % 16 == 0:
         bk = max(b for b in (16, 32, 64, 128, 256) if g % b == 0)
@@ -1614,7 +1608,7 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict
         whole = [b for b in (2048, 1024) if _groups_a_step(b, g, k) > 1]
         if n < 1024 and whole:  # few outputs: many programs of short rows, one or two steps each
             return {"KERNEL": "rows", "BLOCK_N": 2, "BLOCK_K": whole[0], "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 1}
-        if dtype in (torch.float16, torch.bfloat16) and k % 64 == 0 and g % 64 == 0:
+        if tensor_cores and dtype in (torch.float16, torch.bfloat16) and k % 64 == 0 and g % 64 == 0:
             return _int4_tc_default(n, k, g)
         if bk == g and 2 * g <= 256 and _groups_a_step(2 * g, g, k) == 2:
             bk *= 2  # two groups a step
@@ -1641,7 +1635,7 @@ def _int4_tc_default(n: int, k: int, g: int) -> dict[str, Any]:
     fill = blocks >= 2 * _SMS
     bk = next(b for b in ((512, 256, 128, 64) if fill else (256, 128, 64)) if _groups_a_step(b, g, k))
     split = 1
-    while not fill and split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 2 * split * 2:
+    while not fill and split < 8 and blocks * split * 2 <= 8 * _SMS and k // bk >= 4 * split:
         split *= 2
     return {"KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 2 if fill else 4, "num_stages": 1, "PREFETCH": True}
 
