@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|e2e4|ncu|ncutc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|e2e4|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -186,11 +186,32 @@ ncu_gemv() {
     tcsplits)  # the tensor-core int4 GEMV with more programs (split-K 16, 32; one-warp programs) at the mid-size llama-8b shapes
       timeout 300 python3 benchmarks/explore_gemv.py --shapes 4096x4096,4096x14336,14336x4096 --only int4 --int4-configs benchmarks/int4-tc-splits.json --runs 20 --out-file "$OUT/gemv-explore-tc-splits.json" 2>&1 | grep -v "^  "
       ;;
+    tcreg)  # the tensor-core int4 GEMV with ptxas's register cap raised (maxnreg), which keeps the prefetched loads ahead of the MMAs, beside the uncapped configs; llama-8b shapes
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes 8b --only int4 --int4-configs benchmarks/int4-tc-maxnreg.json --runs 20 --out-file "$OUT/gemv-explore-tc-maxnreg-8b.json" 2>&1 | grep -v "^  "
+      ;;
+    tcreg1b)  # the same at llama-1b shapes
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes 1b --only int4 --int4-configs benchmarks/int4-tc-maxnreg.json --runs 20 --out-file "$OUT/gemv-explore-tc-maxnreg-1b.json" 2>&1 | grep -v "^  "
+      ;;
     e2e4)  # llama-1b decode end to end: bf16 compile vs int4 through Agnitra's kernels (the tensor-core GEMV by default) under compile + CUDA graphs
       ro="compile(mode=reduce-overhead)"
       timeout 400 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4.json"
       tail -c 1500 "$OUT/bench-llama-1b-int4.json"
+      ;;
+    e2e4peers)  # llama-1b decode end to end under compile + CUDA graphs: bf16, int4 through tinygemm (torch's int4 kernel, the peer), int4 and int8 through Agnitra's kernels
+      ro="compile(mode=reduce-overhead)"
+      timeout 560 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "int4-weight-only + $ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --recipe "triton-kernels(weights=int8) + $ro" \
+        --json > "$OUT/bench-llama-1b-int4-peers.json"
+      tail -c 600 "$OUT/bench-llama-1b-int4-peers.json"
+      ;;
+    ncusrc)  # where the tensor-core int4 GEMV's warps stall at 4096x14336: per-instruction stall samples (SASS)
+      cfg='{"KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "PREFETCH": true}'
+      timeout 200 ncu --clock-control none -k regex:int4_gemv_tc --launch-count 1 --section WarpStateStats --section SourceCounters \
+        python3 benchmarks/gemv_once.py --n 4096 --k 14336 --config "$cfg" --launches 1 --no-peer > "$OUT/ncu-gemv-tc-source.txt" 2>&1
+      timeout 200 ncu --clock-control none -k regex:int4_gemv_tc --launch-count 1 --section WarpStateStats --section SourceCounters --page source --print-source sass --csv \
+        python3 benchmarks/gemv_once.py --n 4096 --k 14336 --config "$cfg" --launches 1 --no-peer > "$OUT/ncu-gemv-tc-sass.csv" 2>&1
+      tail -3 "$OUT/ncu-gemv-tc-sass.csv"; grep -A30 "Warp Stall Sampling" "$OUT/ncu-gemv-tc-source.txt" | head -40
       ;;
     ncu)  # hardware counters of the batch-1 int4 GEMVs at 128256x4096 (ours and tinygemm): where the time goes
       ncu_gemv 128256 4096 "$OUT/ncu-gemv-128256.txt" \
