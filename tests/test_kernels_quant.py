@@ -326,17 +326,18 @@ def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):
     move, so a split-K launch in a first call (inside a CUDA graph capture) allocates nothing that outlives it."""
     from agnitra.kernels import modules as km
 
+    dev = torch.empty(0, device=CPU).device  # as tensors name it ("cuda:0", not "cuda")
     monkeypatch.setattr(qm, "_COUNTERS", {})
     km.TritonInt8Linear.from_linear(torch.nn.Linear(64, 16, device=CPU))
-    assert len(qm._COUNTERS[torch.device(CPU)]) == 1
+    assert len(qm._COUNTERS[dev]) == 1
     (x, w, s, z, g, b), ref = _int4_case((1, 40, 256, 64), torch.float16)
     cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 1}
     _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), ref, torch.float16)
     int4 = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 16, device=CPU).to(torch.float16), 64)
-    assert len(qm._COUNTERS[torch.device(CPU)]) == 1, "the split-K launch and the second module used the reserved buffer"
+    assert len(qm._COUNTERS[dev]) == 1, "the split-K launch and the second module used the reserved buffer"
     monkeypatch.setattr(qm, "_COUNTERS", {})
     int4.to(CPU)  # moved (here onto the same device): reserved where it now lives
-    assert len(qm._COUNTERS[torch.device(CPU)]) == 1
+    assert len(qm._COUNTERS[dev]) == 1
 
 
 def test_int4_tensor_core_shuffle_in_passes_matches_one_pass():
