@@ -166,13 +166,10 @@ def _int8_gemv_kernel(
     BLOCK_K: tl.constexpr,  # input features per loop step
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
-    EVICT: tl.constexpr = False,  # the weight (read once) evicted first from the caches, x (read by every program) last
 ):
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     pid_m = tl.program_id(axis=2)
-    W_POLICY: tl.constexpr = "evict_first" if EVICT else ""
-    X_POLICY: tl.constexpr = "evict_last" if EVICT else ""
     # rows/channels past the end wrap around (valid addresses, no load masks); stores are masked
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -183,12 +180,12 @@ def _int8_gemv_kernel(
     acc_nk = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # M == 1: products summed over K once, after the loop
     for k0 in tl.range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K, num_stages=STAGES):
         if EVEN_K:
-            x = tl.load(x_ptrs, eviction_policy=X_POLICY)
-            w = tl.load(w_ptrs, eviction_policy=W_POLICY)
+            x = tl.load(x_ptrs)
+            w = tl.load(w_ptrs)
         else:
             k_mask = offs_k < K - k0
-            x = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0, eviction_policy=X_POLICY)
-            w = tl.load(w_ptrs, mask=k_mask[None, :], other=0, eviction_policy=W_POLICY)
+            x = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
+            w = tl.load(w_ptrs, mask=k_mask[None, :], other=0)
         # int8 -> fp32 without a conversion instruction: the bits of 2^23 + 128 + w, minus 2^23 + 128
         # (exact for |w| <= 128; integer add + float subtract instead of the slower I2F)
         w = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0  # [BN, BK]
@@ -1081,7 +1078,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            EVICT=bool(cfg.get("EVICT", False)), **_launch_options(cfg),
+            **_launch_options(cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
