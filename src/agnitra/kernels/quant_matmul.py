@@ -677,6 +677,48 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
     return tl.reshape(c, (TILES, 128)), tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
 
+def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, K, GROUP_SIZE: tl.constexpr):
+    """The tensor-core GEMV's reads for the step at feature k: words, x's B fragments, (s, z) pairs;
+    nothing is read past K (zeros: the step then adds nothing). The words are read once, evicted
+    first; x, scales and zeros, read again by other programs, last (0.2-8 us less on the H100)."""
+    ok = tl.full((1, 1, 1, 1), 0, tl.int32) + k < K
+    chunk = k // 64  # times 128 / 32, not k * 2 or k // 2: multiples the compiler can see (16-byte loads)
+    words = tl.load(w_ptrs + chunk * 128, mask=ok, other=0, eviction_policy="evict_first")
+    b0 = tl.load(x_ptrs + chunk * 32, mask=ok, other=0, eviction_policy="evict_last")
+    b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=ok, other=0, eviction_policy="evict_last")
+    sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, mask=ok, other=0, eviction_policy="evict_last")
+    return words, b0, b1, sz
+
+
+def _tc_step(acc, words, b0, b1, sz, ASM: tl.constexpr, XSUM_ASM: tl.constexpr, HALF: tl.constexpr, TILES: tl.constexpr, WARPS: tl.constexpr,
+             CHUNKS: tl.constexpr, SPAN: tl.constexpr):
+    """acc [WARPS, TILES / WARPS, 128] plus one step of the tensor-core GEMV: sum (q - 8) x s + z sum x
+    over each group of the step's CHUNKS chunks (SPAN groups), in fp32."""
+    s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TILES / WARPS, SPAN, 64]: rows 2g, 2g + 1
+    z_half = (sz >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
+    scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TILES // WARPS, SPAN, 128))  # C element c: row 2g + c // 2
+    zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, SPAN, 128))
+    if ASM == "":
+        ch = tl.arange(0, CHUNKS)[None, None, :, None]
+        span = tl.arange(0, SPAN)[None, None, :, None]
+        for i in tl.static_range(CHUNKS):  # chunk i's words and x, and its group's scale and zero, picked out by masked sums
+            words_i = tl.reshape(tl.sum(tl.where(ch == i, words, 0), axis=2), (TILES, 128))
+            b0_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b0, 0), axis=2), axis=0), (1, 128))  # the warps' copies are equal
+            b1_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b1, 0), axis=2), axis=0), (1, 128))
+            own_group = span == i // (CHUNKS // SPAN)
+            part, x_sum = _int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES)
+            part = tl.reshape(part, (WARPS, TILES // WARPS, 128))
+            x_sum = tl.reshape(x_sum, (1, 1, 128))
+            acc += part * tl.sum(tl.where(own_group, scale, 0.0), axis=2) + tl.sum(tl.where(own_group, zero, 0.0), axis=2) * x_sum
+    else:
+        parts = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1], dtype=tl.float32, is_pure=True, pack=4)
+        x_sums = tl.inline_asm_elementwise(XSUM_ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r", [b0, b1], dtype=tl.float32, is_pure=True, pack=4)
+        part = tl.sum(tl.reshape(parts, (WARPS, TILES // WARPS, SPAN, CHUNKS // SPAN, 128)), axis=3)  # the chunks of each group
+        x_sum = tl.sum(tl.reshape(x_sums, (WARPS, 1, SPAN, CHUNKS // SPAN, 128)), axis=3)
+        acc += tl.sum(part * scale + zero * x_sum, axis=2)
+    return acc
+
+
 def _int4_gemv_tc_kernel(
     x_ptr,  # [M, K/2] int32: the 16-bit activations read as pairs
     w_ptr,  # [cdiv(N, 16), K/64, 32, 4] int32 words in MMA A-fragment order (`shuffle_int4_for_tc`)
@@ -699,6 +741,7 @@ def _int4_gemv_tc_kernel(
     PREFETCH: tl.constexpr,  # load step k+1 (words, x, scales, zeros) before step k's arithmetic
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
+    UNROLL: tl.constexpr = 1,  # 2 or 3: that many steps an iteration, each step's reads UNROLL - 1 steps ahead (PREFETCH, STAGES unused)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -734,48 +777,29 @@ def _int4_gemv_tc_kernel(
     acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
     step = SPLIT_K * 64 * CHUNKS
     k_first = pid_k * 64 * CHUNKS
-    W_POLICY: tl.constexpr = "evict_first"  # the words are read once; x, scales and zeros again by other programs: 0.2-8 us less on the H100
-    SIDE_POLICY: tl.constexpr = "evict_last"
-    if PREFETCH:  # step 0's reads
-        words_n = tl.load(w_ptrs + (k_first // 64) * 128, eviction_policy=W_POLICY)
-        b0_n = tl.load(x_ptrs + (k_first // 64) * 32, eviction_policy=SIDE_POLICY)
-        b1_n = tl.load(x_ptrs + ((k_first // 64) * 32 + 4), eviction_policy=SIDE_POLICY)
-        sz_n = tl.load(sz_ptrs + (k_first // GROUP_SIZE) * 16, eviction_policy=SIDE_POLICY)
-    for k0 in tl.range(k_first, K, step, num_stages=STAGES):
-        chunk = k0 // 64  # times 128 / 32, not k0 * 2 or k0 // 2: multiples the compiler can see (16-byte loads)
-        if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
-            words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
-            more = tl.full((1, 1, 1, 1), 0, tl.int32) + (k0 + step) < K
-            nxt = (k0 + step) // 64
-            words_n = tl.load(w_ptrs + nxt * 128, mask=more, eviction_policy=W_POLICY)  # past the end: never used, left undefined
-            b0_n = tl.load(x_ptrs + nxt * 32, mask=more, eviction_policy=SIDE_POLICY)
-            b1_n = tl.load(x_ptrs + (nxt * 32 + 4), mask=more, eviction_policy=SIDE_POLICY)
-            sz_n = tl.load(sz_ptrs + ((k0 + step) // GROUP_SIZE) * 16, mask=more, eviction_policy=SIDE_POLICY)
-        else:
-            words = tl.load(w_ptrs + chunk * 128, eviction_policy=W_POLICY)
-            b0 = tl.load(x_ptrs + chunk * 32, eviction_policy=SIDE_POLICY)
-            b1 = tl.load(x_ptrs + (chunk * 32 + 4), eviction_policy=SIDE_POLICY)
-            sz = tl.load(sz_ptrs + (k0 // GROUP_SIZE) * 16, eviction_policy=SIDE_POLICY)
-        s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TILES / WARPS, SPAN, 64]: rows 2g, 2g + 1
-        z_half = (sz >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
-        scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TILES // WARPS, SPAN, 128))  # C element c: row 2g + c // 2
-        zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, SPAN, 128))
-        if ASM == "":
-            for i in tl.static_range(CHUNKS):  # chunk i's words and x, and its group's scale and zero, picked out by masked sums
-                words_i = tl.reshape(tl.sum(tl.where(ch == i, words, 0), axis=2), (TILES, 128))
-                b0_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b0, 0), axis=2), axis=0), (1, 128))  # the warps' copies are equal
-                b1_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b1, 0), axis=2), axis=0), (1, 128))
-                own_group = span == i // (CHUNKS // SPAN)
-                part, x_sum = _int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES)
-                part = tl.reshape(part, (WARPS, TILES // WARPS, 128))
-                x_sum = tl.reshape(x_sum, (1, 1, 128))
-                acc += part * tl.sum(tl.where(own_group, scale, 0.0), axis=2) + tl.sum(tl.where(own_group, zero, 0.0), axis=2) * x_sum
-        else:
-            parts = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1], dtype=tl.float32, is_pure=True, pack=4)
-            x_sums = tl.inline_asm_elementwise(XSUM_ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r", [b0, b1], dtype=tl.float32, is_pure=True, pack=4)
-            part = tl.sum(tl.reshape(parts, (WARPS, TILES // WARPS, SPAN, CHUNKS // SPAN, 128)), axis=3)  # the chunks of each group
-            x_sum = tl.sum(tl.reshape(x_sums, (WARPS, 1, SPAN, CHUNKS // SPAN, 128)), axis=3)
-            acc += tl.sum(part * scale + zero * x_sum, axis=2)  # sum (q - 8) x s + z sum x over each group, in fp32
+    if UNROLL > 1:  # UNROLL steps an iteration, each with its own registers, refilled right after use: UNROLL - 1 steps ahead
+        words_a, b0_a, b1_a, sz_a = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE)
+        words_b, b0_b, b1_b, sz_b = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first + step, K, GROUP_SIZE)
+        if UNROLL > 2:
+            words_c, b0_c, b1_c, sz_c = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first + 2 * step, K, GROUP_SIZE)
+        for k0 in range(k_first, K, UNROLL * step):  # steps past K read nothing and add zero (scale and zero 0)
+            acc = _tc_step(acc, words_a, b0_a, b1_a, sz_a, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
+            words_a, b0_a, b1_a, sz_a = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + UNROLL * step, K, GROUP_SIZE)
+            acc = _tc_step(acc, words_b, b0_b, b1_b, sz_b, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
+            words_b, b0_b, b1_b, sz_b = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + (UNROLL + 1) * step, K, GROUP_SIZE)
+            if UNROLL > 2:
+                acc = _tc_step(acc, words_c, b0_c, b1_c, sz_c, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
+                words_c, b0_c, b1_c, sz_c = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + (UNROLL + 2) * step, K, GROUP_SIZE)
+    else:
+        if PREFETCH:  # step 0's reads
+            words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE)
+        for k0 in tl.range(k_first, K, step, num_stages=STAGES):
+            if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
+                words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
+                words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + step, K, GROUP_SIZE)
+            else:
+                words, b0, b1, sz = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0, K, GROUP_SIZE)
+            acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
     cols = 2 * t + c % 2
     valid = (own < n_tiles) & (rows < N) & (cols < M)
     p_ptrs = p_ptr + cols * N + rows
@@ -899,7 +923,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -993,6 +1017,14 @@ def _stages(cfg: dict[str, Any]) -> int:
     if not isinstance(stages, int) or not 1 <= stages <= 8:
         raise ValueError(f"config STAGES must be an integer from 1 to 8, got {stages!r}")
     return stages
+
+
+def _unroll(cfg: dict[str, Any]) -> int:
+    """The tensor-core GEMV's steps an iteration (config key UNROLL, default 1: PREFETCH's single step ahead)."""
+    unroll = cfg.get("UNROLL", 1)
+    if unroll not in (1, 2, 3):
+        raise ValueError(f"config UNROLL must be 1, 2 or 3, got {unroll!r}")
+    return unroll
 
 
 def _positive_pow2(cfg: dict[str, Any], *keys: str) -> None:
@@ -1265,7 +1297,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         pairs, *(operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype))), bias if bias is not None else scales, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
-        TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
+        TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), UNROLL=_unroll(cfg), **_launch_options(cfg),
     )
 
 
