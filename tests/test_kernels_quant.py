@@ -271,20 +271,6 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
-@pytest.mark.parametrize("unroll", [2, 3])
-def test_int4_tensor_core_unrolled_steps_match_reference(unroll):
-    """UNROLL 2 and 3 (that many steps an iteration, each read UNROLL - 1 steps ahead): steps per
-    program that are not a multiple of UNROLL (the steps past K read nothing and add nothing),
-    split-K, steps of one, two and four chunks (a step of two groups), batch 1 and 5."""
-    for shape, block_n, block_k, split_k, warps in (((1, 40, 320, 64), 32, 64, 1, 2), ((5, 17, 512, 128), 16, 128, 2, 1),
-                                                     ((1, 100, 1024, 128), 64, 256, 2, 2), ((2, 48, 448, 64), 16, 64, 4, 1)):
-        (x, w, s, z, g, b), ref = _int4_case(shape, torch.bfloat16)
-        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps, "UNROLL": unroll}
-        _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(shape[0], shape[1], torch.bfloat16)), ref, torch.bfloat16)
-    with pytest.raises(ValueError, match="UNROLL must be 1, 2 or 3"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "UNROLL": 4})
-
-
 def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
     """Word (tile, chunk, lane = 4g + t, j), nibble i = 4p + 2e + h holds the code of row
     16 tile + 2g + h, feature 64 chunk + 16t + 8e + 2j + p (rows past N are 0); cached per weight;

@@ -741,7 +741,6 @@ def _int4_gemv_tc_kernel(
     PREFETCH: tl.constexpr,  # load step k+1 (words, x, scales, zeros) before step k's arithmetic
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
-    UNROLL: tl.constexpr = 1,  # 2 or 3: that many steps an iteration, each step's reads UNROLL - 1 steps ahead (PREFETCH, STAGES unused)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -777,29 +776,15 @@ def _int4_gemv_tc_kernel(
     acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
     step = SPLIT_K * 64 * CHUNKS
     k_first = pid_k * 64 * CHUNKS
-    if UNROLL > 1:  # UNROLL steps an iteration, each with its own registers, refilled right after use: UNROLL - 1 steps ahead
-        words_a, b0_a, b1_a, sz_a = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE)
-        words_b, b0_b, b1_b, sz_b = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first + step, K, GROUP_SIZE)
-        if UNROLL > 2:
-            words_c, b0_c, b1_c, sz_c = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first + 2 * step, K, GROUP_SIZE)
-        for k0 in range(k_first, K, UNROLL * step):  # steps past K read nothing and add zero (scale and zero 0)
-            acc = _tc_step(acc, words_a, b0_a, b1_a, sz_a, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
-            words_a, b0_a, b1_a, sz_a = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + UNROLL * step, K, GROUP_SIZE)
-            acc = _tc_step(acc, words_b, b0_b, b1_b, sz_b, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
-            words_b, b0_b, b1_b, sz_b = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + (UNROLL + 1) * step, K, GROUP_SIZE)
-            if UNROLL > 2:
-                acc = _tc_step(acc, words_c, b0_c, b1_c, sz_c, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
-                words_c, b0_c, b1_c, sz_c = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + (UNROLL + 2) * step, K, GROUP_SIZE)
-    else:
-        if PREFETCH:  # step 0's reads
-            words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE)
-        for k0 in tl.range(k_first, K, step, num_stages=STAGES):
-            if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
-                words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
-                words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + step, K, GROUP_SIZE)
-            else:
-                words, b0, b1, sz = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0, K, GROUP_SIZE)
-            acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
+    if PREFETCH:  # step 0's reads
+        words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE)
+    for k0 in tl.range(k_first, K, step, num_stages=STAGES):
+        if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
+            words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
+            words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + step, K, GROUP_SIZE)
+        else:
+            words, b0, b1, sz = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0, K, GROUP_SIZE)
+        acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
     cols = 2 * t + c % 2
     valid = (own < n_tiles) & (rows < N) & (cols < M)
     p_ptrs = p_ptr + cols * N + rows
@@ -1017,14 +1002,6 @@ def _stages(cfg: dict[str, Any]) -> int:
     if not isinstance(stages, int) or not 1 <= stages <= 8:
         raise ValueError(f"config STAGES must be an integer from 1 to 8, got {stages!r}")
     return stages
-
-
-def _unroll(cfg: dict[str, Any]) -> int:
-    """The tensor-core GEMV's steps an iteration (config key UNROLL, default 1: PREFETCH's single step ahead)."""
-    unroll = cfg.get("UNROLL", 1)
-    if unroll not in (1, 2, 3):
-        raise ValueError(f"config UNROLL must be 1, 2 or 3, got {unroll!r}")
-    return unroll
 
 
 def _positive_pow2(cfg: dict[str, Any], *keys: str) -> None:
@@ -1297,7 +1274,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         pairs, *(operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype))), bias if bias is not None else scales, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
-        TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), UNROLL=_unroll(cfg), **_launch_options(cfg),
+        TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
     )
 
 
