@@ -166,6 +166,7 @@ def _int8_gemv_kernel(
     BLOCK_K: tl.constexpr,  # input features per loop step
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
+    CVT_ASM: tl.constexpr = "",  # INT8_TO_F32_ASM, or "" (the integer-add trick: the interpreter, or asked for)
 ):
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
@@ -188,7 +189,10 @@ def _int8_gemv_kernel(
             w = tl.load(w_ptrs, mask=k_mask[None, :], other=0)
         # int8 -> fp32 without a conversion instruction: the bits of 2^23 + 128 + w, minus 2^23 + 128
         # (exact for |w| <= 128; integer add + float subtract instead of the slower I2F)
-        w = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0  # [BN, BK]
+        if CVT_ASM == "":
+            w = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0  # [BN, BK]
+        else:
+            w = tl.inline_asm_elementwise(CVT_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4)
         if BLOCK_M == 1:
             acc_nk += w * x.to(tl.float32)  # [BN, BK] * [1, BK]
         else:
@@ -530,6 +534,26 @@ INT4_ASM_BF16 = (
 INT4_ASM_FP16 = (
     _INT4_TO_16BIT_ASM.replace("MAGIC", "0x64006400").replace("ONE", "0x3C003C00").replace("BIAS", "0xE408E408").replace("TYPE", "f16x2")
 )  # 1024 + q - 1032
+
+
+# int8 -> fp32, four codes a 32-bit register (inline PTX for `tl.inline_asm_elementwise`, pack=4): the
+# sign bits flipped (w + 128, unsigned), each byte moved under the exponent of 2^23 by one prmt
+# (the float 2^23 + w + 128, exact), one subtract: nine instructions per four codes, against
+# three per code for sign extension, integer add and float subtract.
+INT8_TO_F32_ASM = """
+{
+.reg .b32 t;
+xor.b32 t, $4, 0x80808080;
+prmt.b32 $0, t, 0x4B000000, 0x7540;
+prmt.b32 $1, t, 0x4B000000, 0x7541;
+prmt.b32 $2, t, 0x4B000000, 0x7542;
+prmt.b32 $3, t, 0x4B000000, 0x7543;
+sub.f32 $0, $0, 0f4B000080;
+sub.f32 $1, $1, 0f4B000080;
+sub.f32 $2, $2, 0f4B000080;
+sub.f32 $3, $3, 0f4B000080;
+}
+"""
 
 
 def _int4_gemv_mma_kernel(
@@ -1094,7 +1118,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            **_launch_options(cfg),
+            CVT_ASM=_int8_cvt_asm(cfg), **_launch_options(cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
@@ -1283,6 +1307,13 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
     )
+
+
+def _int8_cvt_asm(cfg: dict[str, Any]) -> str:
+    """The int8 GEMV's int8 -> fp32 conversion: the prmt PTX when config PRMT is true (not under the interpreter)."""
+    from agnitra.kernels.spec import interpreting
+
+    return INT8_TO_F32_ASM if cfg.get("PRMT") and not interpreting() else ""
 
 
 def _int4_asm(x: torch.Tensor) -> str:
