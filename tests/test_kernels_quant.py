@@ -140,20 +140,19 @@ def test_int8_gemv_streamed_loop_matches_reference(dtype, stages, split_k):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-def test_int8_prmt_conversion_matches_reference(dtype):
-    """PRMT (int8 -> fp32 by prmt PTX on a GPU; the integer-add trick under the interpreter, where
-    PTX cannot run) over every int8 value, -128 included, with whole and partial K steps, streamed
-    or not, split-K."""
+def test_int8_conversion_matches_reference(dtype):
+    """int8 -> fp32 (prmt PTX on a GPU; the integer-add trick under the interpreter, where PTX
+    cannot run) over every int8 value, -128 included, with whole and partial K steps, streamed or
+    not, split-K."""
     from agnitra.kernels.spec import interpreting
 
     (x, _, s, b), _ = _int8_case((2, 96, 160), dtype)
     w = (torch.arange(96 * 160, device=CPU) % 256 - 128).to(torch.int8).reshape(96, 160)  # each value many times
     ref = qm.int8_reference(x.double(), w, s.double(), b.double())
     for block_k, stages, split_k in ((32, 1, 1), (64, 3, 1), (64, 1, 2)):
-        cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": block_k, "SPLIT_K": split_k, "STAGES": stages, "PRMT": True}
+        cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": block_k, "SPLIT_K": split_k, "STAGES": stages}
         _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(2, 96, dtype)), ref, dtype)
-    assert qm._int8_cvt_asm({"PRMT": True}) == ("" if interpreting() else qm.INT8_TO_F32_ASM)
-    assert qm._int8_cvt_asm({}) == ""
+    assert qm._int8_cvt_asm() == ("" if interpreting() else qm.INT8_TO_F32_ASM)
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])

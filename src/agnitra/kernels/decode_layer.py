@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.kernels._triton import tl
-from agnitra.kernels.quant_matmul import _cdiv, _check_device, _jit, quantize_int8_per_channel
+from agnitra.kernels.quant_matmul import _cdiv, _check_device, _int8_cvt_asm, _int8_to_f32, _jit, quantize_int8_per_channel
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 
 EPILOGUES = ("none", "residual", "gated", "rope")
@@ -77,6 +77,7 @@ def _decode_gemv_kernel(
     PREFETCH: tl.constexpr,  # load step k+1's weight tiles before computing step k (bytes in flight)
     BLOCK_N: tl.constexpr,  # outputs (pairs) per program
     BLOCK_K: tl.constexpr,  # input features per loop step
+    CVT_ASM: tl.constexpr = "",  # int8 -> fp32 by `INT8_TO_F32_ASM` (prmt), or "" (the integer-add trick: the interpreter)
 ):
     PAIRED: tl.constexpr = EPILOGUE == "gated" or EPILOGUE == "rope"
     pid_n = tl.program_id(axis=0)
@@ -134,16 +135,10 @@ def _decode_gemv_kernel(
         if NORM:
             sq += x * x
             x = x * g
-        if W_INT8:  # int8 -> fp32: the bits of 2^23 + 128 + w, minus 2^23 + 128 (exact)
-            wa = (wa.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
-        else:
-            wa = wa.to(tl.float32)
+        wa = _int8_to_f32(wa, CVT_ASM) if W_INT8 else wa.to(tl.float32)
         acc_a += wa * x[None, :]
         if PAIRED:
-            if W_INT8:
-                wb = (wb.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
-            else:
-                wb = wb.to(tl.float32)
+            wb = _int8_to_f32(wb, CVT_ASM) if W_INT8 else wb.to(tl.float32)
             acc_b += wb * x[None, :]
         x_ptrs += BLOCK_K
         wa_ptrs += BLOCK_K
@@ -283,7 +278,8 @@ def _launch_gemv(x, w, scales, y, p, *, gain=None, eps=0.0, residual=None, epilo
         p if epilogue == "gated" else 0, q_rows, kv_rows,
         NORM=gain is not None, W_INT8=w.dtype == torch.int8, HAS_SCALE=scales is not None,
         EPILOGUE=epilogue, HALF=half, EVEN_K=k % cfg["BLOCK_K"] == 0, PREFETCH=bool(cfg.get("PREFETCH", False)),
-        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 2)),
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CVT_ASM=_int8_cvt_asm() if w.dtype == torch.int8 else "",
+        num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 2)),
     )
     return y
 

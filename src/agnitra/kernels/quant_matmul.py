@@ -147,6 +147,34 @@ def _store_gemv_vector(out, cols, valid, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_
         tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
 
 
+# int8 -> fp32, four codes a 32-bit register (inline PTX for `tl.inline_asm_elementwise`, pack=4): the
+# sign bits flipped (w + 128, unsigned), each byte moved under the exponent of 2^23 by one prmt
+# (the float 2^23 + w + 128, exact), one subtract: nine instructions per four codes, against
+# three per code for sign extension, integer add and float subtract.
+INT8_TO_F32_ASM = """
+{
+.reg .b32 t;
+xor.b32 t, $4, 0x80808080;
+prmt.b32 $0, t, 0x4B000000, 0x7540;
+prmt.b32 $1, t, 0x4B000000, 0x7541;
+prmt.b32 $2, t, 0x4B000000, 0x7542;
+prmt.b32 $3, t, 0x4B000000, 0x7543;
+sub.f32 $0, $0, 0f4B000080;
+sub.f32 $1, $1, 0f4B000080;
+sub.f32 $2, $2, 0f4B000080;
+sub.f32 $3, $3, 0f4B000080;
+}
+"""
+
+
+def _int8_to_f32(w, CVT_ASM: tl.constexpr):
+    """int8 tile -> fp32 without a conversion instruction (exact): by `INT8_TO_F32_ASM` (prmt, four
+    codes a register), or, with CVT_ASM "" (the interpreter), the bits of 2^23 + 128 + w minus 2^23 + 128."""
+    if CVT_ASM == "":
+        return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+    return tl.inline_asm_elementwise(CVT_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4)
+
+
 def _int8_gemv_kernel(
     x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
     w_ptr,  # [N, K] int8 weight, one row per output channel
@@ -166,7 +194,7 @@ def _int8_gemv_kernel(
     BLOCK_K: tl.constexpr,  # input features per loop step
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
-    CVT_ASM: tl.constexpr = "",  # INT8_TO_F32_ASM, or "" (the integer-add trick: the interpreter, or asked for)
+    CVT_ASM: tl.constexpr = "",  # INT8_TO_F32_ASM, or "" (the integer-add trick: the interpreter)
 ):
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
@@ -187,12 +215,7 @@ def _int8_gemv_kernel(
             k_mask = offs_k < K - k0
             x = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=k_mask[None, :], other=0)
-        # int8 -> fp32 without a conversion instruction: the bits of 2^23 + 128 + w, minus 2^23 + 128
-        # (exact for |w| <= 128; integer add + float subtract instead of the slower I2F)
-        if CVT_ASM == "":
-            w = (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0  # [BN, BK]
-        else:
-            w = tl.inline_asm_elementwise(CVT_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4)
+        w = _int8_to_f32(w, CVT_ASM)  # [BN, BK]
         if BLOCK_M == 1:
             acc_nk += w * x.to(tl.float32)  # [BN, BK] * [1, BK]
         else:
@@ -534,26 +557,6 @@ INT4_ASM_BF16 = (
 INT4_ASM_FP16 = (
     _INT4_TO_16BIT_ASM.replace("MAGIC", "0x64006400").replace("ONE", "0x3C003C00").replace("BIAS", "0xE408E408").replace("TYPE", "f16x2")
 )  # 1024 + q - 1032
-
-
-# int8 -> fp32, four codes a 32-bit register (inline PTX for `tl.inline_asm_elementwise`, pack=4): the
-# sign bits flipped (w + 128, unsigned), each byte moved under the exponent of 2^23 by one prmt
-# (the float 2^23 + w + 128, exact), one subtract: nine instructions per four codes, against
-# three per code for sign extension, integer add and float subtract.
-INT8_TO_F32_ASM = """
-{
-.reg .b32 t;
-xor.b32 t, $4, 0x80808080;
-prmt.b32 $0, t, 0x4B000000, 0x7540;
-prmt.b32 $1, t, 0x4B000000, 0x7541;
-prmt.b32 $2, t, 0x4B000000, 0x7542;
-prmt.b32 $3, t, 0x4B000000, 0x7543;
-sub.f32 $0, $0, 0f4B000080;
-sub.f32 $1, $1, 0f4B000080;
-sub.f32 $2, $2, 0f4B000080;
-sub.f32 $3, $3, 0f4B000080;
-}
-"""
 
 
 def _int4_gemv_mma_kernel(
@@ -939,7 +942,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1118,7 +1121,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            CVT_ASM=_int8_cvt_asm(cfg), **_launch_options(cfg),
+            CVT_ASM=_int8_cvt_asm(), **_launch_options(cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
@@ -1309,11 +1312,13 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
     )
 
 
-def _int8_cvt_asm(cfg: dict[str, Any]) -> str:
-    """The int8 GEMV's int8 -> fp32 conversion: the prmt PTX when config PRMT is true (not under the interpreter)."""
+def _int8_cvt_asm() -> str:
+    """The int8 GEMV's int8 -> fp32 conversion: the prmt PTX (0.3-2.5% faster than the integer-add
+    trick at all nine llama shapes on the H100, gemv-explore-int8-prmt-*.json), "" (that trick)
+    under the interpreter, where PTX cannot run."""
     from agnitra.kernels.spec import interpreting
 
-    return INT8_TO_F32_ASM if cfg.get("PRMT") and not interpreting() else ""
+    return "" if interpreting() else INT8_TO_F32_ASM
 
 
 def _int4_asm(x: torch.Tensor) -> str:
