@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.kernels._triton import tl
-from agnitra.kernels.quant_matmul import _cdiv, _check_device, _int8_cvt_asm, _int8_to_f32, _jit, quantize_int8_per_channel
+from agnitra.kernels.quant_matmul import _cdiv, _check_device, _int8_to_f32, _jit, quantize_int8_per_channel
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 
 EPILOGUES = ("none", "residual", "gated", "rope")
@@ -77,7 +77,8 @@ def _decode_gemv_kernel(
     PREFETCH: tl.constexpr,  # load step k+1's weight tiles before computing step k (bytes in flight)
     BLOCK_N: tl.constexpr,  # outputs (pairs) per program
     BLOCK_K: tl.constexpr,  # input features per loop step
-    CVT_ASM: tl.constexpr = "",  # int8 -> fp32 by `INT8_TO_F32_ASM` (prmt), or "" (the integer-add trick: the interpreter)
+    CVT_ASM: tl.constexpr = "",  # int8 -> fp32: "" (the integer-add trick); the prmt PTX made llama-1b's int8 decode 17% slower
+    # on the H100 (0.956 against 0.815 ms a token, ab-decode-layer-int8-conversion-*.json), unlike the plain GEMV's
 ):
     PAIRED: tl.constexpr = EPILOGUE == "gated" or EPILOGUE == "rope"
     pid_n = tl.program_id(axis=0)
@@ -278,8 +279,7 @@ def _launch_gemv(x, w, scales, y, p, *, gain=None, eps=0.0, residual=None, epilo
         p if epilogue == "gated" else 0, q_rows, kv_rows,
         NORM=gain is not None, W_INT8=w.dtype == torch.int8, HAS_SCALE=scales is not None,
         EPILOGUE=epilogue, HALF=half, EVEN_K=k % cfg["BLOCK_K"] == 0, PREFETCH=bool(cfg.get("PREFETCH", False)),
-        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CVT_ASM=_int8_cvt_asm() if w.dtype == torch.int8 else "",
-        num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 2)),
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 2)),
     )
     return y
 
