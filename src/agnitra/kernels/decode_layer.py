@@ -77,8 +77,6 @@ def _decode_gemv_kernel(
     PREFETCH: tl.constexpr,  # load step k+1's weight tiles before computing step k (bytes in flight)
     BLOCK_N: tl.constexpr,  # outputs (pairs) per program
     BLOCK_K: tl.constexpr,  # input features per loop step
-    CVT_ASM: tl.constexpr = "",  # int8 -> fp32: "" (the integer-add trick); the prmt PTX made llama-1b's int8 decode 17% slower
-    # on the H100 (0.956 against 0.815 ms a token, ab-decode-layer-int8-conversion-*.json), unlike the plain GEMV's
 ):
     PAIRED: tl.constexpr = EPILOGUE == "gated" or EPILOGUE == "rope"
     pid_n = tl.program_id(axis=0)
@@ -136,10 +134,12 @@ def _decode_gemv_kernel(
         if NORM:
             sq += x * x
             x = x * g
-        wa = _int8_to_f32(wa, CVT_ASM) if W_INT8 else wa.to(tl.float32)
+        # int8 by the integer-add trick, not the plain GEMV's prmt PTX: with it llama-1b's int8 decode took
+        # 0.956 against 0.815 ms a token on the H100 (ab-decode-layer-int8-conversion-*.json)
+        wa = _int8_to_f32(wa, "") if W_INT8 else wa.to(tl.float32)
         acc_a += wa * x[None, :]
         if PAIRED:
-            wb = _int8_to_f32(wb, CVT_ASM) if W_INT8 else wb.to(tl.float32)
+            wb = _int8_to_f32(wb, "") if W_INT8 else wb.to(tl.float32)
             acc_b += wb * x[None, :]
         x_ptrs += BLOCK_K
         wa_ptrs += BLOCK_K
