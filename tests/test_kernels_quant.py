@@ -155,6 +155,18 @@ def test_int8_conversion_matches_reference(dtype):
     assert qm._int8_cvt_asm() == ("" if interpreting() else qm.INT8_TO_F32_ASM)
 
 
+@pytest.mark.parametrize("m,split_k,stages", [(1, 1, 1), (3, 2, 3), (1, 4, 1)])
+def test_int8_gemv_static_matches_reference(m, split_k, stages):
+    """STATIC (shape and strides compiled in, rows past the end clamped): a partial last block of
+    rows and of K (N = 100, K = 160 over 64), batch 1 and 3, split-K, streamed or not; the same
+    sums as the runtime-shape kernel."""
+    (x, w, s, b), ref = _int8_case((m, 100, 160), torch.bfloat16)
+    cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "STAGES": stages}
+    y = qm.int8_weight_only_matmul(x, w, s, b, config={**cfg, "STATIC": True}, out=_poisoned(m, 100, torch.bfloat16))
+    _check(y, ref, torch.bfloat16)
+    assert torch.equal(y, qm.int8_weight_only_matmul(x, w, s, b, config=cfg)), "the same sums in the same order"
+
+
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
 def test_split_k_writes_every_partial(fmt, monkeypatch):
     """SPLIT_K > 1: the fp32 partials buffer is poisoned too (torch.empty filled with NaN)."""
