@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|static8|e2e8|e2e4|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|static8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -208,12 +208,6 @@ ncu_gemv() {
     static8)  # the int8 GEMV with its shape compiled in (STATIC) beside the runtime-shape kernel, whole space, llama-1b shapes (static8 8b: llama-8b)
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider --timeout 90 tests/test_kernels_quant.py -k "int8_gemv_static" 2>&1 | tail -3
       timeout 480 python3 benchmarks/explore_gemv.py --shapes "${2:-1b}" --only int8 --int8-vary STATIC=0,1 --runs 20 --out-file "$OUT/gemv-explore-int8-static-${2:-1b}.json" 2>&1 | grep -v "^  "
-      ;;
-    e2e4)  # llama-1b decode end to end: bf16 compile vs int4 through Agnitra's kernels (the tensor-core GEMV by default) under compile + CUDA graphs
-      ro="compile(mode=reduce-overhead)"
-      timeout 400 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
-        --recipe "$ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4.json"
-      tail -c 1500 "$OUT/bench-llama-1b-int4.json"
       ;;
     e2e4peers)  # llama-1b decode end to end under compile + CUDA graphs: bf16, int4 through tinygemm (torch's int4 kernel, the peer), int4 and int8 through Agnitra's kernels
       ro="compile(mode=reduce-overhead)"

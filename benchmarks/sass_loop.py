@@ -1,8 +1,9 @@
-"""The instruction mix of a batch-1 int4 GEMV kernel's main loop, compiled for sm_90 (no GPU needed).
+"""The instruction mix of a batch-1 GEMV kernel's main loop (int4 rows, words, tc; int8), compiled for sm_90 (no GPU needed).
 
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel rows --block-n 256 --block-k 128 --warps 4
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel words --block-n 64 --block-k 128 --warps 4 --json out.json
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel tc --block-n 128 --warps 4 --asm-layout
+    PYTHONPATH=src python benchmarks/sass_loop.py --kernel int8 --block-n 8 --block-k 2048 --warps 8 --k 2048 [--static] [--no-prmt]
 
 Compiles the kernel for CUDA arch 90 with the installed Triton (`triton.compile` on an ASTSource,
 pointer arguments declared 16-byte aligned, unit strides constant, as the launcher specialises
@@ -112,10 +113,25 @@ def _tc_call(args) -> tuple:
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
+def _int8_call(args) -> tuple:
+    """The int8 GEMV at batch 1 (`_int8_gemv_kernel`; with --static `_int8_gemv_static_kernel`, N x K compiled in)."""
+    act = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[args.dtype]
+    types = {"x_ptr": act, "w_ptr": "*i8", "s_ptr": act, "b_ptr": act, "y_ptr": act, "p_ptr": "*fp32", "c_ptr": "*i32"}
+    consts = {"M": 1, "stride_xk": 1, "stride_wk": 1, "stride_yn": 1, "HAS_BIAS": False, "EVEN_K": args.k % args.block_k == 0, "BLOCK_M": 1,
+              "BLOCK_N": args.block_n, "BLOCK_K": args.block_k, "SPLIT_K": args.split_k, "STAGES": args.stages,
+              "CVT_ASM": "" if args.no_prmt else qm.INT8_TO_F32_ASM}
+    shape = {"N": args.n, "K": args.k, "stride_xm": args.k, "stride_wn": args.k, "stride_ym": args.n}
+    if args.static:
+        return qm._int8_gemv_static_kernel, types, {**consts, **shape}, args.block_n * args.block_k // (32 * args.warps)
+    return qm._int8_gemv_kernel, {**types, **{name: "i32" for name in shape}}, consts, args.block_n * args.block_k // (32 * args.warps)
+
+
 def _kernel_call(args) -> tuple:
     """(kernel, argument types, constexprs, codes per thread per loop step)."""
     if args.kernel == "tc":
         return _tc_call(args)
+    if args.kernel == "int8":
+        return _int8_call(args)
     block_w = args.block_k // 8
     act = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[args.dtype]
     common = {"x_ptr": act, "w_ptr": "*i32", "s_ptr": act, "z_ptr": act, "b_ptr": act, "y_ptr": act, "p_ptr": "*fp32", "c_ptr": "*i32",
@@ -131,13 +147,16 @@ def _kernel_call(args) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", choices=("rows", "words", "tc"), default="rows")
+    parser.add_argument("--kernel", choices=("rows", "words", "tc", "int8"), default="rows")
     parser.add_argument("--block-n", type=int, default=256)
     parser.add_argument("--block-k", type=int, default=128)
     parser.add_argument("--warps", type=int, default=4)
     parser.add_argument("--split-k", type=int, default=1)
     parser.add_argument("--group", type=int, default=128)
     parser.add_argument("--k", type=int, default=4096, help="K (the row kernel compiles its row stride in)")
+    parser.add_argument("--n", type=int, default=32000, help="int8 --static: N (compiled in)")
+    parser.add_argument("--static", action="store_true", help="int8: the kernel with N, K and the strides compiled in")
+    parser.add_argument("--no-prmt", action="store_true", help="int8: int8 -> fp32 by the integer-add trick instead of the prmt PTX")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
     parser.add_argument("--prefetch", type=int, default=0, help="1: load the next step's words before this step's arithmetic; 2: its x, scales and zeros too")
@@ -147,7 +166,7 @@ def main() -> int:
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
-    divisible = ("K", "stride_xm") if args.kernel == "tc" else ()
+    divisible = {"tc": ("K", "stride_xm"), "int8": () if args.static else ("N", "K", "stride_xm", "stride_wn", "stride_ym")}.get(args.kernel, ())
     if args.asm_layout:
         for layout in asm_layouts(compile_kernel(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible).asm["ttgir"]):
             print("asm layout:", layout)
@@ -157,12 +176,13 @@ def main() -> int:
     total = sum(mix.values())
     import triton
 
-    result = {"kernel": args.kernel, "config": vars(args), "triton": triton.__version__, "loop_instructions": total,
+    kernel_total = len([line for line in sass.splitlines() if _ADDRESS.search(line)])
+    result = {"kernel": args.kernel, "config": vars(args), "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
               "codes_per_thread_step": codes, "registers": registers, "per_code": round(total / codes, 3) if codes else None,
               "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
     print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} vec={args.vec}"
           f" prefetch={args.prefetch} stages={args.stages} maxnreg={args.maxnreg} {args.dtype}: {registers} registers,"
-          f" {total} instructions a step, {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
+          f" {total} instructions a step ({kernel_total} in the kernel), {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
           f" {mix.most_common(8)}")
     if args.json:
         with open(args.json, "a") as out:

@@ -152,7 +152,7 @@ def test_int8_conversion_matches_reference(dtype):
     for block_k, stages, split_k in ((32, 1, 1), (64, 3, 1), (64, 1, 2)):
         cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": block_k, "SPLIT_K": split_k, "STAGES": stages}
         _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(2, 96, dtype)), ref, dtype)
-    assert qm._int8_cvt_asm() == ("" if interpreting() else qm.INT8_TO_F32_ASM)
+    assert qm._ptx(qm.INT8_TO_F32_ASM) == ("" if interpreting() else qm.INT8_TO_F32_ASM)
 
 
 @pytest.mark.parametrize("m,split_k,stages", [(1, 1, 1), (3, 2, 3), (1, 4, 1)])

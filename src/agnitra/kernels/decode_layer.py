@@ -135,9 +135,8 @@ def _decode_gemv_kernel(
             sq += x * x
             x = x * g
         # int8 by the integer-add trick, not the plain GEMV's prmt PTX: with it llama-1b's int8 decode took
-        # 0.956 against 0.815 ms a token on the H100 (ab-decode-layer-int8-conversion-*.json). The sm_90 code
-        # (Triton 3.6) shows why: these tiles' bytes arrive one a register, and packing them four a register
-        # for the asm costs more prmts than the asm saves (+26-33% instructions a step at the gated shapes)
+        # 0.956 against 0.815 ms a token on the H100 (ab-decode-layer-int8-conversion-*.json); in the sm_90 code
+        # these tiles' bytes arrive one a register and are re-packed four a register for the asm
         wa = _int8_to_f32(wa, "") if W_INT8 else wa.to(tl.float32)
         acc_a += wa * x[None, :]
         if PAIRED:

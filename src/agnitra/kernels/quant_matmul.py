@@ -150,7 +150,8 @@ def _store_gemv_vector(out, cols, valid, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_
 # int8 -> fp32, four codes a 32-bit register (inline PTX for `tl.inline_asm_elementwise`, pack=4): the
 # sign bits flipped (w + 128, unsigned), each byte moved under the exponent of 2^23 by one prmt
 # (the float 2^23 + w + 128, exact), one subtract: nine instructions per four codes, against
-# three per code for sign extension, integer add and float subtract.
+# three per code for sign extension, integer add and float subtract: the int8 GEMV 0.3-2.5% faster at
+# all nine llama shapes on the H100 (gemv-explore-int8-prmt-*.json).
 INT8_TO_F32_ASM = """
 {
 .reg .b32 t;
@@ -739,17 +740,13 @@ def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, K, GROUP_SIZE: tl.constexpr, MASKED: t
     are read once, evicted first; x, scales and zeros, read again by other programs, last (0.2-8 us
     less on the H100)."""
     chunk = k // 64  # times 128 / 32, not k * 2 or k // 2: multiples the compiler can see (16-byte loads)
+    ok = None
     if MASKED:
         ok = tl.full((1, 1, 1, 1), 0, tl.int32) + k < K
-        words = tl.load(w_ptrs + chunk * 128, mask=ok, eviction_policy="evict_first")
-        b0 = tl.load(x_ptrs + chunk * 32, mask=ok, eviction_policy="evict_last")
-        b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=ok, eviction_policy="evict_last")
-        sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, mask=ok, eviction_policy="evict_last")
-    else:
-        words = tl.load(w_ptrs + chunk * 128, eviction_policy="evict_first")
-        b0 = tl.load(x_ptrs + chunk * 32, eviction_policy="evict_last")
-        b1 = tl.load(x_ptrs + (chunk * 32 + 4), eviction_policy="evict_last")
-        sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, eviction_policy="evict_last")
+    words = tl.load(w_ptrs + chunk * 128, mask=ok, eviction_policy="evict_first")
+    b0 = tl.load(x_ptrs + chunk * 32, mask=ok, eviction_policy="evict_last")
+    b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=ok, eviction_policy="evict_last")
+    sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, mask=ok, eviction_policy="evict_last")
     return words, b0, b1, sz
 
 
@@ -1150,7 +1147,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            CVT_ASM=_int8_cvt_asm(), **_launch_options(cfg),
+            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
@@ -1314,8 +1311,6 @@ def int4_tc_operands(w_packed: torch.Tensor, scales: torch.Tensor, zeros: torch.
 def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands=None) -> None:
     """The tensor-core GEMV (`_int4_gemv_tc_kernel`): 16-bit activations, M <= 8, K and G multiples of 64;
     `operands` from `int4_tc_operands` (made lazily, cached on the tensors, when not given)."""
-    from agnitra.kernels.spec import interpreting
-
     m, k = x.shape
     n = w_packed.shape[0]
     tiles, warps, chunks = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4), cfg["BLOCK_K"] // 64
@@ -1332,7 +1327,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
     grid = (_cdiv(_cdiv(n, 16), tiles), split_k)
     partials, counters = _split_k_buffers(split_k, m, n, grid[0], y)
     bf16 = x.dtype == torch.bfloat16
-    asm, xsum = ("", "") if interpreting() else ((INT4_TC_BF16, INT4_TC_XSUM_BF16) if bf16 else (INT4_TC_FP16, INT4_TC_XSUM_FP16))
+    asm, xsum = (_ptx(INT4_TC_BF16), _ptx(INT4_TC_XSUM_BF16)) if bf16 else (_ptx(INT4_TC_FP16), _ptx(INT4_TC_XSUM_FP16))
     _jit(_int4_gemv_tc_kernel)[grid](
         pairs, *(operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype))), bias if bias is not None else scales, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
@@ -1341,22 +1336,12 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
     )
 
 
-def _int8_cvt_asm() -> str:
-    """The int8 GEMV's int8 -> fp32 conversion: the prmt PTX (0.3-2.5% faster than the integer-add
-    trick at all nine llama shapes on the H100, gemv-explore-int8-prmt-*.json), "" (that trick)
-    under the interpreter, where PTX cannot run."""
+def _ptx(asm: str) -> str:
+    """Inline PTX for a kernel, or "" under the interpreter, which cannot run PTX (the kernels then
+    take their arithmetic path)."""
     from agnitra.kernels.spec import interpreting
 
-    return "" if interpreting() else INT8_TO_F32_ASM
-
-
-def _int4_asm(x: torch.Tensor) -> str:
-    """The packed int4 -> 16-bit conversion for x's dtype; "" (arithmetic) under the interpreter."""
-    from agnitra.kernels.spec import interpreting
-
-    if interpreting():
-        return ""
-    return INT4_ASM_BF16 if x.dtype == torch.bfloat16 else INT4_ASM_FP16
+    return "" if interpreting() else asm
 
 
 def _check_int4_inputs(x, w_packed, scales, zeros, group_size) -> tuple[int, int, int]:
@@ -1425,7 +1410,7 @@ def int4_weight_only_matmul(
         split_k, n_blocks = cfg["SPLIT_K"], _cdiv(n, cfg["BLOCK_N"])
         if kernel == "mma":
             _check_int4_mma(cfg, x, m)
-            fn, grid, extra = _int4_gemv_mma_kernel, (n_blocks, split_k), {"ASM_DEQUANT": _int4_asm(x)}
+            fn, grid, extra = _int4_gemv_mma_kernel, (n_blocks, split_k), {"ASM_DEQUANT": _ptx(INT4_ASM_BF16 if x.dtype == torch.bfloat16 else INT4_ASM_FP16)}
         else:
             block_m = _block_m(m)
             fn, grid, extra = _int4_gemv_kernel, (n_blocks, split_k, _cdiv(m, block_m)), {"BLOCK_M": block_m}
