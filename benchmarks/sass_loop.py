@@ -76,8 +76,8 @@ def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int, max
     return sass, int(registers.group(1)) if registers else -1
 
 
-def loop_mix(sass: str) -> collections.Counter:
-    """Opcode counts of the longest loop: from a label to the farthest branch back to it."""
+def loop_body(sass: str) -> list[str]:
+    """The opcodes of the longest loop, in order: from a label to the farthest branch back to it."""
     lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
     address = {i: int(_ADDRESS.search(line).group(1), 16) for i, line in enumerate(lines)}
     best = None
@@ -93,10 +93,23 @@ def loop_mix(sass: str) -> collections.Counter:
         if start < end and (best is None or end - start > best[1] - best[0]):
             best = (start, end)
     if best is None:
-        return collections.Counter()
-    body = [line for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
+        return []
     opcode = lambda line: re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split()[0].split(".")[0]
-    return collections.Counter(opcode(line) for line in body)
+    return [opcode(line) for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
+
+
+def loop_mix(sass: str) -> collections.Counter:
+    """Opcode counts of the longest loop."""
+    return collections.Counter(loop_body(sass))
+
+
+def load_placement(body: list[str]) -> dict:
+    """Where the loop's global loads sit against its arithmetic (HMMA, else FFMA): a prefetch works
+    only if the next step's loads are issued before this step's arithmetic, not sunk below it."""
+    loads = [i for i, op in enumerate(body) if op in ("LDG", "LDGSTS")]
+    math = [i for i, op in enumerate(body) if op == "HMMA"] or [i for i, op in enumerate(body) if op == "FFMA"]
+    return {"loads": [loads[0], loads[-1]] if loads else None, "math": [math[0], math[-1]] if math else None,
+            "loads_ahead_of_math": bool(loads and math and loads[-1] < math[0])}
 
 
 def _tc_call(args) -> tuple:
@@ -172,18 +185,19 @@ def main() -> int:
             print("asm layout:", layout)
         return 0
     sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible)
-    mix = loop_mix(sass)
-    total = sum(mix.values())
+    body = loop_body(sass)
+    mix = collections.Counter(body)
+    total = len(body)
     import triton
 
     kernel_total = len([line for line in sass.splitlines() if _ADDRESS.search(line)])
     result = {"kernel": args.kernel, "config": vars(args), "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
-              "codes_per_thread_step": codes, "registers": registers, "per_code": round(total / codes, 3) if codes else None,
+              "codes_per_thread_step": codes, "registers": registers, "placement": load_placement(body), "per_code": round(total / codes, 3) if codes else None,
               "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
     print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} vec={args.vec}"
           f" prefetch={args.prefetch} stages={args.stages} maxnreg={args.maxnreg} {args.dtype}: {registers} registers,"
           f" {total} instructions a step ({kernel_total} in the kernel), {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
-          f" {mix.most_common(8)}")
+          f" loads {result['placement']['loads']} math {result['placement']['math']}; {mix.most_common(8)}")
     if args.json:
         with open(args.json, "a") as out:
             out.write(json.dumps(result) + "\n")

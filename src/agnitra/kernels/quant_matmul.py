@@ -1611,7 +1611,8 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     next step's reads prefetched, split along K as for the other GEMVs. Steps of 128 features also
     come with ptxas's register cap raised to 128: uncapped, ptxas sinks the prefetching loads below
     the MMAs to save registers (sm_90 code from Triton 3.6); capped, they stay ahead at ~100
-    registers (on the H100: 4096x4096 in 7.5 against 8.0 us, gemv-explore-tc-maxnreg-*.json)."""
+    registers (sass-loop-tc-maxnreg-*.jsonl; on the H100: 4096x4096 in 7.5 against 8.0 us,
+    gemv-explore-tc-maxnreg-*.json)."""
     out = []
     if m > 8 or k % 64 or group % 64:
         return out
