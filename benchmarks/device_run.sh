@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|static8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -205,9 +205,8 @@ ncu_gemv() {
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-int8.json"
       tail -c 300 "$OUT/bench-llama-1b-int8.json"
       ;;
-    static8)  # the int8 GEMV with its shape compiled in (STATIC) beside the runtime-shape kernel, whole space, llama-1b shapes (static8 8b: llama-8b)
-      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider --timeout 90 tests/test_kernels_quant.py -k "int8_gemv_static" 2>&1 | tail -3
-      timeout 480 python3 benchmarks/explore_gemv.py --shapes "${2:-1b}" --only int8 --int8-vary STATIC=0,1 --runs 20 --out-file "$OUT/gemv-explore-int8-static-${2:-1b}.json" 2>&1 | grep -v "^  "
+    inductor8)  # Inductor's own int8 GEMV at the llama-1b shapes where it leads ours: its Triton source and chosen config
+      timeout 300 python3 benchmarks/inductor_source.py --shapes 32000x2048,256x2048 --out-dir "$OUT" 2>&1 | tail -120
       ;;
     e2e4peers)  # llama-1b decode end to end under compile + CUDA graphs: bf16, int4 through tinygemm (torch's int4 kernel, the peer), int4 and int8 through Agnitra's kernels
       ro="compile(mode=reduce-overhead)"
@@ -238,4 +237,4 @@ ncu_gemv() {
       timeout 110 python3 -m agnitra.cli inspect zoo:llama-1b --device cuda --out "$OUT/inspect"
       ;;
   esac
-} 2>&1 | tee "$OUT/log-$1${2:+-$2}.txt"
+} 2>&1 | tee "$OUT/log-$1$(echo "${2:+-$2}" | tr , _).txt"

@@ -3,7 +3,7 @@
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel rows --block-n 256 --block-k 128 --warps 4
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel words --block-n 64 --block-k 128 --warps 4 --json out.json
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel tc --block-n 128 --warps 4 --asm-layout
-    PYTHONPATH=src python benchmarks/sass_loop.py --kernel int8 --block-n 8 --block-k 2048 --warps 8 --k 2048 [--static] [--no-prmt]
+    PYTHONPATH=src python benchmarks/sass_loop.py --kernel int8 --block-n 8 --block-k 2048 --warps 8 --k 2048 [--no-prmt]
 
 Compiles the kernel for CUDA arch 90 with the installed Triton (`triton.compile` on an ASTSource,
 pointer arguments declared 16-byte aligned, unit strides constant, as the launcher specialises
@@ -127,16 +127,14 @@ def _tc_call(args) -> tuple:
 
 
 def _int8_call(args) -> tuple:
-    """The int8 GEMV at batch 1 (`_int8_gemv_kernel`; with --static `_int8_gemv_static_kernel`, N x K compiled in)."""
+    """The int8 GEMV at batch 1 (`_int8_gemv_kernel`, N x K and the strides compiled in)."""
     act = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[args.dtype]
     types = {"x_ptr": act, "w_ptr": "*i8", "s_ptr": act, "b_ptr": act, "y_ptr": act, "p_ptr": "*fp32", "c_ptr": "*i32"}
     consts = {"M": 1, "stride_xk": 1, "stride_wk": 1, "stride_yn": 1, "HAS_BIAS": False, "EVEN_K": args.k % args.block_k == 0, "BLOCK_M": 1,
               "BLOCK_N": args.block_n, "BLOCK_K": args.block_k, "SPLIT_K": args.split_k, "STAGES": args.stages,
               "CVT_ASM": "" if args.no_prmt else qm.INT8_TO_F32_ASM}
     shape = {"N": args.n, "K": args.k, "stride_xm": args.k, "stride_wn": args.k, "stride_ym": args.n}
-    if args.static:
-        return qm._int8_gemv_static_kernel, types, {**consts, **shape}, args.block_n * args.block_k // (32 * args.warps)
-    return qm._int8_gemv_kernel, {**types, **{name: "i32" for name in shape}}, consts, args.block_n * args.block_k // (32 * args.warps)
+    return qm._int8_gemv_kernel, types, {**consts, **shape}, args.block_n * args.block_k // (32 * args.warps)
 
 
 def _kernel_call(args) -> tuple:
@@ -167,8 +165,7 @@ def main() -> int:
     parser.add_argument("--split-k", type=int, default=1)
     parser.add_argument("--group", type=int, default=128)
     parser.add_argument("--k", type=int, default=4096, help="K (the row kernel compiles its row stride in)")
-    parser.add_argument("--n", type=int, default=32000, help="int8 --static: N (compiled in)")
-    parser.add_argument("--static", action="store_true", help="int8: the kernel with N, K and the strides compiled in")
+    parser.add_argument("--n", type=int, default=32000, help="int8: N (compiled in)")
     parser.add_argument("--no-prmt", action="store_true", help="int8: int8 -> fp32 by the integer-add trick instead of the prmt PTX")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
@@ -179,7 +176,7 @@ def main() -> int:
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
-    divisible = {"tc": ("K", "stride_xm"), "int8": () if args.static else ("N", "K", "stride_xm", "stride_wn", "stride_ym")}.get(args.kernel, ())
+    divisible = {"tc": ("K", "stride_xm"), "int8": ()}.get(args.kernel, ())
     if args.asm_layout:
         for layout in asm_layouts(compile_kernel(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible).asm["ttgir"]):
             print("asm layout:", layout)
