@@ -118,9 +118,9 @@ def _tc_call(args) -> tuple:
 
     half = {"bf16": "*bf16", "fp16": "*fp16"}[args.dtype]
     types = {"x_ptr": "*i32", "w_ptr": "*i32", "sz_ptr": "*i32", "b_ptr": half, "y_ptr": half, "p_ptr": "*fp32", "c_ptr": "*i32",
-             "M": "i32", "N": "i32", "K": "i32", "stride_xm": "i32", "stride_ym": "i32"}
+             "M": "i32", "stride_xm": "i32", "stride_ym": "i32"}
     bf16 = args.dtype == "bf16"
-    consts = {"stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, "ASM": qm.INT4_TC_BF16 if bf16 else qm.INT4_TC_FP16,
+    consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, "ASM": qm.INT4_TC_BF16 if bf16 else qm.INT4_TC_FP16,
               "XSUM_ASM": qm.INT4_TC_XSUM_BF16 if bf16 else qm.INT4_TC_XSUM_FP16, "HALF": tl.bfloat16 if bf16 else tl.float16,
               "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages}
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
@@ -151,6 +151,8 @@ def _kernel_call(args) -> tuple:
               "BLOCK_N": args.block_n, "BLOCK_W": block_w, "SPLIT_K": args.split_k}
     codes = args.block_n * args.block_k // (32 * args.warps)
     if args.kernel == "rows":
+        common = {key: value for key, value in common.items() if key not in ("K", "stride_sn", "stride_zn")}  # compiled in
+        consts = {**consts, "K": args.k, "stride_sn": args.k // args.group, "stride_zn": args.k // args.group}
         rows = {"STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32", "VEC": args.vec, "PREFETCH": args.prefetch, "STAGES": args.stages}
         return qm._int4_gemv_rows_kernel, common, {**consts, **rows}, codes
     return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch, "STAGES": args.stages}, codes
@@ -165,7 +167,7 @@ def main() -> int:
     parser.add_argument("--split-k", type=int, default=1)
     parser.add_argument("--group", type=int, default=128)
     parser.add_argument("--k", type=int, default=4096, help="K (the row kernel compiles its row stride in)")
-    parser.add_argument("--n", type=int, default=32000, help="int8: N (compiled in)")
+    parser.add_argument("--n", type=int, default=32000, help="int8, tc: N (compiled in)")
     parser.add_argument("--no-prmt", action="store_true", help="int8: int8 -> fp32 by the integer-add trick instead of the prmt PTX")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
@@ -176,7 +178,7 @@ def main() -> int:
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
-    divisible = {"tc": ("K", "stride_xm"), "int8": ()}.get(args.kernel, ())
+    divisible = {"tc": ("stride_xm",), "int8": ()}.get(args.kernel, ())
     if args.asm_layout:
         for layout in asm_layouts(compile_kernel(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible).asm["ttgir"]):
             print("asm layout:", layout)

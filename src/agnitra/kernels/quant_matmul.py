@@ -399,11 +399,12 @@ def _int4_gemv_rows_kernel(
     y_ptr,  # [1, N] output (x's dtype)
     p_ptr,  # [SPLIT_K, N] fp32 partials (SPLIT_K > 1)
     c_ptr,  # [cdiv(N, BLOCK_N)] int32 arrival counters, zero before and after a launch (SPLIT_K > 1)
-    N, K,  # problem size (K in features); N >= BLOCK_N
-    stride_xk,  # x stride (elements)
-    stride_sn, stride_sg,  # scales strides
-    stride_zn, stride_zg,  # zeros strides
-    stride_yn,  # y stride
+    N,  # output channels, N >= BLOCK_N (at run time: the 1.0f below is made from it)
+    K: tl.constexpr,  # features; K and the strides compiled in, as the int8 GEMV's shape (the loop bounds known, single steps peeled)
+    stride_xk: tl.constexpr,  # x stride (elements)
+    stride_sn: tl.constexpr, stride_sg: tl.constexpr,  # scales strides
+    stride_zn: tl.constexpr, stride_zg: tl.constexpr,  # zeros strides
+    stride_yn: tl.constexpr,  # y stride
     STRIDE_W: tl.constexpr,  # w row stride (words): a constant, so every row's load is one address plus an immediate
     GROUP_SIZE: tl.constexpr,  # G: a multiple of 8 * BLOCK_W (a group a step) or a divisor of it (8 * BLOCK_W / G groups a step)
     HAS_BIAS: tl.constexpr,  # add the bias
@@ -762,7 +763,8 @@ def _int4_gemv_tc_kernel(
     y_ptr,  # [M, N] output (x's dtype)
     p_ptr,  # [SPLIT_K, M, N] fp32 partials (SPLIT_K > 1)
     c_ptr,  # [cdiv(cdiv(N, 16), TILES)] int32 arrival counters, zero between launches (SPLIT_K > 1)
-    M, N, K,  # problem size (K in features); M <= 8
+    M,  # batch rows, M <= 8
+    N: tl.constexpr, K: tl.constexpr,  # output channels, features: compiled in, as the int8 GEMV's shape
     stride_xm,  # x row stride (pairs)
     stride_ym, stride_yn,  # y strides
     GROUP_SIZE: tl.constexpr,  # G, a multiple of 64
@@ -1765,8 +1767,8 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v8" since the tensor-core kernel joined the space (with splits of one step)."""
-    return _bucket(shape) + "_v9"
+    """int4 GEMV: "v10" since the row and tensor-core kernels compile K in (and N, the latter)."""
+    return _bucket(shape) + "_v10"
 
 
 def _with_path(fn, path: str):
