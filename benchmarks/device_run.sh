@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -204,6 +204,9 @@ ncu_gemv() {
       timeout 400 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-int8.json"
       tail -c 300 "$OUT/bench-llama-1b-int8.json"
+      ;;
+    rowsshort)  # the int4 row kernel at llama-1b's short problems (2048x2048: 4.3 us, twice int8's): whole-row and split steps, 1-4 warps, wider than its space
+      timeout 500 python3 benchmarks/explore_gemv.py --shapes 2048x2048,256x2048,5632x2048,2048x5632 --only int4 --int4-configs benchmarks/int4-rows-short.json --runs 20 --out-file "$OUT/gemv-explore-rows-short.json" 2>&1 | grep -v "^  "
       ;;
     inductor8)  # Inductor's own int8 GEMV at the llama-1b shapes where it leads ours: its Triton source and chosen config
       timeout 300 python3 benchmarks/inductor_source.py --shapes 32000x2048,256x2048 --out-dir "$OUT" 2>&1 | tail -120
