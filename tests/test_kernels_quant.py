@@ -257,6 +257,16 @@ def test_int4_row_kernel_with_several_groups_a_step(dtype, split_k, vec, prefetc
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
+@pytest.mark.parametrize("kernel", ["rows", "words", "tc"])
+def test_int4_gemv_refuses_more_splits_than_steps(kernel):
+    """A split with no step would prefetch past the end of x and the weight (on the H100: an illegal
+    address at 5632x2048, SPLIT_K 2 over one step of 2048): the launcher refuses it, naming the fix."""
+    (x, w, s, z, g, b), _ = _int4_case((1, 32, 256, 128), torch.float16)
+    cfg = {"path": "gemv", "KERNEL": kernel, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 1, "VEC": 2, "PREFETCH": 1}
+    with pytest.raises(ValueError, match=r"SPLIT_K=4 is more than the 2 step\(s\) .* use SPLIT_K <= 2"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+
+
 @pytest.mark.parametrize("n,k", [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096), (2048, 2048), (256, 2048), (5632, 2048), (2048, 5632), (32000, 2048)])
 def test_int4_batch1_default_is_a_tried_config(n, k):
     """At llama decode shapes the default is a config of the tuning space (so the tuner measures
@@ -286,7 +296,7 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
     program repeats a tile and stores nothing twice), batch 1 to 8, groups of 64 and 128, steps
     of one and two 64-feature chunks, the next step's reads prefetched or streamed through shared
     memory (STAGES 3: a compiled-kernel matter, exercised on the GPU), split-K."""
-    for shape, block_n, block_k in (((m, 40, 256, 64), 16 * warps, 64), ((m, 17, 512, 128), 32 * warps, 128), ((m, 100, 128, 64), 64, 64)):
+    for shape, block_n, block_k in (((m, 40, 256, 64), 16 * warps, 64), ((m, 17, 512, 128), 32 * warps, 128), ((m, 100, 256, 64), 64, 64)):  # splits <= steps
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": prefetch,
                "STAGES": stages}

@@ -1048,6 +1048,15 @@ def _positive_pow2(cfg: dict[str, Any], *keys: str) -> None:
             raise ValueError(f"config {key} must be a positive power of two, got {v!r}")
 
 
+def _check_split_k_steps(cfg: dict[str, Any], k: int, kernel: str) -> None:
+    """Every split has a step: the prefetching int4 GEMVs read a program's first step before their
+    loop, which a split with no step would read past the end of x and the weight."""
+    steps = _cdiv(k, cfg["BLOCK_K"])
+    if cfg["SPLIT_K"] > steps:
+        raise ValueError(f"int4 GEMV KERNEL='{kernel}': SPLIT_K={cfg['SPLIT_K']} is more than the {steps} step(s) of BLOCK_K={cfg['BLOCK_K']}"
+                         f" in K={k}; use SPLIT_K <= {steps} or a smaller BLOCK_K")
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -1378,6 +1387,8 @@ def int4_weight_only_matmul(
         if kernel not in ("rows", "words", "bytes", "mma", "tc"):
             raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes', 'mma' or 'tc', got {kernel!r}")
         _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k if kernel in ("rows", "tc") else None)
+        if kernel in ("rows", "words", "tc"):
+            _check_split_k_steps(cfg, k, kernel)
         if kernel in ("rows", "words"):
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
@@ -1536,8 +1547,9 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
 # the shapes that won on the H100 (gemv-explore-rows-groups-*.json, gemv-explore-rows-prefetch2-*.json):
 # llama-1b 256x2048 2.5 us (2 rows x the whole row a step) against 3.4 for 4 rows x 1024, 2048x5632 7.5
 # (PREFETCH 2) against 8.3 (1), 32000x2048 17.0 against 18.3; llama-8b 128256x4096 110.8 against
-# 115.9, 4096x14336 19.0 against 20.9 (split 4), 4096x4096 8.8 against 9.2 (split 4)
-_MULTI_GROUP_ROWS = ((2, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1024, 2, 4, False, 1), (8, 1024, 4, 4, False, 1),
+# 115.9, 4096x14336 19.0 against 20.9 (split 4), 4096x4096 8.8 against 9.2 (split 4); 2048x2048 4.0
+# (8 rows x 2048 a step) against 4.3 (gemv-explore-rows-short-*.json)
+_MULTI_GROUP_ROWS = ((2, 2048, 4, 4, False, 1), (8, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1024, 2, 4, False, 1), (8, 1024, 4, 4, False, 1),
                      (32, 256, 2, 2, True, 2), (64, 256, 2, 2, True, 2), (64, 256, 4, 2, True, 2), (32, 512, 4, 2, True, 2))
 
 
@@ -1555,8 +1567,8 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
             if bk and bn <= n and 8 <= bn * (bk // 8) // (32 * nw) <= 16:  # words a thread holds per step
                 for split, prefetch in itertools.product(_split_ks(_cdiv(n, bn), k // bk), (1, 2)):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": 2, "PREFETCH": prefetch})
-        for bn, block_k, nw, vec, splits, prefetch in _MULTI_GROUP_ROWS:  # long steps
-            if _groups_a_step(block_k, group, k) > 1 and bn <= n:
+        for bn, block_k, nw, vec, splits, prefetch in _MULTI_GROUP_ROWS:  # long steps; 2048 features only as whole rows (where they won)
+            if _groups_a_step(block_k, group, k) > 1 and bn <= n and (block_k < 2048 or block_k == k):
                 for split in [s for s in _split_ks(_cdiv(n, bn), k // block_k) if s <= 4] if splits else (1,):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": prefetch})
         word_k = min(bk, 128)
