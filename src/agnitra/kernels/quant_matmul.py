@@ -1779,8 +1779,9 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v10" since the row and tensor-core kernels compile K in (and N, the latter)."""
-    return _bucket(shape) + "_v10"
+    """int4 GEMV: "v11" since the row kernel's whole-row steps of 2048 features joined the space (v10: the row
+    and tensor-core kernels compile K in)."""
+    return _bucket(shape) + "_v11"
 
 
 def _with_path(fn, path: str):
