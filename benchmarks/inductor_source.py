@@ -15,6 +15,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from kernels import compile_int8_peer
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,16 +30,9 @@ def main() -> int:
     for key in args.shapes.split(","):
         n, k = map(int, key.split("x"))
         cache = Path(tempfile.mkdtemp(prefix="inductor-"))
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)  # a fresh cache a shape: its files are this shape's kernels
-        import torch
-        import torch.nn.functional as F
-
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)  # a fresh cache a shape (read when Inductor writes): its files are this shape's kernels
         torch._dynamo.reset()
-
-        def peer(x, w, scales):
-            return F.linear(x, w.to(x.dtype)) * scales
-
-        compiled = torch.compile(peer, dynamic=False, options={"coordinate_descent_tuning": True})
+        compiled = compile_int8_peer()  # the peer kernels.py times
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
         s = torch.rand(n, device="cuda", dtype=torch.bfloat16)

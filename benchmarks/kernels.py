@@ -74,12 +74,16 @@ def _peer_int8(x, w, scales, *rest):
 _COMPILED_INT8 = None
 
 
+def compile_int8_peer():
+    """What a user's compiled int8 decode gets: Inductor's fused dequant with coordinate-descent
+    tuning (gpt-fast's setting; max-autotune takes minutes per shape for the same kernels)."""
+    return torch.compile(_peer_int8, dynamic=False, options={"coordinate_descent_tuning": True})
+
+
 def compiled_int8_peer():
     global _COMPILED_INT8
     if _COMPILED_INT8 is None:
-        # what a user's compiled int8 decode gets: Inductor's fused dequant with coordinate-descent
-        # tuning (gpt-fast's setting; max-autotune takes minutes per shape for the same kernels)
-        _COMPILED_INT8 = torch.compile(_peer_int8, dynamic=False, options={"coordinate_descent_tuning": True})
+        _COMPILED_INT8 = compile_int8_peer()
     return _COMPILED_INT8
 
 

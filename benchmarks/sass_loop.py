@@ -190,7 +190,8 @@ def main() -> int:
     import triton
 
     kernel_total = len([line for line in sass.splitlines() if _ADDRESS.search(line)])
-    result = {"kernel": args.kernel, "config": vars(args), "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None  # the kernels' source
+    result = {"kernel": args.kernel, "config": vars(args), "commit": commit, "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
               "codes_per_thread_step": codes, "registers": registers, "placement": load_placement(body), "per_code": round(total / codes, 3) if codes else None,
               "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
     print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} vec={args.vec}"
