@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -127,6 +127,10 @@ ncu_gemv() {
       AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py 2>&1 | tail -4
       timeout 440 python3 benchmarks/kernels.py --only gemv --shapes 8b,1b --max-trials 100 --runs 30 --out-file "$OUT/kernels-gemv.json" 2>&1 | grep -v "^  "
       ;;
+    gemvfair)  # GPU quant and decode-layer numerics; the GEMV rows from the cached tunings, bias-free as the peers, torch.compile's int8 compiled 3 times afresh (its best kept)
+      AGNITRA_GPU_TESTS=1 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 160 tests/test_kernels_quant.py tests/test_kernels_decode.py 2>&1 | tail -4
+      timeout 400 python3 benchmarks/kernels.py --only gemv --shapes "${2:-1b}" --max-trials 100 --runs 30 --peer-compiles 3 --out-file "$OUT/kernels-gemv-fair-${2:-1b}.json" 2>&1 | grep -v "^  "
+      ;;
     rows)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
       for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done
       AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 140 tests/test_kernels_quant.py -k int4 2>&1 | tail -4
@@ -207,6 +211,9 @@ ncu_gemv() {
       ;;
     rowsshort)  # the int4 row kernel at llama-1b's short problems (2048x2048: 4.3 us, twice int8's): whole-row and split steps, 1-4 warps, wider than its space
       timeout 500 python3 benchmarks/explore_gemv.py --shapes 2048x2048,256x2048,5632x2048,2048x5632 --only int4 --int4-configs benchmarks/int4-rows-short.json --runs 20 --out-file "$OUT/gemv-explore-rows-short.json" 2>&1 | grep -v "^  "
+      ;;
+    rowswarps)  # the int4 row kernel with more threads a row (8 warps, VEC 2: 312 instructions a thread at 2 x 2048 against 416) at llama-1b's short problems
+      timeout 200 python3 benchmarks/explore_gemv.py --shapes 256x2048,2048x2048 --only int4 --int4-configs benchmarks/int4-rows-warps8.json --runs 20 --out-file "$OUT/gemv-explore-rows-warps8.json" 2>&1 | grep -v "^  "
       ;;
     inductor8)  # Inductor's own int8 GEMV at the llama-1b shapes where it leads ours: its Triton source and chosen config
       timeout 300 python3 benchmarks/inductor_source.py --shapes 32000x2048,256x2048 --out-dir "$OUT" 2>&1 | tail -120

@@ -47,6 +47,11 @@ def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
     assert err < TOL[dtype], f"relative error {err:.2e} over {TOL[dtype]:.0e}"
 
 
+def _make_with_bias(name):
+    """Inputs of kernel `name` with a bias (the registered GEMV specs make decode inputs, which have none)."""
+    return qm._make_int8_inputs if name.startswith("int8") else qm._make_int4_inputs
+
+
 def _int8_case(shape, dtype, seed=0):
     x, w, s, b = qm._make_int8_inputs(shape, dtype, CPU, seed)
     ref = qm.int8_reference(x.double(), w, s.double(), b.double())  # [M, N] float64
@@ -492,7 +497,7 @@ def test_configs_from_the_space_agree(name):
     shape = (m, 40, 128) if name.startswith("int8") else (m, 40, 128, 64)
     configs = spec.configs(shape, torch.float32)
     assert configs and len(configs) < 100, f"{len(configs)} configs"
-    inputs = spec.make_inputs(shape, torch.float32, CPU, 3)
+    inputs = _make_with_bias(name)(shape, torch.float32, CPU, 3)  # the spec's decode inputs have no bias
     ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
     results = [spec.launch(*inputs, config=c) for c in _spread(configs, 3) + [spec.default_config(shape, torch.float32)]]
     for y in results:
@@ -622,7 +627,7 @@ def test_gpu_kernels_match_reference(dtype, monkeypatch):
             if name.endswith("gemv") != (m <= 8):
                 continue
             shape = (m, n, k, 128) if name.startswith("int4") else (m, n, k)
-            inputs = spec.make_inputs(shape, dtype, cuda, 0)
+            inputs = _make_with_bias(name)(shape, dtype, cuda, 0)
             ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
             configs = spec.configs(shape, dtype)
             variants = {c.get("KERNEL") for c in configs}  # int4 GEMV: the word, byte and tensor-core kernels each
@@ -633,3 +638,17 @@ def test_gpu_kernels_match_reference(dtype, monkeypatch):
                 assert torch.isfinite(y).all(), (name, shape, cfg)
                 err = _rel_err(y, ref)
                 assert err < tol, (name, shape, cfg, err)
+
+
+@pytest.mark.parametrize("name", ["int8_gemv", "int4_gemv"])
+def test_decode_gemv_inputs_have_no_bias(name):
+    """The decode GEMVs are tuned and benchmarked as llama's projections run (no bias, as the peers):
+    the registered specs' inputs carry None where a bias would be, and the kernels take it."""
+    spec = get_kernel(name)
+    shape = (1, 40, 128) if name.startswith("int8") else (1, 40, 128, 64)
+    inputs = spec.make_inputs(shape, torch.float32, CPU, 0)
+    assert inputs[-1] is None
+    with_bias = _make_with_bias(name)(shape, torch.float32, CPU, 0)
+    assert all(torch.equal(a, b) for a, b in zip(inputs[:-1], with_bias[:-1]) if torch.is_tensor(a))
+    y = spec.launch(*inputs, config=spec.default_config(shape, torch.float32))
+    _check(y, spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs]), torch.float32)

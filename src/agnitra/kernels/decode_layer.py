@@ -100,6 +100,19 @@ def _decode_gemv_kernel(
     acc_a = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     sq = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    # the epilogue's operands, read before the loop: read after it, each load waits for the sums'
+    # barriers (no load moves above one), a memory round trip more at the end of every program
+    if HAS_SCALE:
+        scale_a = tl.load(s_ptr + rows_a).to(tl.float32)
+        scale_b = scale_a
+        if PAIRED:
+            scale_b = tl.load(s_ptr + rows_b).to(tl.float32)
+    if EPILOGUE == "residual":
+        r = tl.load(r_ptr + m * stride_rm + p_in).to(tl.float32)
+    if EPILOGUE == "rope":
+        c = tl.load(cos_ptr + p_in % HALF)
+        s = tl.load(sin_ptr + p_in % HALF)
+        pos = tl.load(pos_ptr)
     if PREFETCH:  # the weight tiles of step 0, requested before the loop
         wa_next = tl.load(wa_ptrs, mask=(offs_k < K)[None, :], other=0)
         wb_next = wa_next
@@ -152,21 +165,17 @@ def _decode_gemv_kernel(
         a = a * rstd
         b = b * rstd
     if HAS_SCALE:
-        a = a * tl.load(s_ptr + rows_a).to(tl.float32)
+        a = a * scale_a
         if PAIRED:
-            b = b * tl.load(s_ptr + rows_b).to(tl.float32)
+            b = b * scale_b
     dtype = y_ptr.dtype.element_ty
     if EPILOGUE == "none":
         tl.store(y_ptr + m * stride_ym + p, a.to(dtype), mask=valid)
     elif EPILOGUE == "residual":
-        r = tl.load(r_ptr + m * stride_rm + p_in).to(tl.float32)
         tl.store(y_ptr + m * stride_ym + p, (a + r).to(dtype), mask=valid)
     elif EPILOGUE == "gated":
         tl.store(y_ptr + m * stride_ym + p, (a * tl.sigmoid(a) * b).to(dtype), mask=valid)
     else:  # rope: q -> y; k (rotated), v (as is) -> the caches at slot pos
-        i = p_in % HALF
-        c = tl.load(cos_ptr + i)
-        s = tl.load(sin_ptr + i)
         is_q = rows_a < Q_ROWS
         is_k = (rows_a >= Q_ROWS) & (rows_a < Q_ROWS + KV_ROWS)
         is_v = rows_a >= Q_ROWS + KV_ROWS
@@ -176,7 +185,6 @@ def _decode_gemv_kernel(
         tl.store(y_ptr + m * stride_ym + rows_b, out_b, mask=valid & is_q)
         kv_row = tl.where(is_v, rows_a - Q_ROWS - KV_ROWS, rows_a - Q_ROWS)  # row in the k (or v) block
         kv_row = tl.where(is_q, 0, kv_row)
-        pos = tl.load(pos_ptr)
         slot = m * stride_cb + (kv_row // (2 * HALF)) * stride_ch + pos * stride_cs + kv_row % (2 * HALF)
         tl.store(kc_ptr + slot, out_a, mask=valid & is_k)
         tl.store(kc_ptr + slot + HALF, out_b, mask=valid & is_k)

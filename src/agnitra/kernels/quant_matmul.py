@@ -119,9 +119,19 @@ def _split_k_total(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K:
     return total, last
 
 
-def _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn,
+def _gemv_bias(b_ptr, offs, HAS_BIAS: tl.constexpr):
+    """The bias of outputs `offs` (in range) in fp32 (0.0 without one), for a GEMV's end, read BEFORE its
+    main loop: read at the end, the load waits for the reduction's barriers (no load moves above a
+    barrier), a memory round trip more in every program, which the small decode GEMVs feel."""
+    bias = 0.0
+    if HAS_BIAS:
+        bias = tl.load(b_ptr + offs).to(tl.float32)
+    return bias
+
+
+def _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, bias, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn,
                      HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):
-    """A [BLOCK_M, BLOCK_N] GEMV block's end: split-K fix-up (partials [SPLIT_K, M, N]), bias, cast, store."""
+    """A [BLOCK_M, BLOCK_N] GEMV block's end: split-K fix-up (partials [SPLIT_K, M, N]), bias (`_gemv_bias`, [BN]), cast, store."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rows[:, None] < M) & (cols[None, :] < N)
@@ -131,19 +141,19 @@ def _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_
         acc, last = _split_k_total(acc, p_ptr + rows[:, None] * N + cols[None, :], M * N, mask, counter, pid_k, SPLIT_K)
     if last:
         if HAS_BIAS:
-            acc += tl.load(b_ptr + offs_n).to(tl.float32)[None, :]
+            acc += bias[None, :]
         tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
-def _store_gemv_vector(out, cols, valid, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_k, N, stride_yn,
+def _store_gemv_vector(out, cols, valid, y_ptr, p_ptr, c_ptr, bias, pid_n, pid_k, N, stride_yn,
                        HAS_BIAS: tl.constexpr, SPLIT_K: tl.constexpr):
-    """A batch-1 GEMV block's end: split-K fix-up (partials [SPLIT_K, N]), bias, cast, store of the `valid` columns."""
+    """A batch-1 GEMV block's end: split-K fix-up (partials [SPLIT_K, N]), bias (`_gemv_bias`), cast, store of the `valid` columns."""
     last = True
     if SPLIT_K > 1:
         out, last = _split_k_total(out, p_ptr + cols, N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
     if last:
         if HAS_BIAS:
-            out += tl.load(b_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+            out += bias
         tl.store(y_ptr + cols * stride_yn, out.to(y_ptr.dtype.element_ty), mask=valid)
 
 
@@ -212,6 +222,9 @@ def _int8_gemv_kernel(
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (pid_k * BLOCK_K + offs_k[None, :]) * stride_wk  # [BN, BK]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_nk = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)  # M == 1: products summed over K once, after the loop
+    # the per-row scale factors out of the K sum (one multiply per output); it and the bias are read now (`_gemv_bias`)
+    scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
+    bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
     for k0 in tl.range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_ptrs)
@@ -230,10 +243,8 @@ def _int8_gemv_kernel(
         w_ptrs += SPLIT_K * BLOCK_K * stride_wk
     if BLOCK_M == 1:
         acc += tl.sum(acc_nk, axis=1)[None, :]
-    # the per-row scale factors out of the K sum: one multiply per output
-    scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
     acc = acc * scale[None, :]
-    _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
+    _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, bias, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
 
 
 def _int4_gemv_kernel(
@@ -267,6 +278,7 @@ def _int4_gemv_kernel(
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (pid_k * BLOCK_K + 2 * offs_j[None, :]) * stride_xk  # [BM, BK/2] even k
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (pid_k * (BLOCK_K // 2) + offs_j[None, :]) * stride_wk  # [BN, BK/2]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
     for k0 in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):  # K % BLOCK_K == 0: no masks
         packed = tl.load(w_ptrs).to(tl.int32)  # [BN, BK/2] bytes, zero-extended
         x_even = tl.load(x_ptrs).to(tl.float32)  # [BM, BK/2]
@@ -286,7 +298,7 @@ def _int4_gemv_kernel(
         acc += part * scale[None, :] + x_sum[:, None] * zero[None, :]
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * (BLOCK_K // 2) * stride_wk
-    _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, b_ptr, offs_n, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
+    _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, bias, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
 
 
 def _int4_gemv_words_kernel(
@@ -329,6 +341,7 @@ def _int4_gemv_words_kernel(
     x_ptrs = x_ptr + ((pid_k * BLOCK_W + offs_w)[:, None] * 8 + tl.arange(0, 8)[None, :]) * stride_xk  # [BW, 8]
     acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.float32)  # per-word sums, scaled per group
     zero_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # zero * sum(x) per group
+    bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
     step = SPLIT_K * BLOCK_W * 8  # features between this program's steps
     if PREFETCH:  # step 0's words, requested before the loop
         w_next = tl.load(w_ptrs)
@@ -364,7 +377,7 @@ def _int4_gemv_words_kernel(
         x_ptrs += SPLIT_K * BLOCK_W * 8 * stride_xk
     out = tl.sum(acc, axis=1) + zero_acc  # [BN]
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    _store_gemv_vector(out, cols, cols < N, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
+    _store_gemv_vector(out, cols, cols < N, y_ptr, p_ptr, c_ptr, bias, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
 
 
 def _int4_rows_side_loads(x_ptr, s_ptr, z_ptr, k0, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, ok,
@@ -440,7 +453,10 @@ def _int4_gemv_rows_kernel(
     w_ptrs = (w_ptr + first * STRIDE_W + pid_k * BLOCK_W) + (rows[:, None] * STRIDE_W + offs_w[None, :])  # [BN, BW]
     acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.float32)  # per-word sums, scaled per group
     zero_acc = tl.zeros((BLOCK_N,), dtype=tl.float32)  # zero * sum(x) per group
+    GROUPS: tl.constexpr = 8 * BLOCK_W // GROUP_SIZE if 8 * BLOCK_W > GROUP_SIZE else 1
+    acc_g = tl.zeros((BLOCK_N, GROUPS), dtype=tl.float32)  # several groups a step: sum (q - 8) x s + z sum x per group
     magic = (N >> 31) | 0x3F800000  # 1.0f (N >> 31 is 0)
+    bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
     step = SPLIT_K * BLOCK_W * 8  # features between this program's steps
     first_k = pid_k * BLOCK_W * 8
     if PREFETCH:
@@ -520,16 +536,14 @@ def _int4_gemv_rows_kernel(
         if 8 * BLOCK_W <= GROUP_SIZE:  # the step lies in one group
             acc += part * scale[:, None]
             zero_acc += zero * tl.sum(x_sum, axis=1)  # [BN] * [1]: a sum across one row's lanes, in the words' layout
-        else:  # 8 BW / G groups of G / 8 words side by side: the words viewed [BN, groups, G / 8], a scale and zero per group
-            groups: tl.constexpr = 8 * BLOCK_W // GROUP_SIZE
-            scaled = tl.reshape(part, (BLOCK_N, groups, GROUP_SIZE // 8)) * scale[:, :, None]
-            acc += tl.reshape(scaled, (BLOCK_N, BLOCK_W))
-            x_group = tl.sum(tl.reshape(x_sum, (1, groups, GROUP_SIZE // 8)), axis=2)  # [1, groups]
-            zero_acc += tl.sum(zero * x_group, axis=1)
+        else:  # 8 BW / G groups of G / 8 words side by side: each group's sums, then its scale and zero
+            part_g = tl.sum(tl.reshape(part, (BLOCK_N, GROUPS, GROUP_SIZE // 8)), axis=2)  # [BN, groups]
+            x_g = tl.sum(tl.reshape(x_sum, (x_sum.shape[0], GROUPS, GROUP_SIZE // 8)), axis=2)
+            acc_g += part_g * scale + zero * x_g
         w_ptrs += SPLIT_K * BLOCK_W
-    out = tl.sum(acc, axis=1) + zero_acc  # [BN]
+    out = tl.sum(acc, axis=1) + zero_acc + tl.sum(acc_g, axis=1)  # [BN]
     valid = offs_n >= pid_n * BLOCK_N  # the last block leaves its neighbour's rows alone
-    _store_gemv_vector(out, offs_n, valid, y_ptr, p_ptr, c_ptr, b_ptr, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
+    _store_gemv_vector(out, offs_n, valid, y_ptr, p_ptr, c_ptr, bias, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
 
 
 # int4 codes -> the 16-bit float (q - 8), two per 32-bit register, for `tl.inline_asm_elementwise`
@@ -602,6 +616,7 @@ def _int4_gemv_mma_kernel(
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (pid_k * BLOCK_K + 2 * offs_j[None, :]) * stride_xk  # [16, BK/2] even k
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (pid_k * (BLOCK_K // 2) + offs_j[None, :]) * stride_wk  # [BN, BK/2]
     acc = tl.zeros((BLOCK_N, 16), dtype=tl.float32)  # y^T
+    bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
     for k0 in range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K):  # K % BLOCK_K == 0: no masks along K
         packed = tl.load(w_ptrs)  # [BN, BK/2] uint8
         x_even = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)  # [16, BK/2]
@@ -623,7 +638,7 @@ def _int4_gemv_mma_kernel(
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * (BLOCK_K // 2) * stride_wk
     # y^T [BN, 16] -> y [16, BN]: one block of 16 rows, ended like every other GEMV block
-    _store_gemv_rows(tl.trans(acc), y_ptr, p_ptr, c_ptr, b_ptr, offs_n, 0, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, 16, BLOCK_N, SPLIT_K)
+    _store_gemv_rows(tl.trans(acc), y_ptr, p_ptr, c_ptr, bias, 0, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, 16, BLOCK_N, SPLIT_K)
 
 
 # The tensor-core GEMV's step for one 16-row tile: four m16n8k16 MMAs over 64 features, for
@@ -811,6 +826,7 @@ def _int4_gemv_tc_kernel(
     span = tl.arange(0, SPAN)[None, None, :, None]
     sz_ptrs = sz_ptr + tiles[:, :, :, None] * ((K // GROUP_SIZE) * 16) + span * 16 + (2 * (e64 // 8) + e64 % 2)  # 8-byte loads
     acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
+    bias = _gemv_bias(b_ptr, rows % N, HAS_BIAS)
     step = SPLIT_K * 64 * CHUNKS
     k_first = pid_k * 64 * CHUNKS
     if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps)
@@ -830,7 +846,7 @@ def _int4_gemv_tc_kernel(
         acc, last = _split_k_total(acc, p_ptrs, M * N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
     if last:
         if HAS_BIAS:
-            acc += tl.load(b_ptr + rows % N).to(tl.float32)
+            acc += bias
         tl.store(y_ptr + cols * stride_ym + rows * stride_yn, acc.to(y_ptr.dtype.element_ty), mask=valid)
 
 
@@ -945,7 +961,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1746,6 +1762,15 @@ def _make_int4_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.
     return x.to(device), packed.to(device), scales.to(device), zeros.to(device), g, bias.to(device)
 
 
+def _decode_inputs(make):
+    """`make`'s inputs without the bias: the decode GEMVs are tuned and benchmarked at llama's
+    projections, which have none (nor do the peers they are timed against). Tests pass their own."""
+    def inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, seed: int) -> tuple:
+        return (*make(shape, dtype, device, seed)[:-1], None)
+
+    return inputs
+
+
 def _elt(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
@@ -1808,7 +1833,7 @@ for _path, _configs, _default in (("gemv", int8_gemv_configs, int8_gemv_default_
             default_config=_default,
             launch=_with_path(int8_weight_only_matmul, _path),
             reference=int8_reference,
-            make_inputs=_make_int8_inputs,
+            make_inputs=_decode_inputs(_make_int8_inputs) if _path == "gemv" else _make_int8_inputs,
             flops=_flops,
             bytes=_int8_bytes,
             bucket=_gemv_bucket if _path == "gemv" else _bucket,
@@ -1823,7 +1848,7 @@ for _path, _configs, _default in (("gemv", int4_gemv_configs, int4_gemv_default_
             default_config=_default,
             launch=_int4_launch(_path),
             reference=int4_reference,
-            make_inputs=_make_int4_inputs,
+            make_inputs=_decode_inputs(_make_int4_inputs) if _path == "gemv" else _make_int4_inputs,
             flops=_flops,
             bytes=_int4_bytes,
             bucket=_int4_gemv_bucket if _path == "gemv" else _bucket,
