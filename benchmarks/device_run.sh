@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -214,6 +214,9 @@ ncu_gemv() {
       ;;
     rowswarps)  # the int4 row kernel with more threads a row (8 warps, VEC 2: 312 instructions a thread at 2 x 2048 against 416) at llama-1b's short problems
       timeout 200 python3 benchmarks/explore_gemv.py --shapes 256x2048,2048x2048 --only int4 --int4-configs benchmarks/int4-rows-warps8.json --runs 20 --out-file "$OUT/gemv-explore-rows-warps8.json" 2>&1 | grep -v "^  "
+      ;;
+    rowsstages)  # the int4 row kernel's whole-row step through cp.async (STAGES 3, as the int8 GEMV that is 0.3 us faster at 256x2048) or registers, llama-1b's short problems
+      timeout 300 python3 benchmarks/explore_gemv.py --shapes 256x2048,2048x2048 --only int4 --int4-configs benchmarks/int4-rows-stages-short.json --int4-vary STAGES=0,3 --runs 20 --out-file "$OUT/gemv-explore-rows-stages-short.json" 2>&1 | grep -v "^  "
       ;;
     inductor8)  # Inductor's own int8 GEMV at the llama-1b shapes where it leads ours: its Triton source and chosen config
       timeout 300 python3 benchmarks/inductor_source.py --shapes 32000x2048,256x2048 --out-dir "$OUT" 2>&1 | tail -120

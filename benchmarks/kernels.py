@@ -203,7 +203,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="tiny shapes: check the script on the CPU under TRITON_INTERPRET=1")
-    parser.add_argument("--shapes", default="8b,1b", help="GEMV shape sets: 8b (llama-8b decode), 1b (llama-1b decode)")
+    parser.add_argument("--shapes", default="8b,1b", help="GEMV shape sets: 8b (llama-8b decode), 1b (llama-1b decode), or NxK (batch 1), comma-separated")
     parser.add_argument("--max-trials", type=int, default=16, help="TPE trials per problem where the space is large")
     parser.add_argument("--only", default=",".join(GROUPS), help=f"kernel groups to run: {', '.join(GROUPS)}")
     parser.add_argument("--out-file", default=None)
@@ -216,7 +216,7 @@ def main() -> int:
     dtype = torch.bfloat16
     rows = []
     sets = {"8b": LLAMA_8B[:2] if args.quick else LLAMA_8B, "1b": LLAMA_1B[:2] if args.quick else LLAMA_1B}
-    gemv_shapes = [(1, 48, 128), (3, 40, 256)] if args.smoke else [s for key in args.shapes.split(",") for s in sets[key]]
+    gemv_shapes = [(1, 48, 128), (3, 40, 256)] if args.smoke else [s for key in args.shapes.split(",") for s in sets.get(key) or [(1, *map(int, key.split("x")))]]
     norm_shape, mm_shape = ((6, 96), (32, 48, 64)) if args.smoke else ((8192, 4096), (4096, 4096, 4096))
     dtype = torch.float16 if args.smoke else dtype  # the interpreter's tl.dot is wrong for bf16
     slug = "".join(ch if ch.isalnum() else "-" for ch in report.name.lower()).strip("-")
@@ -246,7 +246,7 @@ def main() -> int:
                 floor = (lambda row, s=shape, i4=name.startswith("int4"): add_read_floor(row, s, i4, device, l2, args.runs)) if device.type == "cuda" else None
                 add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}), then=floor)
     if "decode" in groups:
-        cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE[key]]
+        cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE.get(key, [])]
         for name, problem in cases:  # GEMVs: beside torch.compile's int8 Linear on the same weights (no norm, no epilogue)
             add(name, problem, compiled_int8_peers() if name.startswith("decode_gemv") else {})
     if "encoder" in groups:  # fp16, as the bert-base workload runs

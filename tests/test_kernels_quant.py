@@ -276,9 +276,10 @@ def test_int4_gemv_refuses_more_splits_than_steps(kernel):
 def test_int4_batch1_default_is_a_tried_config(n, k):
     """At llama decode shapes the default is a config of the tuning space (so the tuner measures
     the default against the same space it searches): the tensor-core kernel for 16-bit
-    activations from 1024 outputs, short rows below, the row kernel for fp32 (no MMA)."""
+    activations from 1024 outputs, short rows below and for whole rows of 2048 up to 2048 outputs,
+    the row kernel for fp32 (no MMA)."""
     shape = (1, n, k, 128)
-    for dtype, kernel in ((torch.bfloat16, "tc" if n >= 1024 else "rows"), (torch.float32, "rows")):
+    for dtype, kernel in ((torch.bfloat16, "tc" if n >= 1024 and (n, k) != (2048, 2048) else "rows"), (torch.float32, "rows")):
         default = qm.int4_gemv_default_config(shape, dtype)
         configs = qm.int4_gemv_configs(shape, dtype)
         assert default["KERNEL"] == kernel and default in configs
@@ -598,7 +599,7 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
     assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v4"  # versioned: the GEMV kernels changed
-    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v11"
+    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v12"
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):

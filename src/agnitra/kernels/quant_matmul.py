@@ -1565,7 +1565,7 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
 # (PREFETCH 2) against 8.3 (1), 32000x2048 17.0 against 18.3; llama-8b 128256x4096 110.8 against
 # 115.9, 4096x14336 19.0 against 20.9 (split 4), 4096x4096 8.8 against 9.2 (split 4); 2048x2048 4.0
 # (8 rows x 2048 a step) against 4.3 (gemv-explore-rows-short-*.json)
-_MULTI_GROUP_ROWS = ((2, 2048, 4, 4, False, 1), (8, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1024, 2, 4, False, 1), (8, 1024, 4, 4, False, 1),
+_MULTI_GROUP_ROWS = ((1, 2048, 8, 2, False, 1), (2, 2048, 4, 4, False, 1), (8, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1024, 2, 4, False, 1), (8, 1024, 4, 4, False, 1),
                      (32, 256, 2, 2, True, 2), (64, 256, 2, 2, True, 2), (64, 256, 4, 2, True, 2), (32, 512, 4, 2, True, 2))
 
 
@@ -1587,6 +1587,8 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
             if _groups_a_step(block_k, group, k) > 1 and bn <= n and (block_k < 2048 or block_k == k):
                 for split in [s for s in _split_ks(_cdiv(n, bn), k // block_k) if s <= 4] if splits else (1,):
                     out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": prefetch})
+                if block_k == k and bn >= 4:  # whole rows in one step through cp.async: 2048x2048 3.05 us against 3.68; 1-2 rows no gain (gemv-explore-rows-stages-short-*.json)
+                    out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": 1, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": 0, "STAGES": 3})
         word_k = min(bk, 128)
         for split in _split_ks(_cdiv(n, 64), k // word_k) if bk else ():  # no longer winning beside the row kernel: its best shape only
             out.append({"KERNEL": "words", "BLOCK_N": 64, "BLOCK_K": word_k, "SPLIT_K": split, "num_warps": 4, "num_stages": 1, "PREFETCH": False, "STAGES": 1})
@@ -1670,7 +1672,8 @@ def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[s
 
 def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_cores: bool = True) -> dict[str, Any]:
     """M == 1 (the H100's best at llama shapes, gemv-explore-rows-prefetch2-*.json, gemv-explore-tc-chunks-*.json):
-    under 1024 outputs, 2 rows x a whole row of up to 2048 codes a step on four warps; otherwise, for
+    rows of 2048 codes, up to 2048 of them, in one step (1 row on eight warps under 1024 outputs, else
+    8 rows through cp.async); under 1024 outputs, 2 rows x a whole row of up to 2048 codes a step on four warps; otherwise, for
     16-bit activations and unless `tensor_cores` is False (no pre-shuffled operands at hand), the
     tensor-core kernel (`_int4_tc_default`); else the row kernel with two groups a step and all of
     the next step's reads prefetched, 64 rows a program when those alone fill the device (four
@@ -1685,6 +1688,11 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_
                 split *= 2
             return {"KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
         whole = [b for b in (2048, 1024) if _groups_a_step(b, g, k) > 1]
+        if whole and whole[0] == k == 2048 and n <= 2048:  # the whole row one step (kernels-gemv-fair-1b-short-*.json)
+            if n < 1024:  # a row a program on eight warps: 256x2048 2.22 us
+                return {"KERNEL": "rows", "BLOCK_N": 1, "BLOCK_K": k, "SPLIT_K": 1, "num_warps": 8, "num_stages": 1, "VEC": 2, "PREFETCH": 1}
+            # eight rows a program through cp.async: 2048x2048 3.04 us, the tensor-core kernel's 5.3
+            return {"KERNEL": "rows", "BLOCK_N": 8, "BLOCK_K": k, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 0, "STAGES": 3}
         if n < 1024 and whole:  # few outputs: many programs of short rows, one or two steps each
             return {"KERNEL": "rows", "BLOCK_N": 2, "BLOCK_K": whole[0], "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 1}
         if tensor_cores and dtype in (torch.float16, torch.bfloat16) and k % 64 == 0 and g % 64 == 0:
@@ -1804,9 +1812,9 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v11" since the row kernel's whole-row steps of 2048 features joined the space (v10: the row
-    and tensor-core kernels compile K in)."""
-    return _bucket(shape) + "_v11"
+    """int4 GEMV: "v12" since the row kernel's whole-row steps through cp.async (STAGES 3) and 1 row on 8 warps
+    joined the space (v11: whole-row steps of 2048 features; v10: the row and tensor-core kernels compile K in)."""
+    return _bucket(shape) + "_v12"
 
 
 def _with_path(fn, path: str):
