@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
-from kernels import compile_int8_peer
+from kernels import fresh_int8_peer
 
 
 def main() -> int:
@@ -29,10 +27,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     for key in args.shapes.split(","):
         n, k = map(int, key.split("x"))
-        cache = Path(tempfile.mkdtemp(prefix="inductor-"))
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)  # a fresh cache a shape (read when Inductor writes): its files are this shape's kernels
-        torch._dynamo.reset()
-        compiled = compile_int8_peer()  # the peer kernels.py times
+        compiled, cache = fresh_int8_peer()  # the peer kernels.py times; its cache holds only this shape's kernels
         x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
         s = torch.rand(n, device="cuda", dtype=torch.bfloat16)

@@ -21,7 +21,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -82,6 +84,15 @@ def compile_int8_peer():
     return torch.compile(_peer_int8, dynamic=False, options={"coordinate_descent_tuning": True})
 
 
+def fresh_int8_peer() -> tuple:
+    """(`compile_int8_peer()`, its Inductor cache dir) compiled from scratch: Dynamo reset and a new,
+    empty Inductor cache, so its coordinate descent runs again (and the dir holds only its kernels)."""
+    cache = tempfile.mkdtemp(prefix="inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # read when Inductor writes
+    torch._dynamo.reset()
+    return compile_int8_peer(), Path(cache)
+
+
 def compiled_int8_peer():
     global _COMPILED_INT8
     if _COMPILED_INT8 is None:
@@ -124,13 +135,8 @@ def add_recompiled_peers(row: dict, ours, sets, runs: int, device, compiles: int
     a fresh Inductor cache: a new coordinate descent, which lands on different tiles from run to run:
     14336x4096 took 21.8-32.2 us over runs), each timed head to head with our tuned configuration
     again. The row's best peer is the best of all; ours in each round is kept beside it."""
-    import os
-    import tempfile
-
     for round_ in range(2, compiles + 1):
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
-        torch._dynamo.reset()
-        calls, failed = peer_calls({f"torch_compile_int8_compile{round_}": (lambda inputs: inputs[:3], compile_int8_peer())}, sets)
+        calls, failed = peer_calls({f"torch_compile_int8_compile{round_}": (lambda inputs: inputs[:3], fresh_int8_peer()[0])}, sets)
         for peer_name, call in calls.items():
             ours_ms, peer_ms = head_to_head([ours, call], runs, device)
             row["peers"][peer_name] = peer_ms

@@ -98,11 +98,6 @@ def loop_body(sass: str) -> list[str]:
     return [opcode(line) for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
 
 
-def loop_mix(sass: str) -> collections.Counter:
-    """Opcode counts of the longest loop."""
-    return collections.Counter(loop_body(sass))
-
-
 def load_placement(body: list[str]) -> dict:
     """Where the loop's global loads sit against its arithmetic (HMMA, else FFMA): a prefetch works
     only if the next step's loads are issued before this step's arithmetic, not sunk below it."""

@@ -17,6 +17,7 @@ import torch
 pytest.importorskip("triton")
 
 from agnitra.kernels import quant_matmul as qm  # noqa: E402
+from agnitra.kernels.autotune import to_float64  # noqa: E402
 from agnitra.kernels.spec import KERNELS, get_kernel  # noqa: E402
 from agnitra.transforms import quantize as tq  # noqa: E402
 
@@ -499,7 +500,7 @@ def test_configs_from_the_space_agree(name):
     configs = spec.configs(shape, torch.float32)
     assert configs and len(configs) < 100, f"{len(configs)} configs"
     inputs = _make_with_bias(name)(shape, torch.float32, CPU, 3)  # the spec's decode inputs have no bias
-    ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
+    ref = spec.reference(*to_float64(inputs))
     results = [spec.launch(*inputs, config=c) for c in _spread(configs, 3) + [spec.default_config(shape, torch.float32)]]
     for y in results:
         _check(y, ref, torch.float32)
@@ -629,7 +630,7 @@ def test_gpu_kernels_match_reference(dtype, monkeypatch):
                 continue
             shape = (m, n, k, 128) if name.startswith("int4") else (m, n, k)
             inputs = _make_with_bias(name)(shape, dtype, cuda, 0)
-            ref = spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs])
+            ref = spec.reference(*to_float64(inputs))
             configs = spec.configs(shape, dtype)
             variants = {c.get("KERNEL") for c in configs}  # int4 GEMV: the word, byte and tensor-core kernels each
             chosen = [c for v in variants for c in _spread([c for c in configs if c.get("KERNEL") == v], 2)]
@@ -652,4 +653,4 @@ def test_decode_gemv_inputs_have_no_bias(name):
     with_bias = _make_with_bias(name)(shape, torch.float32, CPU, 0)
     assert all(torch.equal(a, b) for a, b in zip(inputs[:-1], with_bias[:-1]) if torch.is_tensor(a))
     y = spec.launch(*inputs, config=spec.default_config(shape, torch.float32))
-    _check(y, spec.reference(*[t.double() if torch.is_tensor(t) and t.is_floating_point() else t for t in inputs]), torch.float32)
+    _check(y, spec.reference(*to_float64(inputs)), torch.float32)

@@ -104,7 +104,6 @@ def _decode_gemv_kernel(
     # barriers (no load moves above one), a memory round trip more at the end of every program
     if HAS_SCALE:
         scale_a = tl.load(s_ptr + rows_a).to(tl.float32)
-        scale_b = scale_a
         if PAIRED:
             scale_b = tl.load(s_ptr + rows_b).to(tl.float32)
     if EPILOGUE == "residual":

@@ -1564,7 +1564,8 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
 # llama-1b 256x2048 2.5 us (2 rows x the whole row a step) against 3.4 for 4 rows x 1024, 2048x5632 7.5
 # (PREFETCH 2) against 8.3 (1), 32000x2048 17.0 against 18.3; llama-8b 128256x4096 110.8 against
 # 115.9, 4096x14336 19.0 against 20.9 (split 4), 4096x4096 8.8 against 9.2 (split 4); 2048x2048 4.0
-# (8 rows x 2048 a step) against 4.3 (gemv-explore-rows-short-*.json)
+# (8 rows x 2048 a step) against 4.3 (gemv-explore-rows-short-*.json); 256x2048 2.23 (1 row on 8 warps)
+# against 2.29 (gemv-explore-rows-warps8-*.json)
 _MULTI_GROUP_ROWS = ((1, 2048, 8, 2, False, 1), (2, 2048, 4, 4, False, 1), (8, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1024, 2, 4, False, 1), (8, 1024, 4, 4, False, 1),
                      (32, 256, 2, 2, True, 2), (64, 256, 2, 2, True, 2), (64, 256, 4, 2, True, 2), (32, 512, 4, 2, True, 2))
 
