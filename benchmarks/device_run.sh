@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -130,6 +130,22 @@ ncu_gemv() {
     gemvfair)  # GPU quant and decode-layer numerics; the GEMV rows from the cached tunings, bias-free as the peers, torch.compile's int8 compiled 3 times afresh (its best kept)
       AGNITRA_GPU_TESTS=1 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 160 tests/test_kernels_quant.py tests/test_kernels_decode.py 2>&1 | tail -4
       timeout 400 python3 benchmarks/kernels.py --only gemv --shapes "${2:-1b}" --max-trials 100 --runs 30 --peer-compiles 3 --out-file "$OUT/kernels-gemv-fair-${2:-1b}.json" 2>&1 | grep -v "^  "
+      ;;
+    pdl)  # GEMVs launched with programmatic dependent launch: GPU numerics (the graph-captured chain test), then the GEMV rows with and without PDL beside torch.compile's int8 with and without Inductor's PDL
+      AGNITRA_GPU_TESTS=1 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 160 tests/test_kernels_quant.py 2>&1 | tail -4
+      timeout 400 python3 benchmarks/kernels.py --only gemv --shapes "${2:-1b,4096x4096}" --max-trials 100 --runs 30 --out-file "$OUT/kernels-gemv-pdl.json" 2>&1 | grep -v "^  "
+      ;;
+    pdltrig)  # the graph-captured GEMV chain test on the GPU (verbose), then the GEMVs without PDL and by trigger point, in chains of themselves and with a torch kernel between calls
+      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "chain" 2>&1 | grep -v "^  " | tail -60
+      timeout 300 python3 benchmarks/pdl_trigger.py --mixed --out-file "$OUT/pdl-trigger.json"
+      ;;
+    pdle2e)  # llama-1b decode end to end, int4 through Agnitra's GEMVs under compile + CUDA graphs: PDL off everywhere, then on in our GEMVs and Inductor's kernels
+      ro="compile(mode=reduce-overhead)"
+      for pdl in 0 1; do
+        AGNITRA_PDL=$pdl TORCHINDUCTOR_ENABLE_PDL=$pdl timeout 285 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops \
+          --variants eager --recipe "$ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4-pdl$pdl.json"
+        tail -c 400 "$OUT/bench-llama-1b-int4-pdl$pdl.json"; echo
+      done
       ;;
     rows)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
       for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done

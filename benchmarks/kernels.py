@@ -33,6 +33,7 @@ from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
 from agnitra.kernels.autotune import check, head_to_head, input_sets, to_float64, tune
+from agnitra.kernels.quant_matmul import pdl_supported
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
@@ -75,12 +76,27 @@ def _peer_int8(x, w, scales, *rest):
     return F.linear(x, w.to(x.dtype)) * scales
 
 
-_COMPILED_INT8 = None
+_COMPILED_INT8: dict[bool, object] = {}
 
 
-def compile_int8_peer():
+def _peer_int8_pdl(x, w, scales, *rest):  # its own code object: its own Dynamo cache entry
+    return F.linear(x, w.to(x.dtype)) * scales
+
+
+def inductor_has_pdl() -> bool:
+    """This torch's Inductor can emit programmatic dependent launch (`triton.enable_pdl`, off by default)."""
+    import torch._inductor.config as inductor_config
+
+    return hasattr(inductor_config.triton, "enable_pdl")
+
+
+def compile_int8_peer(pdl: bool = False):
     """What a user's compiled int8 decode gets: Inductor's fused dequant with coordinate-descent
-    tuning (gpt-fast's setting; max-autotune takes minutes per shape for the same kernels)."""
+    tuning (gpt-fast's setting; max-autotune takes minutes per shape for the same kernels).
+    pdl: with Inductor's programmatic dependent launch turned on (`triton.enable_pdl`), the peer of
+    our kernels launched so."""
+    if pdl:
+        return torch.compile(_peer_int8_pdl, dynamic=False, options={"coordinate_descent_tuning": True, "triton.enable_pdl": True})
     return torch.compile(_peer_int8, dynamic=False, options={"coordinate_descent_tuning": True})
 
 
@@ -93,11 +109,10 @@ def fresh_int8_peer() -> tuple:
     return compile_int8_peer(), Path(cache)
 
 
-def compiled_int8_peer():
-    global _COMPILED_INT8
-    if _COMPILED_INT8 is None:
-        _COMPILED_INT8 = compile_int8_peer()
-    return _COMPILED_INT8
+def compiled_int8_peer(pdl: bool = False):
+    if pdl not in _COMPILED_INT8:
+        _COMPILED_INT8[pdl] = compile_int8_peer(pdl)
+    return _COMPILED_INT8[pdl]
 
 
 def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int, peers: dict, max_trials: int, peer_compiles: int = 1) -> dict:
@@ -110,13 +125,17 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
         raise RuntimeError(f"the tuned configuration {result.best} failed: {timed.reason}")
     # the tuned and the default configuration and the peers head to head in this run (interleaved rounds)
     calls, failed = peer_calls(peers, sets)
-    ours = [lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in (result.best, result.default)]
-    ms, default_ms, *peer_ms = head_to_head(ours + list(calls.values()), runs, device)
+    # where our GEMVs launch with PDL (Hopper), the tuned configuration without it as well
+    variants = (result.best, result.default) + (({**result.best, "PDL": False},) if name in ("int8_gemv", "int4_gemv") and pdl_supported(device) else ())
+    ours = [lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in variants]
+    ms, default_ms, *rest = head_to_head(ours + list(calls.values()), runs, device)
+    without_pdl, peer_ms = (rest[0], rest[1:]) if len(variants) == 3 else (None, rest)
     nbytes, flops = spec.bytes(shape, dtype), spec.flops(shape)
     row = {
         "kernel": name, "shape": list(shape), "dtype": str(dtype).replace("torch.", ""),
         "config": result.best, "ms": ms, "tuning_ms": result.best_ms, "default_ms": default_ms, "tuning_default_ms": result.default_ms,
         "default_config": result.default, "relative_error": timed.error,
+        "pdl": len(variants) == 3, "ms_without_pdl": without_pdl,
         "gbps": nbytes / (ms / 1e3) / 1e9, "tflops": flops / (ms / 1e3) / 1e12,
         "bandwidth_fraction": nbytes / (ms / 1e3) / 1e9 / ceilings["copy_gbps"],
         "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets),
@@ -157,18 +176,26 @@ def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int) -> None:
     print(f"{'':22s} read floor {floor['ms'] * 1e3:.1f} us ({floor['gbps']:.0f} GB/s): kernel at {row['fraction_of_read_floor']:.0%} of it", flush=True)
 
 
-def gemv_peers(dtype):
+def gemv_peers(dtype, device=None):
     """bf16 cuBLAS on the float weight, and torch.compile of the user's int8 path."""
     def as_float(inputs):
         x, w_q, scales = inputs[:3]
         return x, (w_q.to(dtype) * scales[:, None]).to(dtype)
 
-    return {"cublas_bf16_linear": (as_float, F.linear), **compiled_int8_peers()}
+    return {"cublas_bf16_linear": (as_float, F.linear), **compiled_int8_peers(device)}
 
 
-def compiled_int8_peers():
-    """torch.compile's int8 weight-only Linear over the same int8 rows and scales (decode gated: both halves)."""
-    return {"torch_compile_int8": (lambda inputs: inputs[:3], compiled_int8_peer())}
+def compiled_int8_peers(device=None):
+    """torch.compile's int8 weight-only Linear over the same int8 rows and scales (decode gated: both
+    halves); where our kernels launch with PDL, the same with Inductor's PDL as well."""
+    peers = {"torch_compile_int8": (lambda inputs: inputs[:3], compiled_int8_peer())}
+    if device is not None and pdl_supported(device):
+        peers["torch_compile_int8_pdl"] = (lambda inputs: inputs[:3], compiled_int8_peer(pdl=True)) if inductor_has_pdl() else (_no_inductor_pdl, None)
+    return peers
+
+
+def _no_inductor_pdl(inputs):
+    raise RuntimeError(f"torch {torch.__version__}'s Inductor has no triton.enable_pdl")
 
 
 def int4_peers(dtype):
@@ -250,11 +277,11 @@ def main() -> int:
             for name in ("int8_gemv", "int4_gemv"):
                 problem = shape if name.startswith("int8") else (*shape, 128)
                 floor = (lambda row, s=shape, i4=name.startswith("int4"): add_read_floor(row, s, i4, device, l2, args.runs)) if device.type == "cuda" else None
-                add(name, problem, gemv_peers(dtype) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}), then=floor)
+                add(name, problem, gemv_peers(dtype, device) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}), then=floor)
     if "decode" in groups:
         cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE.get(key, [])]
         for name, problem in cases:  # GEMVs: beside torch.compile's int8 Linear on the same weights (no norm, no epilogue)
-            add(name, problem, compiled_int8_peers() if name.startswith("decode_gemv") else {})
+            add(name, problem, compiled_int8_peers(device) if name.startswith("decode_gemv") else {})
     if "encoder" in groups:  # fp16, as the bert-base workload runs
         dtype = torch.float16
         for name, problem in ([("matmul_bias_gelu", (40, 96, 64))] if args.smoke else ENCODER):

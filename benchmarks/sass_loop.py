@@ -46,7 +46,9 @@ def compile_kernel(fn, types: dict[str, str], constants: dict, num_warps: int, m
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    names = list(inspect.signature(fn).parameters)
+    parameters = inspect.signature(fn).parameters
+    constants = {**{n: p.default for n, p in parameters.items() if p.default is not inspect.Parameter.empty}, **constants}  # e.g. PDL off
+    names = list(parameters)
     signature = {name: "constexpr" if name in constants else types[name] for name in names}
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if signature[n].startswith("*") or n in divisible}
     source = ASTSource(fn=qm._jit(fn), signature=signature, constexprs=constants, attrs=aligned)
@@ -96,6 +98,18 @@ def loop_body(sass: str) -> list[str]:
         return []
     opcode = lambda line: re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split()[0].split(".")[0]
     return [opcode(line) for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
+
+
+def pdl_order(sass: str) -> dict:
+    """Under PDL, what a kernel does before `griddepcontrol.wait` (SASS ACQBULK): the global loads
+    issued before it (these must not read anything the previous kernel writes), how many waits,
+    and where launch_dependents (PREEXIT) is: before the wait, or how many instructions after it."""
+    ops = [re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split(" ;")[0] for line in sass.splitlines() if _ADDRESS.search(line)]
+    waits = [i for i, op in enumerate(ops) if op.startswith("ACQBULK")]
+    first = waits[0] if waits else len(ops)
+    triggers = [i for i, op in enumerate(ops) if op.startswith("PREEXIT")]
+    return {"waits": len(waits), "loads_before_wait": [op.split()[0] for op in ops[:first] if op.startswith("LDG")], "triggers": len(triggers),
+            "trigger_after_wait": triggers[0] - first if triggers and triggers[0] > first else None}
 
 
 def load_placement(body: list[str]) -> dict:
@@ -171,12 +185,18 @@ def main() -> int:
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
+    parser.add_argument("--pdl-order", action="store_true", help="compile with PDL; print the global loads before the grid-dependency wait and stop")
+    parser.add_argument("--pdl-trigger", choices=sorted(qm.PDL_TRIGGERS), default=qm.DEFAULT_PDL_TRIGGER, help="with --pdl-order: where the next kernel is let in")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
     divisible = {"tc": ("stride_xm",), "int8": ()}.get(args.kernel, ())
     if args.asm_layout:
         for layout in asm_layouts(compile_kernel(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible).asm["ttgir"]):
             print("asm layout:", layout)
+        return 0
+    if args.pdl_order:
+        sass, _ = compile_sass(fn, types, {**consts, "PDL": qm.PDL_TRIGGERS[args.pdl_trigger]}, args.warps, args.maxnreg, args.stages, divisible)
+        print(json.dumps(pdl_order(sass)))
         return 0
     sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible)
     body = loop_body(sass)

@@ -654,3 +654,96 @@ def test_decode_gemv_inputs_have_no_bias(name):
     assert all(torch.equal(a, b) for a, b in zip(inputs[:-1], with_bias[:-1]) if torch.is_tensor(a))
     y = spec.launch(*inputs, config=spec.default_config(shape, torch.float32))
     _check(y, spec.reference(*to_float64(inputs)), torch.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# Programmatic dependent launch: a GEMV reads x only after the kernel before it has ended
+# --------------------------------------------------------------------------------------------
+
+_CHAIN_CONFIGS = {
+    "int8": {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 4},
+    "int4 rows": {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1, "PREFETCH": 1},
+    "int4 tc": {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 4, "PREFETCH": True},
+}
+
+
+@pytest.mark.parametrize("kind", list(_CHAIN_CONFIGS))
+def test_gemv_chain_reads_each_previous_output(kind):
+    """Four square GEMVs in a row, each reading the last one's output (as decode's projections
+    follow each other), outputs poisoned with NaN first. On the GPU the chain is captured in a
+    CUDA graph, where the kernels launch with PDL (Hopper) and start while the one before runs:
+    a read of x before `_pdl_wait` would see NaN or the last replay's values. Each output must
+    match the float64 reference of the previous output, over two replays with different inputs."""
+    dtype = torch.bfloat16 if CPU.type == "cuda" else torch.float16
+    n = 256
+    config = _CHAIN_CONFIGS[kind]
+    # every weight row of unit norm: each output of the chain stays near unit scale
+    if kind == "int8":
+        _, w, _, _ = qm._make_int8_inputs((1, n, n), dtype, CPU, 1)
+        s = (1 / w.double().norm(dim=1)).to(dtype)
+        step = lambda x, out: qm.int8_weight_only_matmul(x, w, s, config=config, out=out)  # noqa: E731
+        reference = lambda x: qm.int8_reference(x.double(), w, s.double())  # noqa: E731
+    else:
+        _, w, s, z, g, _ = qm._make_int4_inputs((1, n, n, 64), dtype, CPU, 1)
+        norms = qm.int4_dequantize(w, s, z, g, torch.float64).norm(dim=1, keepdim=True)
+        s, z = (s.double() / norms).to(dtype), (z.double() / norms).to(dtype)
+        step = lambda x, out: qm.int4_weight_only_matmul(x, w, s, z, g, config=config, out=out)  # noqa: E731
+        reference = lambda x: qm.int4_reference(x.double(), w, s.double(), z.double(), g)  # noqa: E731
+    x = torch.randn(1, n, dtype=dtype, device=CPU)
+    outs = [_poisoned(1, n, dtype).to(CPU) for _ in range(4)]
+
+    def chain():
+        for i, out in enumerate(outs):
+            step(x if i == 0 else outs[i - 1], out)
+
+    replay = chain
+    if CPU.type == "cuda":
+        chain()  # compiled and warm before capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            chain()
+        replay = graph.replay
+    for seed in (2, 3):
+        x.copy_(torch.randn(1, n, generator=torch.Generator().manual_seed(seed), device="cpu").to(dtype))
+        for out in outs:
+            out.fill_(float("nan"))
+        replay()
+        if CPU.type == "cuda":
+            torch.cuda.synchronize()
+        for i, out in enumerate(outs):
+            ref = reference(x if i == 0 else outs[i - 1])
+            assert ref.abs().max() > 0.1, "the chain must not fade to zero (the check would be empty)"
+            _check(out, ref, dtype)
+
+
+def test_pdl_kernels_wait_before_reading_x():
+    """Compiled for sm_90 with PDL (no GPU needed; a process without the interpreter), each GEMV has
+    one griddepcontrol.wait (SASS ACQBULK), followed closely by launch_dependents (PREEXIT: the
+    next kernel let in once this one runs), after its first weight reads and before every read of x: the int8 GEMV reads only its scales before it (x comes in
+    the loop); the row kernel its bias and step 0's words; the tensor-core kernel its bias, step
+    0's (s, z) pairs (8-byte) and words (16-byte loads) and no x pair (4-byte loads)."""
+    pytest.importorskip("triton")
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=str(ROOT / "src"), TRITON_DEFAULT_FP_FUSION="1")
+    cases = {"int8": ["--block-n", "8", "--block-k", "512"], "rows": ["--block-n", "8", "--block-k", "256", "--prefetch", "1"],
+             "tc": ["--block-n", "64", "--block-k", "128", "--prefetch", "1"]}
+    for kernel, flags in cases.items():
+        run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", kernel, *flags, "--n", "4096", "--k", "4096", "--pdl-order", "--pdl-trigger", "wait"],
+                             capture_output=True, text=True, env=env, timeout=300)
+        if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
+            pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
+        assert run.returncode == 0, run.stderr[-2000:]
+        order = json.loads(run.stdout.strip().splitlines()[-1])
+        before = order["loads_before_wait"]
+        assert order["waits"] == 1 and order["triggers"] == 1 and 0 < order["trigger_after_wait"] < 64, (kernel, order)
+        if kernel == "int8":
+            assert before == ["LDG.E.U16"], before  # the scales ([BN], one element a thread)
+        elif kernel == "rows":
+            assert before[0] == "LDG.E.U16" and len(before) == 2 and before[1].startswith("LDG.E.64"), before  # bias, then words
+        else:
+            assert "LDG.E.EF.128" in before and "LDG.E.EL.64" in before, before  # words, (s, z) pairs
+            assert not any(op in ("LDG.E.EL", "LDG.E.EL.CONSTANT") for op in before), before  # no x pair

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import types
 from typing import Any
 
@@ -117,6 +118,24 @@ def _split_k_total(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K:
             total += tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, cache_modifier=".cg")
         tl.atomic_xchg(counter_ptr, 0)  # ready for the next launch
     return total, last
+
+
+def _pdl_trigger(PDL: tl.constexpr, HERE: tl.constexpr):
+    """Programmatic dependent launch (Hopper+), PDL = where this kernel lets the next one in the
+    stream (launched with PDL) start its programs: 1 at its start (unsafe beside kernels that do
+    not always wait: measured only), 2 once past its wait, 3 after its main loop (0: PDL off). The next kernel's programs read their constants and first weights while
+    this one runs and wait (`_pdl_wait`) before reading anything it writes."""
+    if PDL == HERE:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+def _pdl_wait(PDL: tl.constexpr):
+    """Under PDL, wait here until the previous kernel in the stream has finished and its writes are
+    visible: every read of an activation, and every write, comes after; weights, scales and bias
+    (written by nobody during the model's run) may be read before."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        _pdl_trigger(PDL, 2)
 
 
 def _gemv_bias(b_ptr, offs, HAS_BIAS: tl.constexpr):
@@ -206,11 +225,13 @@ def _int8_gemv_kernel(
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     CVT_ASM: tl.constexpr = "",  # INT8_TO_F32_ASM, or "" (the integer-add trick: the interpreter)
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
 ):
     """The int8 GEMV. The shape and strides are compile-time constants (the loop bounds known, single
     steps peeled) and rows past the end read the last row: 1-7% faster than the same loop with them
     at run time and rows wrapped by a modulo, at all nine llama shapes on the H100
     (gemv-explore-int8-static-*.json: 256x2048 2.05 against 2.21 us, 4096x4096 8.32 against 8.50)."""
+    _pdl_trigger(PDL, 1)
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     pid_m = tl.program_id(axis=2)
@@ -225,6 +246,7 @@ def _int8_gemv_kernel(
     # the per-row scale factors out of the K sum (one multiply per output); it and the bias are read now (`_gemv_bias`)
     scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
     bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
+    _pdl_wait(PDL)  # x next
     for k0 in tl.range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K, num_stages=STAGES):
         if EVEN_K:
             x = tl.load(x_ptrs)
@@ -241,6 +263,7 @@ def _int8_gemv_kernel(
             acc += tl.sum(x.to(tl.float32)[:, None, :] * w[None, :, :], axis=2)
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * BLOCK_K * stride_wk
+    _pdl_trigger(PDL, 3)
     if BLOCK_M == 1:
         acc += tl.sum(acc_nk, axis=1)[None, :]
     acc = acc * scale[None, :]
@@ -428,6 +451,7 @@ def _int4_gemv_rows_kernel(
     VEC: tl.constexpr,  # words a lane loads from each row at once (2: 8-byte loads, 4: 16-byte loads)
     PREFETCH: tl.constexpr,  # 1: load step k+1's words before step k's arithmetic; 2: its x, scales and zeros as well
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
 ):
     """Batch-1 int4 GEMV at about three instructions a code: one lop3 and one FMA, little else.
 
@@ -444,6 +468,7 @@ def _int4_gemv_rows_kernel(
     rotation) for about 3e-6. The 1.0f lives in a register ptxas cannot fold (N >> 31 | 1.0f):
     with two immediates each lop3 would cost a move as well.
     """
+    _pdl_trigger(PDL, 1)
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     first = tl.minimum(pid_n * BLOCK_N, N - BLOCK_N)  # the last block overlaps its neighbour instead of wrapping
@@ -461,6 +486,7 @@ def _int4_gemv_rows_kernel(
     first_k = pid_k * BLOCK_W * 8
     if PREFETCH:
         w_next = tl.load(w_ptrs)
+    _pdl_wait(PDL)  # under PDL, step 0's words (PREFETCH) are on their way while the previous kernel ends; x next
     if PREFETCH == 2:  # step 0's x, scales and zeros too
         xn0, xn1, xn2, xn3, xn4, xn5, xn6, xn7, s_next, z_next = _int4_rows_side_loads(
             x_ptr, s_ptr, z_ptr, first_k, offs_n, offs_w, stride_xk, stride_sn, stride_sg, stride_zn, stride_zg, None, GROUP_SIZE, BLOCK_W, False)
@@ -541,6 +567,7 @@ def _int4_gemv_rows_kernel(
             x_g = tl.sum(tl.reshape(x_sum, (x_sum.shape[0], GROUPS, GROUP_SIZE // 8)), axis=2)
             acc_g += part_g * scale + zero * x_g
         w_ptrs += SPLIT_K * BLOCK_W
+    _pdl_trigger(PDL, 3)
     out = tl.sum(acc, axis=1) + zero_acc + tl.sum(acc_g, axis=1)  # [BN]
     valid = offs_n >= pid_n * BLOCK_N  # the last block leaves its neighbour's rows alone
     _store_gemv_vector(out, offs_n, valid, y_ptr, p_ptr, c_ptr, bias, pid_n, pid_k, N, stride_yn, HAS_BIAS, SPLIT_K)
@@ -725,7 +752,7 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
     return tl.reshape(c, (TILES, 128)), tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
 
-def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, K, GROUP_SIZE: tl.constexpr, MASKED: tl.constexpr):
+def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, K, GROUP_SIZE: tl.constexpr, MASKED: tl.constexpr, PDL: tl.constexpr = 0):
     """The tensor-core GEMV's reads for the step at feature k: words, x's B fragments, (s, z) pairs;
     MASKED: nothing is read at or past K (and the values are then undefined: never used). The words
     are read once, evicted first; x, scales and zeros, read again by other programs, last (0.2-8 us
@@ -735,9 +762,10 @@ def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, K, GROUP_SIZE: tl.constexpr, MASKED: t
     if MASKED:
         ok = tl.full((1, 1, 1, 1), 0, tl.int32) + k < K
     words = tl.load(w_ptrs + chunk * 128, mask=ok, eviction_policy="evict_first")
+    sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, mask=ok, eviction_policy="evict_last")
+    _pdl_wait(PDL)  # the first step's: its words, scales and zeros requested before the wait for x
     b0 = tl.load(x_ptrs + chunk * 32, mask=ok, eviction_policy="evict_last")
     b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=ok, eviction_policy="evict_last")
-    sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, mask=ok, eviction_policy="evict_last")
     return words, b0, b1, sz
 
 
@@ -793,6 +821,7 @@ def _int4_gemv_tc_kernel(
     PREFETCH: tl.constexpr,  # load step k+1 (words, x, scales, zeros) before step k's arithmetic
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -800,6 +829,7 @@ def _int4_gemv_tc_kernel(
     tile: the MMAs give y^T [16, 8] of sum x (q - 8) per tile in fp32, scaled by the rows' group
     scales and offset by zero * sum x (those sums by MMAs with A = ones) into an fp32 accumulator
     [TILES, 128] in the C fragments' layout."""
+    _pdl_trigger(PDL, 1)
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     n_tiles = tl.cdiv(N, 16)
@@ -829,8 +859,10 @@ def _int4_gemv_tc_kernel(
     bias = _gemv_bias(b_ptr, rows % N, HAS_BIAS)
     step = SPLIT_K * 64 * CHUNKS
     k_first = pid_k * 64 * CHUNKS
-    if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps)
-        words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE, False)
+    if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps); under PDL, x's after the wait
+        words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE, False, PDL)
+    else:
+        _pdl_wait(PDL)
     for k0 in tl.range(k_first, K, step, num_stages=STAGES):
         if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
             words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
@@ -838,6 +870,7 @@ def _int4_gemv_tc_kernel(
         else:
             words, b0, b1, sz = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0, K, GROUP_SIZE, False)
         acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
+    _pdl_trigger(PDL, 3)
     cols = 2 * t + c % 2
     valid = (own < n_tiles) & (rows < N) & (cols < M)
     p_ptrs = p_ptr + cols * N + rows
@@ -961,7 +994,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1044,6 +1077,43 @@ def _launch_options(cfg: dict[str, Any]) -> dict[str, int]:
     if cfg.get("maxnreg"):  # ptxas's register cap (occupancy against spills)
         options["maxnreg"] = int(cfg["maxnreg"])
     return options
+
+
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch: a CUDA device of compute capability 9.0 or later (Hopper),
+    compiled kernels (not the interpreter), and not turned off by AGNITRA_PDL=0."""
+    from agnitra.kernels.spec import interpreting
+
+    if device.type != "cuda" or interpreting() or os.environ.get("AGNITRA_PDL", "1") == "0":
+        return False
+    return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= (9, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+# where a GEMV lets the next kernel in (`_pdl_trigger`): never before its own wait, so a kernel
+# after it that does not wait (Inductor's wait only where they read the kernel just before) still
+# runs after everything before this one. "loop": 0.1-2 us faster than none in a chain of the same GEMV
+# at llama shapes, where "wait" lost up to 1 us at multi-wave grids (pdl-trigger-*.json)
+PDL_TRIGGERS = {"wait": 2, "loop": 3}
+DEFAULT_PDL_TRIGGER = "loop"
+
+
+def _pdl_options(x: torch.Tensor, cfg: dict[str, Any]) -> dict[str, Any]:
+    """A GEMV's launch under programmatic dependent launch where the device has it: the kernel is
+    told (PDL: it waits before reading x, and lets the next kernel in at that point) and launched
+    so (launch_pdl: its programs start while the previous kernel in the stream finishes). Config
+    key PDL: False turns it off for a launch, or names the trigger point (`PDL_TRIGGERS`)."""
+    where = cfg.get("PDL", True)
+    if where is False or not pdl_supported(x.device):
+        return {}
+    where = DEFAULT_PDL_TRIGGER if where is True else where
+    if where not in PDL_TRIGGERS:
+        raise ValueError(f"config PDL must be True, False or one of {sorted(PDL_TRIGGERS)}, got {where!r}")
+    return {"PDL": PDL_TRIGGERS[where], "launch_pdl": True}
 
 
 def _stages(cfg: dict[str, Any]) -> int:
@@ -1149,7 +1219,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg),
+            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg), **_pdl_options(x, cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
@@ -1229,7 +1299,7 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
         n, k, x.stride(1), *row_stride,
         scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_W=block_k // 8, SPLIT_K=split_k,
-        PREFETCH=prefetch, STAGES=_stages(cfg), **extra, **_launch_options(cfg),
+        PREFETCH=prefetch, STAGES=_stages(cfg), **extra, **_launch_options(cfg), **(_pdl_options(x, cfg) if rows else {}),
     )
 
 
@@ -1335,6 +1405,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
+        **_pdl_options(x, cfg),
     )
 
 
