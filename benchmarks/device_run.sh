@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -146,6 +146,21 @@ ncu_gemv() {
           --variants eager --recipe "$ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4-pdl$pdl.json"
         tail -c 400 "$OUT/bench-llama-1b-int4-pdl$pdl.json"; echo
       done
+      ;;
+    pdle2e8)  # GPU numerics of the PDL chain and the decode-layer kernels; llama-1b decode end to end, int8 through the fused decode layer, PDL on (ours and Inductor's) beside bf16 compile with and without Inductor's PDL
+      AGNITRA_GPU_TESTS=1 timeout 140 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 130 tests/test_kernels_decode.py tests/test_kernels_quant.py -k "chain or decode" 2>&1 | tail -4
+      ro="compile(mode=reduce-overhead)"
+      timeout 330 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "compile(mode=reduce-overhead,pdl=false)" --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-int8-pdl1.json"
+      tail -c 300 "$OUT/bench-llama-1b-int8-pdl1.json"
+      ;;
+    pdle2e8off)  # the same without PDL anywhere (AGNITRA_PDL=0, compile(pdl=false))
+      AGNITRA_PDL=0 timeout 330 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "compile(mode=reduce-overhead,pdl=false)" --recipe "triton-kernels(weights=int8) + compile(mode=reduce-overhead,pdl=false)" --json > "$OUT/bench-llama-1b-int8-pdl0.json"
+      tail -c 300 "$OUT/bench-llama-1b-int8-pdl0.json"
+      ;;
+    pdlkernels)  # the GEMV rows at the given shapes, PDL on (ours and the second compile peer's), without PDL too, torch.compile's int8 with and without Inductor's PDL each compiled twice afresh
+      timeout 560 python3 benchmarks/kernels.py --only gemv --shapes "$2" --max-trials 100 --runs 30 --peer-compiles "${4:-2}" ${5:-} --out-file "$OUT/kernels-gemv-pdl-$3.json" 2>&1 | grep -v "^  "
       ;;
     rows)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
       for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done

@@ -10,7 +10,10 @@ the default configuration's time, and the peers measured in the same process:
 - weight-only int8/int4 GEMV: torch bf16 F.linear (cuBLAS) and torch.compile of the int8 path a
   user would write (F.linear(x, w_int8.to(bf16)) * scales), with coordinate-descent tuning
   (--peer-compiles N: compiled N times afresh, its best kept), no bias on either side (llama's
-  projections have none);
+  projections have none). On Hopper ours launch with programmatic dependent launch, so the row
+  also times ours without it (ms_without_pdl) and adds torch.compile's int8 with Inductor's PDL
+  (torch_compile_int8_pdl) as a peer; both are timed in CUDA graphs of 20 calls of themselves,
+  the case most favourable to PDL (pdl_trigger.py --mixed times it between torch kernels);
 - fused norms: eager and torch.compile of the same PyTorch code;
 - matmul: torch.matmul (cuBLAS).
 Writes benchmarks/results/kernels-<device>-<date>.json.
@@ -100,13 +103,13 @@ def compile_int8_peer(pdl: bool = False):
     return torch.compile(_peer_int8, dynamic=False, options={"coordinate_descent_tuning": True})
 
 
-def fresh_int8_peer() -> tuple:
-    """(`compile_int8_peer()`, its Inductor cache dir) compiled from scratch: Dynamo reset and a new,
+def fresh_int8_peer(pdl: bool = False) -> tuple:
+    """(`compile_int8_peer(pdl)`, its Inductor cache dir) compiled from scratch: Dynamo reset and a new,
     empty Inductor cache, so its coordinate descent runs again (and the dir holds only its kernels)."""
     cache = tempfile.mkdtemp(prefix="inductor-")
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache  # read when Inductor writes
     torch._dynamo.reset()
-    return compile_int8_peer(), Path(cache)
+    return compile_int8_peer(pdl), Path(cache)
 
 
 def compiled_int8_peer(pdl: bool = False):
@@ -115,10 +118,10 @@ def compiled_int8_peer(pdl: bool = False):
     return _COMPILED_INT8[pdl]
 
 
-def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int, peers: dict, max_trials: int, peer_compiles: int = 1) -> dict:
+def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int, peers: dict, max_trials: int, peer_compiles: int = 1, retune: bool = False) -> dict:
     spec = get_kernel(name)
     sets = input_sets(spec, shape, dtype, device, l2)
-    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials, sets=sets)
+    result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=retune, max_trials=max_trials, sets=sets)
     # the chosen configuration timed (and checked) in this run, beside its peers; a cached tuning's time is from another process
     timed = check(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype)
     if not timed.ok:
@@ -150,17 +153,21 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
 
 
 def add_recompiled_peers(row: dict, ours, sets, runs: int, device, compiles: int) -> None:
-    """torch.compile's int8 peer compiled `compiles - 1` more times, each from scratch (Dynamo reset,
-    a fresh Inductor cache: a new coordinate descent, which lands on different tiles from run to run:
-    14336x4096 took 21.8-32.2 us over runs), each timed head to head with our tuned configuration
-    again. The row's best peer is the best of all; ours in each round is kept beside it."""
+    """torch.compile's int8 peers (with Inductor's PDL as well, where ours launch with it) compiled
+    `compiles - 1` more times, each from scratch (Dynamo reset, a fresh Inductor cache: a new
+    coordinate descent, which lands on different tiles from run to run: 14336x4096 took 21.8-32.2 us
+    over runs), each timed head to head with our tuned configuration again. The row's best peer is
+    the best of all; ours in each round is kept beside it."""
+    variants = (False, True) if "torch_compile_int8_pdl" in row["peers"] else (False,)
     for round_ in range(2, compiles + 1):
-        calls, failed = peer_calls({f"torch_compile_int8_compile{round_}": (lambda inputs: inputs[:3], fresh_int8_peer()[0])}, sets)
-        for peer_name, call in calls.items():
-            ours_ms, peer_ms = head_to_head([ours, call], runs, device)
-            row["peers"][peer_name] = peer_ms
-            row.setdefault("ms_in_recompile_rounds", []).append(ours_ms)
-        row["peers"].update(failed)
+        for pdl in variants:
+            name = f"torch_compile_int8{'_pdl' if pdl else ''}_compile{round_}"
+            calls, failed = peer_calls({name: (lambda inputs: inputs[:3], fresh_int8_peer(pdl)[0])}, sets)
+            for peer_name, call in calls.items():
+                ours_ms, peer_ms = head_to_head([ours, call], runs, device)
+                row["peers"][peer_name] = peer_ms
+                row.setdefault("ms_in_recompile_rounds", []).append(ours_ms)
+            row["peers"].update(failed)
 
 
 def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int) -> None:
@@ -240,6 +247,7 @@ def main() -> int:
     parser.add_argument("--max-trials", type=int, default=16, help="TPE trials per problem where the space is large")
     parser.add_argument("--only", default=",".join(GROUPS), help=f"kernel groups to run: {', '.join(GROUPS)}")
     parser.add_argument("--out-file", default=None)
+    parser.add_argument("--retune", action="store_true", help="tune every problem again (the cache's entry replaced) instead of reusing the cached tuning")
     parser.add_argument("--peer-compiles", type=int, default=1, help="compile torch.compile's int8 peer this many times afresh per shape, keep its best")
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -258,7 +266,7 @@ def main() -> int:
 
     def add(name, problem, peers, then=None):  # written after every row: a killed run keeps what it measured
         try:
-            rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, peers, args.max_trials, args.peer_compiles))
+            rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, peers, args.max_trials, args.peer_compiles, args.retune))
             if then is not None:
                 then(rows[-1])
         except Exception as exc:  # noqa: BLE001 - one failing kernel must not lose the others

@@ -249,3 +249,29 @@ def test_cuda_graphs_refuses_other_shapes_with_both_named():
         check_same_signature(captured, (torch.zeros(2, 16, dtype=torch.long), torch.zeros(2, 16, dtype=torch.long)))
     with pytest.raises(WorkloadError, match="float32"):
         check_same_signature(captured, (torch.zeros(1, 16), torch.zeros(1, 16, dtype=torch.long)))
+
+
+# ---- compile: programmatic dependent launch ------------------------------------------------------
+
+
+def test_compile_pdl_is_off_off_hopper_and_the_reason_is_named(toy, monkeypatch):
+    """compile(pdl=True) asks Inductor for PDL only where it can run (a CUDA GPU of compute
+    capability 9.0+, a torch whose Inductor has triton.enable_pdl); elsewhere the option is not set
+    and, on a GPU, the recipe's notes say why. The notes of every step reach the patched result."""
+    from agnitra.transforms import compile as compile_transform
+
+    assert "it needs a CUDA GPU" in compile_transform.pdl_unavailable(CPU)
+    assert "triton.enable_pdl" not in compile_transform.inductor_options("default", CPU, True, False, pdl=True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
+    assert compile_transform.pdl_unavailable(CUDA) == "it needs compute capability 9.0 or later (this GPU is 8.0)"
+    t = get_transform("compile")
+    assert t.notes(TransformContext(toy, CUDA), t.parse_params({})) == ["compile: programmatic dependent launch off: it needs compute capability 9.0 or later (this GPU is 8.0)"]
+    assert t.notes(TransformContext(toy, CUDA), t.parse_params({"pdl": False})) == []
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    import torch._inductor.config as inductor_config
+
+    if hasattr(inductor_config.triton, "enable_pdl"):
+        assert compile_transform.inductor_options("default", CUDA, False, False, pdl=True)["triton.enable_pdl"] is True
+        assert t.notes(TransformContext(toy, CUDA), t.parse_params({})) == ["compile: Inductor's kernels launch with programmatic dependent launch"]
+    monkeypatch.setattr(type(t), "notes", lambda self, ctx, params: ["compile: a note"])
+    assert _apply(toy, "compile").notes == ["compile: a note"]

@@ -59,6 +59,11 @@ class Transform(abc.ABC):
     def apply(self, model: nn.Module, ctx: TransformContext, params: Any) -> nn.Module:
         """Return the transformed model; `model` is the patcher's copy, never the user's."""
 
+    def notes(self, ctx: TransformContext, params: Any) -> list[str]:
+        """What the report should say about how this transform ran here (a feature it turned off,
+        and why). Default: nothing."""
+        return []
+
     def default_params(self) -> Any:
         return self.Params()
 

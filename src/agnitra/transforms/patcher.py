@@ -94,7 +94,9 @@ def apply_recipe(recipe: Recipe, ctx: TransformContext) -> Patched:
             _fresh_caches(patched.model, ctx)
             refreshed_caches = True
         try:
-            patched.model = transform.apply(patched.model, ctx, transform.parse_params(step.params))
+            params = transform.parse_params(step.params)
+            patched.model = transform.apply(patched.model, ctx, params)
+            patched.notes.extend(transform.notes(ctx, params))
         except (UserError, AgnitraError):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure drops the copy and names the step

@@ -21,8 +21,10 @@ configurations from the per-device tuning cache.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from agnitra.errors import NotApplicable, check
@@ -121,3 +123,16 @@ class TritonKernels(Transform):
         if count == 0:
             raise NotApplicable("no Linear, norm or MLP module the kernels replace (check weights=, skip= and min_features=)")
         return model
+
+    def notes(self, ctx: TransformContext, params) -> list[str]:
+        """Whether the GEMVs and decode-layer kernels launch with programmatic dependent launch here."""
+        from agnitra.kernels.quant_matmul import pdl_supported
+
+        if ctx.device.type != "cuda":
+            return []
+        if pdl_supported(ctx.device):
+            return ["triton-kernels: GEMVs and decode-layer kernels launch with programmatic dependent launch"]
+        if os.environ.get("AGNITRA_PDL") == "0":
+            return ["triton-kernels: programmatic dependent launch off (AGNITRA_PDL=0)"]
+        major, minor = torch.cuda.get_device_capability(ctx.device)
+        return [f"triton-kernels: programmatic dependent launch off: it needs compute capability 9.0 or later (this GPU is {major}.{minor})"]

@@ -1,0 +1,68 @@
+"""A GEMV's tuned configuration against the same with some keys changed, head to head.
+
+    PYTHONPATH=src python benchmarks/ab_config.py --kernel int8_gemv --shapes 32000x2048,4096x4096 \
+        --variant '{"EVICT": true}' --out-file out.json
+
+For each N x K: the tuned configuration (tuning cache; tuned here where missing) and each
+--variant (a JSON object merged over it), checked against the float64 reference and timed as
+decode runs them (CUDA graphs of 20 calls, inputs rotated past L2, interleaved rounds, median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from agnitra import api
+from agnitra.config import load_settings
+from agnitra.device import resolve_device
+from agnitra.kernels.autotune import check, head_to_head, input_sets, to_float64, tune
+from agnitra.kernels.spec import get_kernel
+from agnitra.kernels.tuning_cache import TuningCache
+from agnitra.report.schema import to_dict
+from agnitra.telemetry.signature import software_versions
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kernel", choices=("int8_gemv", "int4_gemv"), default="int8_gemv")
+    parser.add_argument("--shapes", default="2048x2048,256x2048,5632x2048,2048x5632,32000x2048,4096x4096,14336x4096,4096x14336")
+    parser.add_argument("--variant", action="append", required=True, help="a JSON object merged over the tuned configuration (repeatable)")
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--max-trials", type=int, default=100)
+    parser.add_argument("--out-file", required=True)
+    args = parser.parse_args()
+    device = resolve_device("cuda")
+    report = api.describe_device(device)
+    cache = TuningCache(load_settings().cache_path, report.signature["id"])
+    l2 = report.signature.get("l2_bytes")
+    dtype = torch.bfloat16
+    spec = get_kernel(args.kernel)
+    rows = []
+    for text in args.shapes.split(","):
+        n, k = map(int, text.split("x"))
+        shape = (1, n, k) if args.kernel == "int8_gemv" else (1, n, k, 128)
+        sets = input_sets(spec, shape, dtype, device, l2)
+        best = tune(spec, shape, dtype, device, runs=args.runs, cache=cache, l2_bytes=l2, force=False, max_trials=args.max_trials, sets=sets).best
+        configs = {"tuned": best, **{variant: {**best, **json.loads(variant)} for variant in args.variant}}
+        reference = spec.reference(*to_float64(sets[0]))
+        errors = {label: check(spec, c, sets, reference, dtype) for label, c in configs.items()}
+        bad = {label: trial.reason for label, trial in errors.items() if not trial.ok}
+        timed = {label: c for label, c in configs.items() if label not in bad}
+        times = dict(zip(timed, head_to_head([lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in timed.values()], args.runs, device)))
+        rows.append({"shape": list(shape), "config": best, "ms": times, "failed": bad, "relative_error": {label: t.error for label, t in errors.items()}})
+        print(args.kernel, shape, {label: round(ms * 1e3, 2) for label, ms in times.items()}, bad or "", flush=True)
+        Path(args.out_file).write_text(json.dumps({"schema": "agnitra.ab-config/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
+                                                   "versions": software_versions(), "command": " ".join(sys.argv), "kernel": args.kernel, "runs": args.runs,
+                                                   "timing": "CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds, median", "rows": rows},
+                                                  indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
