@@ -18,14 +18,11 @@ from pathlib import Path
 
 import torch
 
-from agnitra import api
-from agnitra.config import load_settings
-from agnitra.device import resolve_device
-from agnitra.kernels.autotune import check, head_to_head, input_sets, to_float64, tune
+from agnitra.kernels.autotune import check, head_to_head, to_float64
 from agnitra.kernels.spec import get_kernel
-from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
+from pdl_trigger import gemv_context, tuned_gemv  # benchmarks/: the tuned GEMV and its inputs, as pdl_trigger.py times them
 
 
 def main() -> int:
@@ -37,18 +34,14 @@ def main() -> int:
     parser.add_argument("--max-trials", type=int, default=100)
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
-    device = resolve_device("cuda")
-    report = api.describe_device(device)
-    cache = TuningCache(load_settings().cache_path, report.signature["id"])
-    l2 = report.signature.get("l2_bytes")
+    context = gemv_context()
+    device, report = context[:2]
     dtype = torch.bfloat16
     spec = get_kernel(args.kernel)
     rows = []
     for text in args.shapes.split(","):
         n, k = map(int, text.split("x"))
-        shape = (1, n, k) if args.kernel == "int8_gemv" else (1, n, k, 128)
-        sets = input_sets(spec, shape, dtype, device, l2)
-        best = tune(spec, shape, dtype, device, runs=args.runs, cache=cache, l2_bytes=l2, force=False, max_trials=args.max_trials, sets=sets).best
+        shape, sets, best = tuned_gemv(spec, n, k, context, args.runs, args.max_trials)
         configs = {"tuned": best, **{variant: {**best, **json.loads(variant)} for variant in args.variant}}
         reference = spec.reference(*to_float64(sets[0]))
         errors = {label: check(spec, c, sets, reference, dtype) for label, c in configs.items()}

@@ -33,6 +33,22 @@ from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
 
 
+def gemv_context() -> tuple:
+    """(device, its report, the tuning cache, L2 bytes): the CUDA device these scripts tune and time on."""
+    device = resolve_device("cuda")
+    report = api.describe_device(device)
+    return device, report, TuningCache(load_settings().cache_path, report.signature["id"]), report.signature.get("l2_bytes")
+
+
+def tuned_gemv(spec, n: int, k: int, context: tuple, runs: int, max_trials: int) -> tuple:
+    """(shape, input sets rotated past L2, tuned configuration) of batch-1 GEMV `spec` at N x K (int4: groups of 128)."""
+    device, _, cache, l2 = context
+    shape = (1, n, k) if spec.name == "int8_gemv" else (1, n, k, 128)
+    sets = input_sets(spec, shape, torch.bfloat16, device, l2)
+    best = tune(spec, shape, torch.bfloat16, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials, sets=sets).best
+    return shape, sets, best
+
+
 def variants(best: dict) -> dict[str, dict]:
     return {"off": {**best, "PDL": False}, **{f"at_{where}": {**best, "PDL": where} for where in qm.PDL_TRIGGERS}}
 
@@ -45,19 +61,14 @@ def main() -> int:
     parser.add_argument("--mixed", action="store_true", help="also time each variant with a torch kernel between the calls")
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
-    device = resolve_device("cuda")
-    report = api.describe_device(device)
-    cache = TuningCache(load_settings().cache_path, report.signature["id"])
-    l2 = report.signature.get("l2_bytes")
-    dtype = torch.bfloat16
+    context = gemv_context()
+    device, report = context[:2]
     rows = []
     for text in args.shapes.split(","):
         n, k = map(int, text.split("x"))
         for name in ("int8_gemv", "int4_gemv"):
             spec = get_kernel(name)
-            shape = (1, n, k) if name == "int8_gemv" else (1, n, k, 128)
-            sets = input_sets(spec, shape, dtype, device, l2)
-            best = tune(spec, shape, dtype, device, runs=args.runs, cache=cache, l2_bytes=l2, force=False, max_trials=args.max_trials, sets=sets).best
+            shape, sets, best = tuned_gemv(spec, n, k, context, args.runs, args.max_trials)
             cases = variants(best)
             calls = {label: (lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c)) for label, c in cases.items()}
             if args.mixed:  # a non-PDL torch kernel before every call (it reads and writes the call's x)
