@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -164,6 +164,22 @@ ncu_gemv() {
       ;;
     abevict)  # the int8 GEMV's tuned configs with weights read evict-first and x evict-last (EVICT), head to head, llama-1b and -8b shapes
       timeout 300 python3 benchmarks/ab_config.py --kernel int8_gemv --variant '{"EVICT": true}' --out-file "$OUT/ab-int8-evict.json"
+      ;;
+    abint8)  # the int8 GEMV at llama-1b shapes: its tuned configs against whole-row steps (Inductor's 16 x 2048 on 8 warps) straight to registers or through shared memory, and the trigger after the wait
+      timeout 300 python3 benchmarks/ab_config.py --kernel int8_gemv --shapes 32000x2048,5632x2048,2048x2048,256x2048 --variant '{"STAGES": 1}' \
+        --variant '{"BLOCK_N": 16, "BLOCK_K": 2048, "num_warps": 8, "STAGES": 1}' --variant '{"BLOCK_N": 16, "BLOCK_K": 2048, "num_warps": 8, "STAGES": 3}' \
+        --variant '{"BLOCK_N": 8, "BLOCK_K": 2048, "num_warps": 4, "STAGES": 1}' --variant '{"BLOCK_N": 32, "BLOCK_K": 2048, "num_warps": 8, "STAGES": 1}' \
+        --variant '{"PDL": "wait"}' --out-file "$OUT/ab-int8-whole-rows.json"
+      ;;
+    abint8b)  # the int8 GEMV summing one-step programs at once (no accumulator tile): whole-row configs against the tuned ones, then the llama-1b rows retuned (one-step configs straight to registers in the space) beside the compile peers
+      timeout 200 python3 benchmarks/ab_config.py --kernel int8_gemv --shapes 32000x2048,5632x2048,2048x2048,256x2048 \
+        --variant '{"BLOCK_N": 16, "BLOCK_K": 2048, "num_warps": 8, "STAGES": 1}' --variant '{"BLOCK_N": 16, "BLOCK_K": 2048, "num_warps": 8, "STAGES": 3}' \
+        --variant '{"BLOCK_N": 8, "BLOCK_K": 2048, "num_warps": 4, "STAGES": 1}' --variant '{"BLOCK_N": 8, "BLOCK_K": 2048, "num_warps": 8, "STAGES": 1}' \
+        --variant '{"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4, "STAGES": 1}' --out-file "$OUT/ab-int8-one-step.json"
+      timeout 330 python3 benchmarks/kernels.py --only gemv --shapes 32000x2048,256x2048,2048x2048 --max-trials 100 --runs 30 --peer-compiles 2 --retune --out-file "$OUT/kernels-gemv-pdl-int8-one-step.json" 2>&1 | grep -v "^  "
+      ;;
+    retune8)  # the int8 GEMV retuned under PDL with one-step programs in its space, the other llama-1b shapes and llama-8b, beside the compile peers (each compiled twice)
+      timeout 560 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv --shapes 5632x2048,2048x5632,8b --max-trials 100 --runs 30 --peer-compiles 2 --retune --out-file "$OUT/kernels-gemv-pdl-int8-retune.json" 2>&1 | grep -v "^  "
       ;;
     rows)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
       for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done

@@ -247,6 +247,7 @@ def main() -> int:
     parser.add_argument("--max-trials", type=int, default=16, help="TPE trials per problem where the space is large")
     parser.add_argument("--only", default=",".join(GROUPS), help=f"kernel groups to run: {', '.join(GROUPS)}")
     parser.add_argument("--out-file", default=None)
+    parser.add_argument("--gemv-kernels", default="int8_gemv,int4_gemv", help="which GEMVs the gemv group runs")
     parser.add_argument("--retune", action="store_true", help="tune every problem again (the cache's entry replaced) instead of reusing the cached tuning")
     parser.add_argument("--peer-compiles", type=int, default=1, help="compile torch.compile's int8 peer this many times afresh per shape, keep its best")
     args = parser.parse_args()
@@ -282,7 +283,7 @@ def main() -> int:
             add(name, norm_shape, norm_peers(name))
     if "gemv" in groups:
         for shape in gemv_shapes:
-            for name in ("int8_gemv", "int4_gemv"):
+            for name in args.gemv_kernels.split(","):
                 problem = shape if name.startswith("int8") else (*shape, 128)
                 floor = (lambda row, s=shape, i4=name.startswith("int4"): add_read_floor(row, s, i4, device, l2, args.runs)) if device.type == "cuda" else None
                 add(name, problem, gemv_peers(dtype, device) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}), then=floor)

@@ -161,12 +161,13 @@ def test_int8_conversion_matches_reference(dtype):
     assert qm._ptx(qm.INT8_TO_F32_ASM) == ("" if interpreting() else qm.INT8_TO_F32_ASM)
 
 
-@pytest.mark.parametrize("m,split_k,stages", [(1, 1, 1), (3, 2, 3), (1, 4, 1)])
-def test_int8_gemv_partial_blocks_match_reference(m, split_k, stages):
+@pytest.mark.parametrize("m,split_k,stages,block_k", [(1, 1, 1, 64), (3, 2, 3, 64), (1, 4, 1, 64), (1, 1, 1, 256), (1, 1, 3, 256)])
+def test_int8_gemv_partial_blocks_match_reference(m, split_k, stages, block_k):
     """Shape and strides compiled in, rows past the end clamped to the last: a partial last block of
-    rows and of K (N = 100, K = 160 over 64), batch 1 and 3, split-K, streamed or not."""
+    rows and of K (N = 100, K = 160 over 64), batch 1 and 3, split-K, streamed or not; one step a
+    program (split 4 x 64, or a whole masked row of 256: summed at once, no accumulator tile)."""
     (x, w, s, b), ref = _int8_case((m, 100, 160), torch.bfloat16)
-    cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "STAGES": stages}
+    cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": block_k, "SPLIT_K": split_k, "STAGES": stages}
     _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(m, 100, torch.bfloat16)), ref, torch.bfloat16)
 
 

@@ -256,7 +256,9 @@ def _int8_gemv_kernel(
             x = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=k_mask[None, :], other=0)
         w = _int8_to_f32(w, CVT_ASM)  # [BN, BK]
-        if BLOCK_M == 1:
+        if BLOCK_M == 1 and SPLIT_K * BLOCK_K >= K:  # one step a program: summed at once, no [BN, BK] accumulator held
+            acc += tl.sum(w * x.to(tl.float32), axis=1)[None, :]
+        elif BLOCK_M == 1:
             acc_nk += w * x.to(tl.float32)  # [BN, BK] * [1, BK]
         else:
             # [BM, 1, BK] * [1, BN, BK] summed over K -> [BM, BN]
@@ -264,7 +266,7 @@ def _int8_gemv_kernel(
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * BLOCK_K * stride_wk
     _pdl_trigger(PDL, 3)
-    if BLOCK_M == 1:
+    if BLOCK_M == 1 and SPLIT_K * BLOCK_K < K:
         acc += tl.sum(acc_nk, axis=1)[None, :]
     acc = acc * scale[None, :]
     _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, bias, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
@@ -1618,7 +1620,10 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
     """BLOCK_N x BLOCK_K tiles from 1 row x 4 KB (long rows in flight) to 32 rows x 256 B, warps,
     and SPLIT_K (fixed up in the kernel) where the output blocks alone would leave SMs idle; the
     loop streamed through shared memory two steps ahead (STAGES 3: 3-5% faster than loads straight
-    to registers at every llama-8b shape on the H100, gemv-explore-stages-int8-8b-*.json)."""
+    to registers at every llama-8b shape on the H100, gemv-explore-stages-int8-8b-*.json); programs
+    of one step also straight to registers (STAGES 1), summed at once: 4 rows x 2048 won
+    32000x2048 (23.26 us) and 2 x 4096 won 14336x4096 (20.88 against 21.46) under PDL
+    (kernels-gemv-pdl-int8-*-2026-11-22.json)."""
     bm = _block_m(m)
     out = []
     for bn, bk, nw in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048, 4096), (4, 8)):
@@ -1627,6 +1632,8 @@ def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
             continue
         for split in _split_ks(_cdiv(n, bn) * _cdiv(m, bm), _cdiv(k, bk)):
             out.append({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "STAGES": 3})
+            if split * bk >= k:  # one step a program: nothing to stream ahead, loads straight to registers too
+                out.append({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "STAGES": 1})
     return out
 
 
