@@ -36,7 +36,7 @@ from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
 from agnitra.kernels.autotune import check, head_to_head, input_sets, to_float64, tune
-from agnitra.kernels.quant_matmul import pdl_supported
+from agnitra.kernels.pdl import pdl_supported
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict

@@ -4,7 +4,7 @@
 
 For each N x K and each of int8_gemv / int4_gemv: the tuned configuration (from the tuning cache,
 tuned here where missing) timed as decode runs it (CUDA graphs of 20 calls, inputs rotated past
-L2) without PDL and with the next kernel let in at each point (`quant_matmul.PDL_TRIGGERS`: once
+L2) without PDL and with the next kernel let in at each point (`pdl.PDL_TRIGGERS`: once
 past its wait, after its main loop; the first run, pdl-trigger-*-2026-11-22.json, also had "at
 its start", since dropped: unsafe beside kernels that do not always wait), in interleaved rounds. A chain of
 the same GEMV is the case most favourable to PDL (each call's successor is launched with it);
@@ -25,7 +25,7 @@ import torch
 from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
-from agnitra.kernels import quant_matmul as qm
+from agnitra.kernels import pdl
 from agnitra.kernels.autotune import head_to_head, input_sets, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
@@ -50,7 +50,7 @@ def tuned_gemv(spec, n: int, k: int, context: tuple, runs: int, max_trials: int)
 
 
 def variants(best: dict) -> dict[str, dict]:
-    return {"off": {**best, "PDL": False}, **{f"at_{where}": {**best, "PDL": where} for where in qm.PDL_TRIGGERS}}
+    return {"off": {**best, "PDL": False}, **{f"at_{where}": {**best, "PDL": where} for where in pdl.PDL_TRIGGERS}}
 
 
 def main() -> int:

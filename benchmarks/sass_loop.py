@@ -24,6 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from agnitra.kernels import pdl
 from agnitra.kernels import quant_matmul as qm
 
 _ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
@@ -186,7 +187,7 @@ def main() -> int:
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     parser.add_argument("--pdl-order", action="store_true", help="compile with PDL; print the global loads before the grid-dependency wait and stop")
-    parser.add_argument("--pdl-trigger", choices=sorted(qm.PDL_TRIGGERS), default=qm.DEFAULT_PDL_TRIGGER, help="with --pdl-order: where the next kernel is let in")
+    parser.add_argument("--pdl-trigger", choices=sorted(pdl.PDL_TRIGGERS), default=pdl.DEFAULT_PDL_TRIGGER, help="with --pdl-order: where the next kernel is let in")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
     divisible = {"tc": ("stride_xm",), "int8": ()}.get(args.kernel, ())
@@ -195,7 +196,7 @@ def main() -> int:
             print("asm layout:", layout)
         return 0
     if args.pdl_order:
-        sass, _ = compile_sass(fn, types, {**consts, "PDL": qm.PDL_TRIGGERS[args.pdl_trigger]}, args.warps, args.maxnreg, args.stages, divisible)
+        sass, _ = compile_sass(fn, types, {**consts, "PDL": pdl.PDL_TRIGGERS[args.pdl_trigger]}, args.warps, args.maxnreg, args.stages, divisible)
         print(json.dumps(pdl_order(sass)))
         return 0
     sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible)

@@ -27,7 +27,7 @@ conversion instruction, as in `quant_matmul`) or floating point (no scales). One
 BLOCK_N rows (or pairs) of one row of x and walks K; no split-K (the epilogues need whole sums).
 Numerics: fp32 throughout, one rounding to the activation dtype at the store.
 
-On Hopper the kernels launch with programmatic dependent launch (`quant_matmul._pdl_options`):
+On Hopper the kernels launch with programmatic dependent launch (`kernels.pdl`):
 a GEMV reads its scales and first weight tiles, then waits for the kernel before it; each lets
 the next in after its main loop. llama-1b's int8 decode on the H100: 0.804 -> 0.710 ms a token
 (bench-llama-1b-int8-pdl*.json).
@@ -46,7 +46,8 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.kernels._triton import tl
-from agnitra.kernels.quant_matmul import _cdiv, _check_device, _int8_to_f32, _jit, _pdl_options, _pdl_trigger, _pdl_wait, quantize_int8_per_channel
+from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options
+from agnitra.kernels.quant_matmul import _cdiv, _check_device, _int8_to_f32, _jit, quantize_int8_per_channel
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 
 EPILOGUES = ("none", "residual", "gated", "rope")
@@ -82,7 +83,7 @@ def _decode_gemv_kernel(
     PREFETCH: tl.constexpr,  # load step k+1's weight tiles before computing step k (bytes in flight)
     BLOCK_N: tl.constexpr,  # outputs (pairs) per program
     BLOCK_K: tl.constexpr,  # input features per loop step
-    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`quant_matmul._pdl_trigger`)
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`pdl._pdl_trigger`)
 ):
     PAIRED: tl.constexpr = EPILOGUE == "gated" or EPILOGUE == "rope"
     pid_n = tl.program_id(axis=0)
@@ -210,7 +211,7 @@ def _decode_attention_kernel(
     GROUPS: tl.constexpr,  # query heads per kv head
     D: tl.constexpr,  # head dimension (a power of two)
     BLOCK_S: tl.constexpr,  # cache slots per loop step
-    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`quant_matmul._pdl_trigger`)
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`pdl._pdl_trigger`)
 ):
     _pdl_wait(PDL)  # everything read here comes from earlier kernels
     h = tl.program_id(axis=0)
@@ -299,7 +300,7 @@ def _launch_gemv(x, w, scales, y, p, *, gain=None, eps=0.0, residual=None, epilo
         NORM=gain is not None, W_INT8=w.dtype == torch.int8, HAS_SCALE=scales is not None,
         EPILOGUE=epilogue, HALF=half, EVEN_K=k % cfg["BLOCK_K"] == 0, PREFETCH=bool(cfg.get("PREFETCH", False)),
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 2)),
-        **_pdl_options(x, cfg),
+        **pdl_options(x, cfg),
     )
     return y
 
@@ -372,7 +373,7 @@ def decode_attention(q, k_cache, v_cache, input_pos, n_heads, config=None):
         q, k_cache, v_cache, input_pos, o,
         q.stride(0), o.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         1.0 / math.sqrt(d), GROUPS=n_heads // n_kv, D=d, BLOCK_S=cfg["BLOCK_S"], num_warps=int(cfg.get("num_warps", 4)),
-        **_pdl_options(q, cfg),
+        **pdl_options(q, cfg),
     )
     return o
 

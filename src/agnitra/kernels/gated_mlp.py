@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.errors import NotApplicable
+from agnitra.kernels.pdl import pdl_options
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
 from agnitra.kernels._triton import tl, triton
@@ -44,7 +45,11 @@ def _gated_activation_kernel(
     ACTIVATION: tl.constexpr,  # "silu", "gelu" (erf) or "gelu_tanh"
     BLOCK_M: tl.constexpr,  # rows per program
     BLOCK_H: tl.constexpr,  # columns per program
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`kernels.pdl`)
 ):
+    if PDL:  # gate and up come from earlier kernels: wait for them, then let the next kernel in
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
     mask = (rows < M)[:, None] & (cols < H)[None, :]  # [BLOCK_M, BLOCK_H]
@@ -101,7 +106,7 @@ def _launch(a2: torch.Tensor, b2: torch.Tensor, out_shape, activation: str, conf
         a2.stride(0), b2.stride(0), y2.stride(0),
         M, H,
         ACTIVATION=activation, BLOCK_M=cfg["BLOCK_M"], BLOCK_H=cfg["BLOCK_H"],
-        num_warps=cfg["num_warps"],
+        num_warps=cfg["num_warps"], **pdl_options(a2, {}),
     )
     return out
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.errors import NotApplicable
+from agnitra.kernels.pdl import pdl_options
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
 from agnitra.kernels._triton import tl, triton
@@ -65,7 +66,11 @@ def _rms_norm_kernel(
     BLOCK_N: tl.constexpr,  # columns per chunk, a power of two
     ROWS_PER_PROGRAM: tl.constexpr,  # rows handled by one program, a power of two
     SINGLE_PASS: tl.constexpr,  # BLOCK_N >= N: the rows stay in registers
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`kernels.pdl`)
 ):
+    if PDL:  # every row read here comes from earlier kernels: wait for them, then let the next kernel in
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     rows = pid * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R]
     row_mask = rows < M
@@ -129,7 +134,11 @@ def _layer_norm_kernel(
     BLOCK_N: tl.constexpr,  # columns per chunk, a power of two
     ROWS_PER_PROGRAM: tl.constexpr,  # rows handled by one program, a power of two
     SINGLE_PASS: tl.constexpr,  # BLOCK_N >= N: the rows stay in registers
+    PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`kernels.pdl`)
 ):
+    if PDL:  # every row read here comes from earlier kernels: wait for them, then let the next kernel in
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     rows = pid * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R]
     row_mask = rows < M
@@ -273,7 +282,7 @@ def _launch(
             x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0),
             M, N, eps,
             HAS_RESIDUAL=residual is not None, BLOCK_N=BLOCK_N, ROWS_PER_PROGRAM=R, SINGLE_PASS=BLOCK_N >= N,
-            num_warps=cfg["num_warps"],
+            num_warps=cfg["num_warps"], **pdl_options(x2, {}),
         )
     else:
         b = bias.contiguous() if bias is not None else w
@@ -283,7 +292,7 @@ def _launch(
             M, N, eps,
             HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
             BLOCK_N=BLOCK_N, ROWS_PER_PROGRAM=R, SINGLE_PASS=BLOCK_N >= N,
-            num_warps=cfg["num_warps"],
+            num_warps=cfg["num_warps"], **pdl_options(x2, {}),
         )
     return (out, residual_out) if residual is not None else out
 

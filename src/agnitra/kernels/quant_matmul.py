@@ -81,12 +81,12 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import types
 from typing import Any
 
 import torch
 
+from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options  # noqa: F401 - _pdl_*: device helpers the kernels call (_DEVICE_HELPERS)
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
 from agnitra.kernels._triton import tl  # the kernels' bodies refer to `tl`; compiled only with Triton
@@ -118,24 +118,6 @@ def _split_k_total(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K:
             total += tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, cache_modifier=".cg")
         tl.atomic_xchg(counter_ptr, 0)  # ready for the next launch
     return total, last
-
-
-def _pdl_trigger(PDL: tl.constexpr, HERE: tl.constexpr):
-    """Programmatic dependent launch (Hopper+), PDL = where this kernel lets the next one in the
-    stream (launched with PDL) start its programs: 1 at its start (unsafe beside kernels that do
-    not always wait: measured only), 2 once past its wait, 3 after its main loop (0: PDL off). The next kernel's programs read their constants and first weights while
-    this one runs and wait (`_pdl_wait`) before reading anything it writes."""
-    if PDL == HERE:
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-def _pdl_wait(PDL: tl.constexpr):
-    """Under PDL, wait here until the previous kernel in the stream has finished and its writes are
-    visible: every read of an activation, and every write, comes after; weights, scales and bias
-    (written by nobody during the model's run) may be read before."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        _pdl_trigger(PDL, 2)
 
 
 def _gemv_bias(b_ptr, offs, HAS_BIAS: tl.constexpr):
@@ -1081,43 +1063,6 @@ def _launch_options(cfg: dict[str, Any]) -> dict[str, int]:
     return options
 
 
-def pdl_supported(device: torch.device) -> bool:
-    """Programmatic dependent launch: a CUDA device of compute capability 9.0 or later (Hopper),
-    compiled kernels (not the interpreter), and not turned off by AGNITRA_PDL=0."""
-    from agnitra.kernels.spec import interpreting
-
-    if device.type != "cuda" or interpreting() or os.environ.get("AGNITRA_PDL", "1") == "0":
-        return False
-    return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= (9, 0)
-
-
-@functools.lru_cache(maxsize=None)
-def _capability(index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(index)
-
-
-# where a GEMV lets the next kernel in (`_pdl_trigger`): never before its own wait, so a kernel
-# after it that does not wait (Inductor's wait only where they read the kernel just before) still
-# runs after everything before this one. "loop": 0.1-2 us faster than none in a chain of the same GEMV
-# at llama shapes, where "wait" lost up to 1 us at multi-wave grids (pdl-trigger-*.json)
-PDL_TRIGGERS = {"wait": 2, "loop": 3}
-DEFAULT_PDL_TRIGGER = "loop"
-
-
-def _pdl_options(x: torch.Tensor, cfg: dict[str, Any]) -> dict[str, Any]:
-    """A GEMV's launch under programmatic dependent launch where the device has it: the kernel is
-    told (PDL: it waits before reading x, and lets the next kernel in at that point) and launched
-    so (launch_pdl: its programs start while the previous kernel in the stream finishes). Config
-    key PDL: False turns it off for a launch, or names the trigger point (`PDL_TRIGGERS`)."""
-    where = cfg.get("PDL", True)
-    if where is False or not pdl_supported(x.device):
-        return {}
-    where = DEFAULT_PDL_TRIGGER if where is True else where
-    if where not in PDL_TRIGGERS:
-        raise ValueError(f"config PDL must be True, False or one of {sorted(PDL_TRIGGERS)}, got {where!r}")
-    return {"PDL": PDL_TRIGGERS[where], "launch_pdl": True}
-
-
 def _stages(cfg: dict[str, Any]) -> int:
     """A GEMV loop's software-pipeline depth (config key STAGES, default 1: loads straight to registers).
 
@@ -1221,7 +1166,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg), **_pdl_options(x, cfg),
+            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg), **pdl_options(x, cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
@@ -1301,7 +1246,7 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
         n, k, x.stride(1), *row_stride,
         scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, BLOCK_N=block_n, BLOCK_W=block_k // 8, SPLIT_K=split_k,
-        PREFETCH=prefetch, STAGES=_stages(cfg), **extra, **_launch_options(cfg), **(_pdl_options(x, cfg) if rows else {}),
+        PREFETCH=prefetch, STAGES=_stages(cfg), **extra, **_launch_options(cfg), **(pdl_options(x, cfg) if rows else {}),
     )
 
 
@@ -1407,7 +1352,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
-        **_pdl_options(x, cfg),
+        **pdl_options(x, cfg),
     )
 
 

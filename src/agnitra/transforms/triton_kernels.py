@@ -125,13 +125,13 @@ class TritonKernels(Transform):
         return model
 
     def notes(self, ctx: TransformContext, params) -> list[str]:
-        """Whether the GEMVs and decode-layer kernels launch with programmatic dependent launch here."""
-        from agnitra.kernels.quant_matmul import pdl_supported
+        """Whether the kernels launch with programmatic dependent launch here (`kernels.pdl`)."""
+        from agnitra.kernels.pdl import pdl_supported
 
         if ctx.device.type != "cuda":
             return []
         if pdl_supported(ctx.device):
-            return ["triton-kernels: GEMVs and decode-layer kernels launch with programmatic dependent launch"]
+            return ["triton-kernels: the GEMV, decode-layer, norm and gated-activation kernels launch with programmatic dependent launch"]
         if os.environ.get("AGNITRA_PDL") == "0":
             return ["triton-kernels: programmatic dependent launch off (AGNITRA_PDL=0)"]
         major, minor = torch.cuda.get_device_capability(ctx.device)
