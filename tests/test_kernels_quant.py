@@ -748,3 +748,31 @@ def test_pdl_kernels_wait_before_reading_x():
         else:
             assert "LDG.E.EF.128" in before and "LDG.E.EL.64" in before, before  # words, (s, z) pairs
             assert not any(op in ("LDG.E.EL", "LDG.E.EL.CONSTANT") for op in before), before  # no x pair
+
+
+def test_pdl_launch_arguments_follow_the_device_and_the_config(monkeypatch):
+    """`pdl.pdl_options`: nothing off Hopper, under the interpreter or with AGNITRA_PDL=0; on a
+    9.0+ GPU the kernel is told where to let the next kernel in (after its main loop by default,
+    or after its wait) and launched with launch_pdl; config PDL False turns it off for one launch;
+    any other value is refused with the choices named."""
+    from agnitra.kernels import pdl
+
+    cuda = torch.device("cuda", 0)
+    assert not pdl.pdl_supported(torch.device("cpu"))
+    monkeypatch.setattr(pdl, "_capability", lambda index: (9, 0))
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert not pdl.pdl_supported(cuda), "the interpreter runs no PTX"
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert pdl.pdl_supported(cuda)
+    monkeypatch.setenv("AGNITRA_PDL", "0")
+    assert not pdl.pdl_supported(cuda)
+    monkeypatch.delenv("AGNITRA_PDL")
+    monkeypatch.setattr(pdl, "_capability", lambda index: (8, 0))
+    assert not pdl.pdl_supported(cuda), "Ampere has no programmatic dependent launch"
+    monkeypatch.setattr(pdl, "pdl_supported", lambda device: True)
+    x = torch.zeros(1, 8)
+    assert pdl.pdl_options(x, {}) == {"PDL": pdl.PDL_TRIGGERS["loop"], "launch_pdl": True}
+    assert pdl.pdl_options(x, {"PDL": "wait"}) == {"PDL": pdl.PDL_TRIGGERS["wait"], "launch_pdl": True}
+    assert pdl.pdl_options(x, {"PDL": False}) == {}
+    with pytest.raises(ValueError, match="config PDL must be True, False or one of"):
+        pdl.pdl_options(x, {"PDL": "start"})
