@@ -26,8 +26,9 @@ from agnitra.kernels._triton import tl
 
 def _pdl_trigger(PDL: tl.constexpr, HERE: tl.constexpr):
     """Programmatic dependent launch (Hopper+), PDL = where this kernel lets the next one in the
-    stream (launched with PDL) start its programs: 1 at its start (unsafe beside kernels that do
-    not always wait: measured only), 2 once past its wait, 3 after its main loop (0: PDL off).
+    stream (launched with PDL) start its programs: 2 once past its wait, 3 after its main loop
+    (0: PDL off; at its very start, measured in pdl-trigger-*.json, it is unsafe beside kernels
+    that do not always wait, and gone).
     The next kernel's programs read their constants and first weights while this one runs and
     wait (`_pdl_wait`) before reading anything it writes."""
     if PDL == HERE:

@@ -213,7 +213,6 @@ def _int8_gemv_kernel(
     steps peeled) and rows past the end read the last row: 1-7% faster than the same loop with them
     at run time and rows wrapped by a modulo, at all nine llama shapes on the H100
     (gemv-explore-int8-static-*.json: 256x2048 2.05 against 2.21 us, 4096x4096 8.32 against 8.50)."""
-    _pdl_trigger(PDL, 1)
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     pid_m = tl.program_id(axis=2)
@@ -452,7 +451,6 @@ def _int4_gemv_rows_kernel(
     rotation) for about 3e-6. The 1.0f lives in a register ptxas cannot fold (N >> 31 | 1.0f):
     with two immediates each lop3 would cost a move as well.
     """
-    _pdl_trigger(PDL, 1)
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     first = tl.minimum(pid_n * BLOCK_N, N - BLOCK_N)  # the last block overlaps its neighbour instead of wrapping
@@ -813,7 +811,6 @@ def _int4_gemv_tc_kernel(
     tile: the MMAs give y^T [16, 8] of sum x (q - 8) per tile in fp32, scaled by the rows' group
     scales and offset by zero * sum x (those sums by MMAs with A = ones) into an fp32 accumulator
     [TILES, 128] in the C fragments' layout."""
-    _pdl_trigger(PDL, 1)
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     n_tiles = tl.cdiv(N, 16)
