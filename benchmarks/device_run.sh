@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -187,6 +187,13 @@ ncu_gemv() {
       timeout 300 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4-pdl-norms.json"
       tail -c 400 "$OUT/bench-llama-1b-int4-pdl-norms.json"
+      ;;
+    abint8c)  # the int8 GEMV of one step a program reading its weight tile before the PDL wait: GPU numerics (the chain), then one-step configs against the tuned ones, and the tuned without PDL
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "chain or int8" 2>&1 | tail -2
+      timeout 200 python3 benchmarks/ab_config.py --kernel int8_gemv --shapes 256x2048,2048x2048,5632x2048,32000x2048,4096x4096,14336x4096 --variant '{"PDL": false}' \
+        --variant '{"BLOCK_N": 1, "BLOCK_K": 2048, "num_warps": 4, "STAGES": 1}' --variant '{"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 4, "STAGES": 1}' \
+        --variant '{"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4, "STAGES": 1}' --variant '{"BLOCK_N": 2, "BLOCK_K": 4096, "num_warps": 4, "STAGES": 1}' \
+        --variant '{"BLOCK_N": 4, "BLOCK_K": 4096, "num_warps": 8, "STAGES": 1}' --out-file "$OUT/ab-int8-one-step-prewait.json"
       ;;
     rows)  # the row-layout int4 GEMV: its compiled loop under this Triton, GPU numerics, its whole space beside read floors and tinygemm
       for c in "rows 64 2 2" "rows 64 2 4 --prefetch" "rows 128 4 2 --prefetch" "words 64 4 2"; do read -r kind bn nw vec more <<< "$c"; python3 benchmarks/sass_loop.py --kernel "$kind" --block-n "$bn" --warps "$nw" --vec "$vec" $more --json "$OUT/sass-loop.jsonl" 2>&1 | tail -1; done
