@@ -41,6 +41,7 @@ from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
+from agnitra.transforms.compile import pdl_unavailable as inductor_pdl_unavailable
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
 LLAMA_1B = [(1, 2048, 2048), (1, 256, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 32000, 2048)]
@@ -82,15 +83,8 @@ def _peer_int8(x, w, scales, *rest):
 _COMPILED_INT8: dict[bool, object] = {}
 
 
-def _peer_int8_pdl(x, w, scales, *rest):  # its own code object: its own Dynamo cache entry
-    return F.linear(x, w.to(x.dtype)) * scales
-
-
-def inductor_has_pdl() -> bool:
-    """This torch's Inductor can emit programmatic dependent launch (`triton.enable_pdl`, off by default)."""
-    import torch._inductor.config as inductor_config
-
-    return hasattr(inductor_config.triton, "enable_pdl")
+def _peer_int8_pdl(*inputs):  # the same path under its own code object: its own Dynamo cache entry
+    return _peer_int8(*inputs)
 
 
 def compile_int8_peer(pdl: bool = False):
@@ -197,12 +191,16 @@ def compiled_int8_peers(device=None):
     halves); where our kernels launch with PDL, the same with Inductor's PDL as well."""
     peers = {"torch_compile_int8": (lambda inputs: inputs[:3], compiled_int8_peer())}
     if device is not None and pdl_supported(device):
-        peers["torch_compile_int8_pdl"] = (lambda inputs: inputs[:3], compiled_int8_peer(pdl=True)) if inductor_has_pdl() else (_no_inductor_pdl, None)
+        why = inductor_pdl_unavailable(device)
+        peers["torch_compile_int8_pdl"] = (lambda inputs: inputs[:3], compiled_int8_peer(pdl=True)) if why is None else (_refuse(why), None)
     return peers
 
 
-def _no_inductor_pdl(inputs):
-    raise RuntimeError(f"torch {torch.__version__}'s Inductor has no triton.enable_pdl")
+def _refuse(why: str):
+    """A peer's input maker that fails with `why` (recorded in the row as the peer's failure)."""
+    def make_inputs(inputs):
+        raise RuntimeError(why)
+    return make_inputs
 
 
 def int4_peers(dtype):

@@ -759,6 +759,7 @@ def test_pdl_launch_arguments_follow_the_device_and_the_config(monkeypatch):
 
     cuda = torch.device("cuda", 0)
     assert not pdl.pdl_supported(torch.device("cpu"))
+    assert pdl.pdl_unavailable(torch.device("cpu")) in ("Triton's interpreter runs no PTX", "it needs a CUDA GPU (this run is on cpu)")
     monkeypatch.setattr(pdl, "_capability", lambda index: (9, 0))
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert not pdl.pdl_supported(cuda), "the interpreter runs no PTX"
@@ -766,6 +767,7 @@ def test_pdl_launch_arguments_follow_the_device_and_the_config(monkeypatch):
     assert pdl.pdl_supported(cuda)
     monkeypatch.setenv("AGNITRA_PDL", "0")
     assert not pdl.pdl_supported(cuda)
+    assert pdl.pdl_unavailable(cuda) == "turned off (AGNITRA_PDL=0)"
     monkeypatch.delenv("AGNITRA_PDL")
     monkeypatch.setattr(pdl, "_capability", lambda index: (8, 0))
     assert not pdl.pdl_supported(cuda), "Ampere has no programmatic dependent launch"

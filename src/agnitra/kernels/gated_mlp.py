@@ -106,7 +106,7 @@ def _launch(a2: torch.Tensor, b2: torch.Tensor, out_shape, activation: str, conf
         a2.stride(0), b2.stride(0), y2.stride(0),
         M, H,
         ACTIVATION=activation, BLOCK_M=cfg["BLOCK_M"], BLOCK_H=cfg["BLOCK_H"],
-        num_warps=cfg["num_warps"], **pdl_options(a2, {}),
+        num_warps=cfg["num_warps"], **pdl_options(a2, {"PDL": "wait"}),
     )
     return out
 

@@ -282,7 +282,7 @@ def _launch(
             x2.stride(0), r2.stride(0), y2.stride(0), h2.stride(0),
             M, N, eps,
             HAS_RESIDUAL=residual is not None, BLOCK_N=BLOCK_N, ROWS_PER_PROGRAM=R, SINGLE_PASS=BLOCK_N >= N,
-            num_warps=cfg["num_warps"], **pdl_options(x2, {}),
+            num_warps=cfg["num_warps"], **pdl_options(x2, {"PDL": "wait"}),
         )
     else:
         b = bias.contiguous() if bias is not None else w
@@ -292,7 +292,7 @@ def _launch(
             M, N, eps,
             HAS_RESIDUAL=residual is not None, HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None,
             BLOCK_N=BLOCK_N, ROWS_PER_PROGRAM=R, SINGLE_PASS=BLOCK_N >= N,
-            num_warps=cfg["num_warps"], **pdl_options(x2, {}),
+            num_warps=cfg["num_warps"], **pdl_options(x2, {"PDL": "wait"}),
         )
     return (out, residual_out) if residual is not None else out
 

@@ -10,7 +10,8 @@ kernel just before them) still runs after everything before this one.
 
 Device helpers (`_pdl_trigger`, `_pdl_wait`) are plain functions the kernels call: `quant_matmul._jit`
 compiles them with the kernel (the interpreter runs them as Python, where PDL is always off).
-Host: `pdl_supported(device)`, `pdl_options(x, config)` (the launch arguments).
+Host: `pdl_supported(device)` (asked at every launch), `pdl_unavailable` / `device_without_pdl`
+(the reason, for reports), `pdl_options(x, config)` (the launch arguments).
 """
 
 from __future__ import annotations
@@ -44,9 +45,30 @@ def _pdl_wait(PDL: tl.constexpr):
         _pdl_trigger(PDL, 2)
 
 
+def device_without_pdl(device: torch.device) -> str | None:
+    """Why `device` cannot launch kernels with PDL (None: it can): it takes a CUDA GPU of compute
+    capability 9.0 or later. Said in reports, for Agnitra's kernels and Inductor's alike."""
+    if device.type != "cuda":
+        return f"it needs a CUDA GPU (this run is on {device.type})"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return f"it needs compute capability 9.0 or later (this GPU is {major}.{minor})"
+    return None
+
+
+def pdl_unavailable(device: torch.device) -> str | None:
+    """Why Agnitra's kernels launch without PDL here (None: they launch with it)."""
+    from agnitra.kernels.spec import interpreting
+
+    if os.environ.get("AGNITRA_PDL", "1") == "0":
+        return "turned off (AGNITRA_PDL=0)"
+    if interpreting():
+        return "Triton's interpreter runs no PTX"
+    return device_without_pdl(device)
+
+
 def pdl_supported(device: torch.device) -> bool:
-    """Programmatic dependent launch: a CUDA device of compute capability 9.0 or later (Hopper),
-    compiled kernels (not the interpreter), and not turned off by AGNITRA_PDL=0."""
+    """`pdl_unavailable(device) is None`, asked at every launch: the capability looked up once a device."""
     from agnitra.kernels.spec import interpreting
 
     if device.type != "cuda" or interpreting() or os.environ.get("AGNITRA_PDL", "1") == "0":

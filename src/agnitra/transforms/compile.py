@@ -38,14 +38,12 @@ def pdl_unavailable(device: torch.device) -> str | None:
     """Why Inductor cannot launch its kernels with programmatic dependent launch here (None: it can)."""
     import torch._inductor.config as inductor_config
 
-    if device.type != "cuda":
-        return f"it needs a CUDA GPU (this run is on {device.type})"
-    major, minor = torch.cuda.get_device_capability(device)
-    if major < 9:
-        return f"it needs compute capability 9.0 or later (this GPU is {major}.{minor})"
-    if not hasattr(inductor_config.triton, "enable_pdl"):
-        return f"torch {torch.__version__}'s Inductor has no triton.enable_pdl"
-    return None
+    from agnitra.kernels.pdl import device_without_pdl
+
+    why = device_without_pdl(device)
+    if why is None and not hasattr(inductor_config.triton, "enable_pdl"):
+        why = f"torch {torch.__version__}'s Inductor has no triton.enable_pdl"
+    return why
 
 
 @register_transform

@@ -21,10 +21,8 @@ configurations from the per-device tuning cache.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from agnitra.errors import NotApplicable, check
@@ -126,13 +124,11 @@ class TritonKernels(Transform):
 
     def notes(self, ctx: TransformContext, params) -> list[str]:
         """Whether the kernels launch with programmatic dependent launch here (`kernels.pdl`)."""
-        from agnitra.kernels.pdl import pdl_supported
+        from agnitra.kernels.pdl import pdl_unavailable
 
         if ctx.device.type != "cuda":
             return []
-        if pdl_supported(ctx.device):
+        why = pdl_unavailable(ctx.device)
+        if why is None:
             return ["triton-kernels: the GEMV, decode-layer, norm and gated-activation kernels launch with programmatic dependent launch"]
-        if os.environ.get("AGNITRA_PDL") == "0":
-            return ["triton-kernels: programmatic dependent launch off (AGNITRA_PDL=0)"]
-        major, minor = torch.cuda.get_device_capability(ctx.device)
-        return [f"triton-kernels: programmatic dependent launch off: it needs compute capability 9.0 or later (this GPU is {major}.{minor})"]
+        return [f"triton-kernels: programmatic dependent launch off: {why}"]
