@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|l2pf|ncul2|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -187,23 +187,6 @@ ncu_gemv() {
       timeout 300 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4-pdl-norms.json"
       tail -c 400 "$OUT/bench-llama-1b-int4-pdl-norms.json"
-      ;;
-    l2pf)  # each block's weights asked into L2 at the start (L2_PREFETCH): GPU numerics (the chain under PDL), then against the tuned configs with PDL (loop, wait) and without
-      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "l2_prefetch or chain" 2>&1 | tail -3
-      timeout 250 python3 benchmarks/ab_config.py --kernel int8_gemv --max-trials 30 --shapes 2048x2048,256x2048,5632x2048,2048x5632,32000x2048,4096x4096,14336x4096,4096x14336 \
-        --variant '{"L2_PREFETCH": true}' --variant '{"PDL": "wait"}' --variant '{"PDL": "wait", "L2_PREFETCH": true}' --variant '{"PDL": false}' --variant '{"PDL": false, "L2_PREFETCH": true}' --out-file "$OUT/ab-l2-int8.json"
-      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 2048x5632,32000x2048,4096x4096,14336x4096,4096x14336 \
-        --variant '{"L2_PREFETCH": 1}' --variant '{"L2_PREFETCH": 2}' --variant '{"PDL": "wait", "L2_PREFETCH": 2}' --variant '{"PDL": false}' --variant '{"PDL": false, "L2_PREFETCH": 2}' --out-file "$OUT/ab-l2-int4.json"
-      ;;
-    ncul2)  # hardware counters of the L2 bulk prefetch against the tuned configs: int8 4096x4096 and 5632x2048, int4 tc 14336x4096 (DRAM bytes, L2 hit rate)
-      AGNITRA_GPU_TESTS=1 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "l2_prefetch_asm" 2>&1 | grep -E "Error|assert|passed|failed" | head -8
-      sec="--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables"
-      for nk in "4096 4096 512" "5632 2048 512"; do set -- $nk
-        c='{"BLOCK_K": '$3', "BLOCK_N": 8, "SPLIT_K": 1, "STAGES": 3, "num_stages": 1, "num_warps": 4, "PDL": false'
-        timeout 150 ncu --clock-control none -k regex:int8_gemv $sec python3 benchmarks/gemv_once.py --int8 --n $1 --k $2 --launches 1 --config "$c}" --config "$c, \"L2_PREFETCH\": true}" > "$OUT/ncu-l2-int8-$1x$2.txt" 2>&1; tail -2 "$OUT/ncu-l2-int8-$1x$2.txt"
-      done
-      c='{"BLOCK_K": 128, "BLOCK_N": 128, "KERNEL": "tc", "PREFETCH": true, "SPLIT_K": 2, "maxnreg": 128, "num_stages": 1, "num_warps": 8, "PDL": false'
-      timeout 150 ncu --clock-control none -k regex:int4_gemv $sec python3 benchmarks/gemv_once.py --no-peer --n 14336 --k 4096 --launches 1 --config "$c}" --config "$c, \"L2_PREFETCH\": 1}" > "$OUT/ncu-l2-int4-14336x4096.txt" 2>&1; tail -2 "$OUT/ncu-l2-int4-14336x4096.txt"
       ;;
     abint8c)  # the int8 GEMV of one step a program reading its weight tile before the PDL wait: GPU numerics (the chain), then one-step configs against the tuned ones, and the tuned without PDL
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "chain or int8" 2>&1 | tail -2

@@ -109,8 +109,7 @@ def pdl_order(sass: str) -> dict:
     waits = [i for i, op in enumerate(ops) if op.startswith("ACQBULK")]
     first = waits[0] if waits else len(ops)
     triggers = [i for i, op in enumerate(ops) if op.startswith("PREEXIT")]
-    return {"waits": len(waits), "loads_before_wait": [op.split()[0] for op in ops[:first] if op.startswith("LDG")],
-            "l2_prefetches": sum(op.startswith("UBLKPF") for op in ops), "l2_prefetches_before_wait": sum(op.startswith("UBLKPF") for op in ops[:first]), "triggers": len(triggers),
+    return {"waits": len(waits), "loads_before_wait": [op.split()[0] for op in ops[:first] if op.startswith("LDG")], "triggers": len(triggers),
             "trigger_after_wait": triggers[0] - first if triggers and triggers[0] > first else None}
 
 
@@ -188,18 +187,9 @@ def main() -> int:
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     parser.add_argument("--pdl-order", action="store_true", help="compile with PDL; print the global loads before the grid-dependency wait and stop")
-    parser.add_argument("--l2-prefetch", type=int, default=0, help="int8, tc: ask each block's weights into L2 at the start (tc 2: scales and zeros too)")
     parser.add_argument("--pdl-trigger", choices=sorted(pdl.PDL_TRIGGERS), default=pdl.DEFAULT_PDL_TRIGGER, help="with --pdl-order: where the next kernel is let in")
     args = parser.parse_args()
     fn, types, consts, codes = _kernel_call(args)
-    if args.l2_prefetch:  # the launch arguments as the wrappers make them, for a 9.0 GPU
-        from agnitra.kernels.l2_prefetch import _BULK_PREFETCH
-
-        tiles = args.block_n // 16
-        words, sz = (args.block_n * args.k, 0) if args.kernel == "int8" else (tiles * args.k * 8, tiles * (args.k // args.group) * 64)
-        consts = {**consts, "L2_ASM": _BULK_PREFETCH.format(nbytes=words // args.split_k)}
-        if args.kernel == "tc" and args.l2_prefetch == 2:
-            consts["L2_SZ_ASM"] = _BULK_PREFETCH.format(nbytes=sz // args.split_k)
     divisible = {"tc": ("stride_xm",), "int8": ()}.get(args.kernel, ())
     if args.asm_layout:
         for layout in asm_layouts(compile_kernel(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible).asm["ttgir"]):

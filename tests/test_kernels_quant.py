@@ -665,8 +665,6 @@ _CHAIN_CONFIGS = {
     "int8": {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 4},
     "int4 rows": {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1, "PREFETCH": 1},
     "int4 tc": {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 4, "PREFETCH": True},
-    "int8 l2": {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 4, "L2_PREFETCH": True, "PDL": "wait"},
-    "int4 tc l2": {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 4, "PREFETCH": True, "L2_PREFETCH": 2, "PDL": "wait"},
 }
 
 
@@ -681,7 +679,7 @@ def test_gemv_chain_reads_each_previous_output(kind):
     n = 256
     config = _CHAIN_CONFIGS[kind]
     # every weight row of unit norm: each output of the chain stays near unit scale
-    if kind.startswith("int8"):
+    if kind == "int8":
         _, w, _, _ = qm._make_int8_inputs((1, n, n), dtype, CPU, 1)
         s = (1 / w.double().norm(dim=1)).to(dtype)
         step = lambda x, out: qm.int8_weight_only_matmul(x, w, s, config=config, out=out)  # noqa: E731
@@ -750,81 +748,6 @@ def test_pdl_kernels_wait_before_reading_x():
         else:
             assert "LDG.E.EF.128" in before and "LDG.E.EL.64" in before, before  # words, (s, z) pairs
             assert not any(op in ("LDG.E.EL", "LDG.E.EL.CONSTANT") for op in before), before  # no x pair
-
-
-# --------------------------------------------------------------------------------------------
-# Weights asked into L2 at a GEMV's start (kernels.l2_prefetch)
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("split_k", [1, 2])
-def test_l2_prefetch_configs_match_the_reference(split_k):
-    """L2_PREFETCH (a no-op under the interpreter, bulk prefetches on a 9.0 GPU) changes no result:
-    int8 and the tensor-core int4 GEMV, N not a multiple of the block (the last block's range is
-    moved back inside the weight), split-K pieces, scales and zeros asked for too (tc 2)."""
-    dtype = torch.bfloat16 if CPU.type == "cuda" else torch.float16
-    (x, w, s, b), ref = _int8_case((1, 40, 192), dtype)
-    cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "num_warps": 4, "L2_PREFETCH": True}
-    _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(1, 40, dtype).to(CPU)), ref, dtype)
-    (x, w, s, z, g, b), ref = _int4_case((1, 40, 256, 64), dtype)
-    for what in (1, 2):
-        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": split_k, "num_warps": 2, "PREFETCH": True, "L2_PREFETCH": what}
-        _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, 40, dtype).to(CPU)), ref, dtype)
-
-
-def test_l2_prefetch_refused_where_it_cannot_apply():
-    """A configuration asking for L2_PREFETCH where the kernel cannot honour it is refused, with the
-    reason and the fix named (never silently run without it)."""
-    (x, w, s, b), _ = _int8_case((1, 8, 64), torch.float16)
-    with pytest.raises(ValueError, match="N >= BLOCK_N.*drop L2_PREFETCH"):
-        qm.int8_weight_only_matmul(x, w, s, b, config={"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "L2_PREFETCH": True})
-    (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
-    with pytest.raises(ValueError, match="KERNEL='tc' only"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "L2_PREFETCH": 1})
-    with pytest.raises(ValueError, match="must be 1 .words. or 2"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={"path": "gemv", "KERNEL": "tc", "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 2,
-                                                            "L2_PREFETCH": 3})
-
-
-def test_l2_prefetch_asm_only_where_it_runs(monkeypatch):
-    """`l2_prefetch_asm`: the PTX on a 9.0+ GPU, "" on the CPU, under the interpreter and before 9.0;
-    a size that is not a positive multiple of 16 is refused."""
-    from agnitra.kernels import l2_prefetch, pdl
-
-    monkeypatch.setattr(pdl, "_capability", lambda index: (9, 0))
-    fake = type("T", (), {"device": torch.device("cuda", 0)})()
-    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert "cp.async.bulk.prefetch.L2.global [$1], 4096;" in l2_prefetch.l2_prefetch_asm(fake, 4096)
-    assert l2_prefetch.l2_prefetch_asm(torch.empty(1, device="cpu"), 4096) == ""
-    monkeypatch.setattr(pdl, "_capability", lambda index: (8, 0))
-    assert l2_prefetch.l2_prefetch_asm(fake, 4096) == ""
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    monkeypatch.setattr(pdl, "_capability", lambda index: (9, 0))
-    assert l2_prefetch.l2_prefetch_asm(fake, 4096) == ""
-    for bad in (0, 24, -16):
-        with pytest.raises(ValueError, match="multiple of 16"):
-            l2_prefetch.l2_prefetch_asm(fake, bad)
-
-
-def test_l2_prefetch_is_issued_once_before_the_wait():
-    """Compiled for sm_90 with PDL and L2_PREFETCH (no GPU needed): the int8 GEMV issues one bulk
-    prefetch (SASS UBLKPF) and the tensor-core int4 GEMV two (words; scales and zeros), all before
-    griddepcontrol.wait, so they overlap the previous kernel; the address is the program's, so no
-    loop over lanes is made (one UBLKPF in the code each)."""
-    import json
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=str(ROOT / "src"), TRITON_DEFAULT_FP_FUSION="1")
-    for kernel, expected in (("int8", 1), ("tc", 2)):
-        run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", kernel, "--block-n", "64", "--block-k", "128", "--prefetch", "1",
-                              "--n", "4096", "--k", "4096", "--split-k", "2", "--pdl-order", "--l2-prefetch", "2"], capture_output=True, text=True, env=env, timeout=300)
-        if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
-            pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
-        assert run.returncode == 0, run.stderr[-2000:]
-        order = json.loads(run.stdout.strip().splitlines()[-1])
-        assert order["waits"] == 1 and order["l2_prefetches"] == expected and order["l2_prefetches_before_wait"] == expected, (kernel, order)
 
 
 def test_pdl_launch_arguments_follow_the_device_and_the_config(monkeypatch):

@@ -86,7 +86,6 @@ from typing import Any
 
 import torch
 
-from agnitra.kernels.l2_prefetch import _l2_prefetch, l2_prefetch_asm  # noqa: F401 - _l2_prefetch: a device helper (_DEVICE_HELPERS)
 from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options  # noqa: F401 - _pdl_*: device helpers the kernels call (_DEVICE_HELPERS)
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
@@ -209,7 +208,6 @@ def _int8_gemv_kernel(
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     CVT_ASM: tl.constexpr = "",  # INT8_TO_F32_ASM, or "" (the integer-add trick: the interpreter)
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
-    L2_ASM: tl.constexpr = "",  # a bulk L2 prefetch of BLOCK_N K / SPLIT_K bytes (`kernels.l2_prefetch`): the block's weights asked for at the start
 ):
     """The int8 GEMV. The shape and strides are compile-time constants (the loop bounds known, single
     steps peeled) and rows past the end read the last row: 1-7% faster than the same loop with them
@@ -229,8 +227,6 @@ def _int8_gemv_kernel(
     # the per-row scale factors out of the K sum (one multiply per output); it and the bias are read now (`_gemv_bias`)
     scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
     bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
-    if L2_ASM != "":  # the block's rows (contiguous) asked into L2 now, ahead of the wait: piece pid_k of SPLIT_K (`kernels.l2_prefetch`)
-        _l2_prefetch(w_ptr + tl.minimum(pid_n * BLOCK_N, N - BLOCK_N) * stride_wn + pid_k * (BLOCK_N * K // SPLIT_K), L2_ASM)
     _pdl_wait(PDL)  # x next
     for k0 in tl.range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K, num_stages=STAGES):
         if EVEN_K:
@@ -808,8 +804,6 @@ def _int4_gemv_tc_kernel(
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
-    L2_ASM: tl.constexpr = "",  # a bulk L2 prefetch of TILES K 8 / SPLIT_K bytes (`kernels.l2_prefetch`): the block's words asked for at the start
-    L2_SZ_ASM: tl.constexpr = "",  # the same for its scales and zeros, TILES K / G 64 / SPLIT_K bytes ("": not asked for)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -846,10 +840,6 @@ def _int4_gemv_tc_kernel(
     bias = _gemv_bias(b_ptr, rows % N, HAS_BIAS)
     step = SPLIT_K * 64 * CHUNKS
     k_first = pid_k * 64 * CHUNKS
-    if L2_ASM != "":  # the block's words (contiguous; and scales and zeros) asked into L2 now, ahead of the wait: piece pid_k of SPLIT_K
-        first_tile = tl.minimum(pid_n * TILES, n_tiles - TILES)
-        _l2_prefetch(w_ptr + first_tile * (chunks * 128) + pid_k * (TILES * chunks * 128 // SPLIT_K), L2_ASM)
-        _l2_prefetch(sz_ptr + first_tile * ((K // GROUP_SIZE) * 16) + pid_k * (TILES * (K // GROUP_SIZE) * 16 // SPLIT_K), L2_SZ_ASM)
     if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps); under PDL, x's after the wait
         words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE, False, PDL)
     else:
@@ -985,7 +975,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_l2_prefetch", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1173,7 +1163,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg), **pdl_options(x, cfg), **_int8_l2_prefetch(x, w_int8, cfg),
+            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg), **pdl_options(x, cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
@@ -1190,34 +1180,6 @@ def int8_weight_only_matmul(
         **_launch_options(cfg),
     )
     return y
-
-
-def _int8_l2_prefetch(x: torch.Tensor, w_int8: torch.Tensor, cfg: dict[str, Any]) -> dict[str, Any]:
-    """The int8 GEMV's launch arguments for config L2_PREFETCH (`kernels.l2_prefetch`): each block's weight
-    rows asked into L2 at the start, a piece a split-K program. Needs K-contiguous rows, at least BLOCK_N
-    of them, and the block's bytes cut into SPLIT_K multiples of 16."""
-    if not cfg.get("L2_PREFETCH"):
-        return {}
-    n, k = w_int8.shape
-    piece, rest = divmod(cfg["BLOCK_N"] * k, cfg["SPLIT_K"])
-    if w_int8.stride() != (k, 1) or n < cfg["BLOCK_N"] or rest or piece % 16:
-        raise ValueError(f"int8 GEMV L2_PREFETCH needs contiguous weight rows, N >= BLOCK_N and BLOCK_N x K bytes in SPLIT_K multiples of 16;"
-                         f" got N={n}, K={k}, strides {w_int8.stride()}, BLOCK_N={cfg['BLOCK_N']}, SPLIT_K={cfg['SPLIT_K']}: drop L2_PREFETCH")
-    return {"L2_ASM": l2_prefetch_asm(x, piece)}
-
-
-def _int4_tc_l2_prefetch(x: torch.Tensor, n: int, k: int, group_size: int, cfg: dict[str, Any]) -> dict[str, Any]:
-    """The tensor-core int4 GEMV's launch arguments for config L2_PREFETCH (1: each block's words asked
-    into L2 at the start, a piece a split-K program; 2: its scales and zeros too)."""
-    what = cfg.get("L2_PREFETCH", 0)
-    if not what:
-        return {}
-    tiles, split_k = cfg["BLOCK_N"] // 16, cfg["SPLIT_K"]
-    words, sz = tiles * k * 8, tiles * (k // group_size) * 64  # the block's bytes
-    if what not in (1, 2) or _cdiv(n, 16) < tiles or words % (16 * split_k) or (what == 2 and sz % (16 * split_k)):
-        raise ValueError(f"int4 GEMV KERNEL='tc' L2_PREFETCH must be 1 (words) or 2 (words, scales and zeros), with N >= BLOCK_N and the"
-                         f" block's bytes in SPLIT_K multiples of 16; got {what!r}, N={n}, K={k}, BLOCK_N={cfg['BLOCK_N']}, SPLIT_K={split_k}")
-    return {"L2_ASM": l2_prefetch_asm(x, words // split_k), "L2_SZ_ASM": l2_prefetch_asm(x, sz // split_k) if what == 2 else ""}
 
 
 def _groups_a_step(block_k: int, group_size: int, k: int) -> int:
@@ -1387,7 +1349,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
-        **pdl_options(x, cfg), **_int4_tc_l2_prefetch(x, n, k, group_size, cfg),
+        **pdl_options(x, cfg),
     )
 
 
@@ -1458,8 +1420,6 @@ def int4_weight_only_matmul(
         _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k if kernel in ("rows", "tc") else None)
         if kernel in ("rows", "words", "tc"):
             _check_split_k_steps(cfg, k, kernel)
-        if cfg.get("L2_PREFETCH") and kernel != "tc":
-            raise ValueError(f"int4 GEMV L2_PREFETCH is implemented for KERNEL='tc' only, got KERNEL={kernel!r}: drop L2_PREFETCH")
         if kernel in ("rows", "words"):
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
