@@ -108,6 +108,46 @@ def test_a_lucky_trial_loses_the_head_to_head_with_the_default():
     assert result.best["name"] == "default" and result.best_ms <= result.default_ms  # and lost the head-to-head
 
 
+def test_refinements_of_the_finalists_are_checked_timed_and_can_win():
+    """`KernelSpec.refinements`: each search finalist's variants (outside the searched space) are
+    checked and timed with the finalists; a faster correct variant is chosen, a wrong one never."""
+    import dataclasses
+
+    configs = [{"mode": "ok", "sleep_ms": 3.0}, {"mode": "ok", "sleep_ms": 1.0}]
+    seen = []
+
+    def refinements(config, device):
+        seen.append(dict(config))
+        return [{**config, "sleep_ms": 0.0}, {**config, "mode": "wrong", "sleep_ms": 0.0}] if config["sleep_ms"] == 1.0 else []
+
+    spec = dataclasses.replace(_spec(configs, configs[0]), refinements=refinements)
+    result = tune(spec, (8,), torch.float32, torch.device("cpu"), runs=5, warmup=1)
+    assert {"mode": "ok", "sleep_ms": 1.0} in seen and {"mode": "ok", "sleep_ms": 3.0} in seen  # every finalist asked
+    assert result.best == {"mode": "ok", "sleep_ms": 0.0}
+    assert any(t.config["mode"] == "wrong" and not t.ok and "relative error" in t.reason for t in result.trials)
+    assert any(config == result.best for config, _ in result.head_to_head)
+
+
+def test_pdl_trigger_refinements_only_where_pdl_runs(monkeypatch):
+    """The GEMV specs' refinement: the other PDL trigger point ("wait"), only on a GPU that launches
+    with PDL and only for a configuration that leaves the point to the default; int4 only for the
+    kernels that take PDL (rows, tc). Registered on the GEMVs the decode step runs."""
+    from agnitra.kernels import pdl
+    from agnitra.kernels.spec import get_kernel
+
+    monkeypatch.setattr(pdl, "pdl_supported", lambda device: device.type == "cuda")
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
+    config = {"BLOCK_N": 8, "BLOCK_K": 512, "SPLIT_K": 1}
+    assert pdl.pdl_trigger_refinements(config, cuda) == [{**config, "PDL": "wait"}]
+    assert pdl.pdl_trigger_refinements(config, cpu) == []
+    assert pdl.pdl_trigger_refinements({**config, "PDL": False}, cuda) == [] and pdl.pdl_trigger_refinements({**config, "PDL": "wait"}, cuda) == []
+    int4 = get_kernel("int4_gemv").refinements
+    assert int4({**config, "KERNEL": "tc"}, cuda) == [{**config, "KERNEL": "tc", "PDL": "wait"}] and int4({**config, "KERNEL": "words"}, cuda) == []
+    for name in ("int8_gemv", "decode_gemv", "decode_gemv_gated"):
+        assert get_kernel(name).refinements(config, cuda) == [{**config, "PDL": "wait"}], name
+    assert get_kernel("int8_tiled").refinements is None and get_kernel("decode_attention").refinements is None
+
+
 def test_head_to_head_interleaves_rounds_in_alternating_order():
     """Contenders timed in rounds, the order reversed every other round (a b | b a | a b): a clock
     that drifts over the run weighs on both; each median comes from its own calls."""

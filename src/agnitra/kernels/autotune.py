@@ -7,8 +7,10 @@ runs with CUDA events, rotating through several input sets whose bytes exceed th
 figure is a DRAM figure; on the GPU the calls are captured in a CUDA graph, as they run in a
 decode step, so a microsecond kernel is not timed by the host's launch overhead. Small spaces are searched exhaustively, large ones with Optuna's TPE over
 the configuration parameters. The default configuration is always measured, and the search's
-fastest few are re-timed head to head with it (interleaved rounds) before one is chosen, so the
-choice is never slower than the default in one measurement. Results go to the per-device
+fastest few (with the kernel's refinements of them, `KernelSpec.refinements`: variants only the
+device can judge, such as where a kernel lets the next one in under PDL) are re-timed head to head
+with it (interleaved rounds) before one is chosen, so the choice is never slower than the default
+in one measurement. Results go to the per-device
 tuning cache and are reused.
 """
 
@@ -218,6 +220,11 @@ def tune(
         reasons = "; ".join(sorted({t.reason for t in trials.values()}))[:500]
         raise RuntimeError(f"no configuration of {spec.name} ran correctly for shape {shape} {dtype}: {reasons}")
     finalists = sorted(ok, key=lambda t: t.ms)[:CONFIRM_TOP]
+    for finalist in list(finalists) if spec.refinements is not None else ():
+        for variant in spec.refinements(finalist.config, device):
+            trial = evaluate(variant)
+            if trial.ok and trial not in finalists:
+                finalists.append(trial)
     if default_trial.ok and default_trial not in finalists:
         finalists.append(default_trial)
     confirmed = confirm(spec, [t.config for t in finalists], sets, device, runs)

@@ -46,7 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.kernels._triton import tl
-from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options
+from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options, pdl_trigger_refinements
 from agnitra.kernels.quant_matmul import _cdiv, _check_device, _int8_to_f32, _jit, quantize_int8_per_channel
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 
@@ -479,6 +479,7 @@ register_kernel(KernelSpec(
     flops=lambda shape: 2.0 * shape[0] * shape[1] * shape[2],
     bytes=lambda shape, dtype: float(shape[1] * shape[2] + shape[0] * (shape[2] + 2 * shape[1]) * dtype.itemsize),
     bucket=_gemv_bucket,
+    refinements=pdl_trigger_refinements,
 ))
 
 register_kernel(KernelSpec(
@@ -491,6 +492,7 @@ register_kernel(KernelSpec(
     flops=lambda shape: 4.0 * shape[0] * shape[1] * shape[2],
     bytes=lambda shape, dtype: float(2 * shape[1] * shape[2] + shape[0] * (shape[2] + shape[1]) * dtype.itemsize),
     bucket=_gemv_bucket,
+    refinements=pdl_trigger_refinements,
 ))
 
 

@@ -101,3 +101,15 @@ def pdl_options(x: torch.Tensor, cfg: dict[str, Any]) -> dict[str, Any]:
     if where not in PDL_TRIGGERS:
         raise ValueError(f"config PDL must be True, False or one of {sorted(PDL_TRIGGERS)}, got {where!r}")
     return {"PDL": PDL_TRIGGERS[where], "launch_pdl": True}
+
+
+def pdl_trigger_refinements(config: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
+    """A tuned kernel's variants at the other trigger point (`KernelSpec.refinements`): where the GPU
+    launches with PDL and the configuration leaves the point to the default ("loop"), the same with
+    "wait". Letting the next kernel in right after the wait gained up to 4% on multi-wave grids
+    (the next kernel's programs take the slots ours free) and lost up to 13% on one-wave grids (they
+    crowd ours) in a chain of the same int8 GEMV (ab-l2-prefetch-int8-*.json): the device decides."""
+    if not pdl_supported(device) or config.get("PDL", True) is not True:
+        return []
+    return [{**config, "PDL": "wait"}]
+

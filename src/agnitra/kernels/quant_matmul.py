@@ -86,7 +86,7 @@ from typing import Any
 
 import torch
 
-from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options  # noqa: F401 - _pdl_*: device helpers the kernels call (_DEVICE_HELPERS)
+from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options, pdl_trigger_refinements  # noqa: F401 - _pdl_*: device helpers the kernels call (_DEVICE_HELPERS)
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
 from agnitra.kernels._triton import tl  # the kernels' bodies refer to `tl`; compiled only with Triton
@@ -1846,6 +1846,11 @@ def _with_path(fn, path: str):
     return launch
 
 
+def _int4_pdl_refinements(config: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
+    """`pdl_trigger_refinements` for the int4 GEMV kernels that launch with PDL (rows, tc)."""
+    return pdl_trigger_refinements(config, device) if config.get("KERNEL") in ("rows", "tc") else []
+
+
 def _int4_launch(path: str):
     def launch(x, w_packed, scales, zeros, group_size, bias=None, config: dict[str, Any] | None = None):
         return int4_weight_only_matmul(x, w_packed, scales, zeros, group_size, bias, config={**(config or {}), "path": path})
@@ -1866,6 +1871,7 @@ for _path, _configs, _default in (("gemv", int8_gemv_configs, int8_gemv_default_
             flops=_flops,
             bytes=_int8_bytes,
             bucket=_gemv_bucket if _path == "gemv" else _bucket,
+            refinements=pdl_trigger_refinements if _path == "gemv" else None,
         )
     )
 
@@ -1881,5 +1887,6 @@ for _path, _configs, _default in (("gemv", int4_gemv_configs, int4_gemv_default_
             flops=_flops,
             bytes=_int4_bytes,
             bucket=_int4_gemv_bucket if _path == "gemv" else _bucket,
+            refinements=_int4_pdl_refinements if _path == "gemv" else None,
         )
     )

@@ -32,6 +32,9 @@ class KernelSpec:
     bytes: Callable[[tuple[int, ...], torch.dtype], float]  # compulsory bytes read + written
     bucket: Callable[[tuple[int, ...]], str]  # shapes that share a tuned configuration
     dtypes: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32)
+    # variants of a search finalist that only the device can judge (e.g. where a kernel lets the next one
+    # in under PDL): refinements(config, device) -> configs, checked and timed head to head with the finalists
+    refinements: Callable[[dict[str, Any], torch.device], list[dict[str, Any]]] | None = None
 
 
 def register_kernel(spec: KernelSpec) -> KernelSpec:
