@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine SHAPES TAG|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -181,8 +181,8 @@ ncu_gemv() {
     retune8)  # the int8 GEMV retuned under PDL with one-step programs in its space, the other llama-1b shapes and llama-8b, beside the compile peers (each compiled twice)
       timeout 560 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv --shapes 5632x2048,2048x5632,8b --max-trials 100 --runs 30 --peer-compiles 2 --retune --out-file "$OUT/kernels-gemv-pdl-int8-retune.json" 2>&1 | grep -v "^  "
       ;;
-    refine)  # the int8 GEMV retuned with the tuner's PDL trigger refinement (its finalists tried with "wait"), beside the compile peers (each compiled twice): SHAPES TAG
-      timeout 570 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv --shapes "$2" --max-trials 100 --runs 30 --peer-compiles 2 --retune --out-file "$OUT/kernels-gemv-int8-refine-$3.json" 2>&1 | grep -v "^  "
+    refine)  # a GEMV (int8_gemv, int4_gemv) retuned with the tuner's PDL trigger refinement (its finalists tried with "wait"), beside the compile peers (each compiled twice): KERNEL SHAPES TAG
+      timeout 570 python3 benchmarks/kernels.py --only gemv --gemv-kernels "$2" --shapes "$3" --max-trials 100 --runs 30 --peer-compiles 2 --retune --out-file "$OUT/kernels-gemv-$2-refine-$4.json" 2>&1 | grep -v "^  "
       ;;
     pdlnorms)  # GPU numerics of the norm and gated-MLP kernels (now with PDL), then llama-1b int4 decode end to end with PDL in every Agnitra kernel and Inductor's
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_norms.py 2>&1 | tail -3
