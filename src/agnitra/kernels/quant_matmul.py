@@ -734,31 +734,21 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
     return tl.reshape(c, (TILES, 128)), tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
 
-def _tc_mask(k, K, MASKED: tl.constexpr):
-    """The mask of a tensor-core GEMV read at feature k: None (MASKED False), or k < K."""
+def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, K, GROUP_SIZE: tl.constexpr, MASKED: tl.constexpr, PDL: tl.constexpr = 0):
+    """The tensor-core GEMV's reads for the step at feature k: words, x's B fragments, (s, z) pairs;
+    MASKED: nothing is read at or past K (and the values are then undefined: never used). The words
+    are read once, evicted first; x, scales and zeros, read again by other programs, last (0.2-8 us
+    less on the H100)."""
+    chunk = k // 64  # times 128 / 32, not k * 2 or k // 2: multiples the compiler can see (16-byte loads)
     ok = None
     if MASKED:
         ok = tl.full((1, 1, 1, 1), 0, tl.int32) + k < K
-    return ok
-
-
-def _tc_reads(w_ptrs, x_ptrs, k, K, MASKED: tl.constexpr, PDL: tl.constexpr = 0):
-    """The tensor-core GEMV's words and x's B fragments for the step at feature k; MASKED: nothing is
-    read at or past K (and the values are then undefined: never used). The words are read once,
-    evicted first; x, read again by other programs, last (0.2-8 us less on the H100). Under PDL the
-    first step's words are requested before the wait for x (its (s, z) pairs too: `_tc_pairs`, first)."""
-    chunk = k // 64  # times 128 / 32, not k * 2 or k // 2: multiples the compiler can see (16-byte loads)
-    ok = _tc_mask(k, K, MASKED)
     words = tl.load(w_ptrs + chunk * 128, mask=ok, eviction_policy="evict_first")
-    _pdl_wait(PDL)
+    sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, mask=ok, eviction_policy="evict_last")
+    _pdl_wait(PDL)  # the first step's: its words, scales and zeros requested before the wait for x
     b0 = tl.load(x_ptrs + chunk * 32, mask=ok, eviction_policy="evict_last")
     b1 = tl.load(x_ptrs + (chunk * 32 + 4), mask=ok, eviction_policy="evict_last")
-    return words, b0, b1
-
-
-def _tc_pairs(sz_ptrs, k, K, GROUP_SIZE: tl.constexpr, MASKED: tl.constexpr):
-    """The (s, z) pairs of the step at feature k (8-byte loads, evicted last: other steps of the group read them)."""
-    return tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, mask=_tc_mask(k, K, MASKED), eviction_policy="evict_last")
+    return words, b0, b1, sz
 
 
 def _tc_step(acc, words, b0, b1, sz, ASM: tl.constexpr, XSUM_ASM: tl.constexpr, HALF: tl.constexpr, TILES: tl.constexpr, WARPS: tl.constexpr,
@@ -814,7 +804,6 @@ def _int4_gemv_tc_kernel(
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
-    SZ_AHEAD: tl.constexpr = 1,  # with PREFETCH: the (s, z) pairs are read this many steps ahead (1 to 3)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -852,30 +841,15 @@ def _int4_gemv_tc_kernel(
     step = SPLIT_K * 64 * CHUNKS
     k_first = pid_k * 64 * CHUNKS
     if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps); under PDL, x's after the wait
-        sz_n = _tc_pairs(sz_ptrs, k_first, K, GROUP_SIZE, False)
-        if SZ_AHEAD >= 2:  # the (s, z) pairs SZ_AHEAD steps ahead: their scattered 64-byte reads take longer than the words'
-            sz_n2 = _tc_pairs(sz_ptrs, k_first + step, K, GROUP_SIZE, True)
-        if SZ_AHEAD >= 3:
-            sz_n3 = _tc_pairs(sz_ptrs, k_first + 2 * step, K, GROUP_SIZE, True)
-        words_n, b0_n, b1_n = _tc_reads(w_ptrs, x_ptrs, k_first, K, False, PDL)
+        words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, K, GROUP_SIZE, False, PDL)
     else:
         _pdl_wait(PDL)
     for k0 in tl.range(k_first, K, step, num_stages=STAGES):
         if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
             words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
-            if SZ_AHEAD == 1:
-                sz_n = _tc_pairs(sz_ptrs, k0 + step, K, GROUP_SIZE, True)
-            elif SZ_AHEAD == 2:
-                sz_n = sz_n2
-                sz_n2 = _tc_pairs(sz_ptrs, k0 + 2 * step, K, GROUP_SIZE, True)
-            else:
-                sz_n = sz_n2
-                sz_n2 = sz_n3
-                sz_n3 = _tc_pairs(sz_ptrs, k0 + 3 * step, K, GROUP_SIZE, True)
-            words_n, b0_n, b1_n = _tc_reads(w_ptrs, x_ptrs, k0 + step, K, True)
+            words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0 + step, K, GROUP_SIZE, True)
         else:
-            sz = _tc_pairs(sz_ptrs, k0, K, GROUP_SIZE, False)
-            words, b0, b1 = _tc_reads(w_ptrs, x_ptrs, k0, K, False)
+            words, b0, b1, sz = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0, K, GROUP_SIZE, False)
         acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
     _pdl_trigger(PDL, 3)
     cols = 2 * t + c % 2
@@ -1001,7 +975,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_mask", "_tc_reads", "_tc_pairs", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1375,16 +1349,8 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
-        **pdl_options(x, cfg), **_tc_pairs_ahead(cfg),
+        **pdl_options(x, cfg),
     )
-
-
-def _tc_pairs_ahead(cfg: dict[str, Any]) -> dict[str, int]:
-    """Config SZ_AHEAD (1 to 3, with PREFETCH): how many steps ahead the tensor-core GEMV reads its (s, z) pairs."""
-    ahead = cfg.get("SZ_AHEAD", 1)
-    if ahead not in (1, 2, 3) or (ahead > 1 and not cfg.get("PREFETCH")):
-        raise ValueError(f"int4 GEMV KERNEL='tc' SZ_AHEAD must be 1, 2 or 3, above 1 only with PREFETCH; got SZ_AHEAD={ahead!r}, PREFETCH={cfg.get('PREFETCH')!r}")
-    return {"SZ_AHEAD": ahead} if ahead > 1 else {}
 
 
 def _ptx(asm: str) -> str:
