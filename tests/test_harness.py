@@ -111,7 +111,9 @@ def test_decode_mode_reports_per_token_latency(device_report):
     assert eager.status == "ok"
     assert eager.latency_ms.samples == 3 * 5  # decode steps after the prefilled first token
     assert eager.throughput.unit == "tokens/s"
-    assert eager.decode.tokens_per_s == pytest.approx(1e3 / eager.latency_ms.mean, rel=0.35)
+    # tokens/s is the median over runs of each run's tokens over its steps' time: the median run's mean
+    # step lies between the fastest step and 1.5x the mean of all steps (robust to a slow step on a busy CPU)
+    assert 1e3 / (1.5 * eager.latency_ms.mean) <= eager.decode.tokens_per_s <= 1e3 / eager.latency_ms.min
     assert eager.decode.prefill_ms > 0
     assert report.conditions["mode"] == "decode" and report.conditions["new_tokens"] == 6
     assert report.roofline.notes.startswith("per one decode step")

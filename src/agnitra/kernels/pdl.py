@@ -83,8 +83,9 @@ def _capability(index: int) -> tuple[int, int]:
 
 # where a GEMV lets the next kernel in (`_pdl_trigger`): never before its own wait, so a kernel
 # after it that does not wait (Inductor's wait only where they read the kernel just before) still
-# runs after everything before this one. "loop": 0.1-2 us faster than none in a chain of the same GEMV
-# at llama shapes, where "wait" lost up to 1 us at multi-wave grids (pdl-trigger-*.json)
+# runs after everything before this one. "loop" (the default): 0.1-2 us faster than none in a chain
+# of the same GEMV at llama shapes (pdl-trigger-*.json); "wait" is better for some tuned
+# configurations and worse for others, so the tuner tries it on its finalists (`pdl_trigger_refinements`)
 PDL_TRIGGERS = {"wait": 2, "loop": 3}
 DEFAULT_PDL_TRIGGER = "loop"
 
