@@ -132,8 +132,7 @@ def _tc_call(args) -> tuple:
     bf16 = args.dtype == "bf16"
     consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, "ASM": qm.INT4_TC_BF16 if bf16 else qm.INT4_TC_FP16,
               "XSUM_ASM": qm.INT4_TC_XSUM_BF16 if bf16 else qm.INT4_TC_XSUM_FP16, "HALF": tl.bfloat16 if bf16 else tl.float16,
-              "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages,
-              **({"W_AHEAD": 2} if args.prefetch == 2 else {})}
+              "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages}
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
@@ -182,7 +181,7 @@ def main() -> int:
     parser.add_argument("--no-prmt", action="store_true", help="int8: int8 -> fp32 by the integer-add trick instead of the prmt PTX")
     parser.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
-    parser.add_argument("--prefetch", type=int, default=0, help="1: load the next step's words before this step's arithmetic; 2: rows: its x, scales and zeros too; tc: the words two steps ahead")
+    parser.add_argument("--prefetch", type=int, default=0, help="1: load the next step's words before this step's arithmetic; 2: its x, scales and zeros too")
     parser.add_argument("--stages", type=int, default=1, help="STAGES and num_stages (Triton streams the loop's loads through shared memory when > 1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")

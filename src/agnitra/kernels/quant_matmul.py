@@ -734,26 +734,16 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
     return tl.reshape(c, (TILES, 128)), tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
 
-def _tc_words(w_ptrs, k):
-    """The tensor-core GEMV's words for the step at feature k (< K), read once: evicted first."""
-    return tl.load(w_ptrs + (k // 64) * 128, eviction_policy="evict_first")  # k // 64 times 128: a multiple the compiler sees (16-byte loads)
-
-
-def _tc_side_reads(x_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr, PDL: tl.constexpr = 0):
-    """The step's other reads: its (s, z) pairs, then (under PDL, after the wait) x's B fragments; read
-    again by other programs: evicted last (0.2-8 us less on the H100)."""
+def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr, PDL: tl.constexpr = 0):
+    """The tensor-core GEMV's reads for the step at feature k (< K): words, x's B fragments, (s, z)
+    pairs. The words are read once, evicted first; x, scales and zeros, read again by other
+    programs, last (0.2-8 us less on the H100)."""
+    chunk = k // 64  # times 128 / 32, not k * 2 or k // 2: multiples the compiler can see (16-byte loads)
+    words = tl.load(w_ptrs + chunk * 128, eviction_policy="evict_first")
     sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, eviction_policy="evict_last")
     _pdl_wait(PDL)  # the first step's: its words, scales and zeros requested before the wait for x
-    chunk = k // 64
     b0 = tl.load(x_ptrs + chunk * 32, eviction_policy="evict_last")
     b1 = tl.load(x_ptrs + (chunk * 32 + 4), eviction_policy="evict_last")
-    return b0, b1, sz
-
-
-def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr, PDL: tl.constexpr = 0):
-    """The tensor-core GEMV's reads for the step at feature k (< K): words, x's B fragments, (s, z) pairs."""
-    words = _tc_words(w_ptrs, k)
-    b0, b1, sz = _tc_side_reads(x_ptrs, sz_ptrs, k, GROUP_SIZE, PDL)
     return words, b0, b1, sz
 
 
@@ -810,7 +800,6 @@ def _int4_gemv_tc_kernel(
     SPLIT_K: tl.constexpr,  # programs sharing one output block along K
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
-    W_AHEAD: tl.constexpr = 1,  # with PREFETCH: steps ahead the words are read (1 or 2; x and the (s, z) pairs: one)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -849,8 +838,6 @@ def _int4_gemv_tc_kernel(
     k_first = pid_k * 64 * CHUNKS
     k_last = k_first + (K - 64 * CHUNKS - k_first) // step * step  # the program's last step (K % (64 CHUNKS) == 0)
     if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps); under PDL, x's after the wait
-        if W_AHEAD == 2:  # step 1's words too: two steps of words in flight
-            words_nn = _tc_words(w_ptrs, tl.minimum(k_first + step, k_last))
         words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, GROUP_SIZE, PDL)
     else:
         _pdl_wait(PDL)
@@ -859,12 +846,7 @@ def _int4_gemv_tc_kernel(
             words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
             # past the last step, the last step's reads again: unmasked reads, no zero-filled registers (21 fewer instructions
             # a step than masked reads, 1.4-2.8% faster at the six tensor-core shapes on the H100, ab-int4-tc-clamp-*.json)
-            if W_AHEAD == 2:  # the words two steps ahead, x and the (s, z) pairs (cache hits or small) one
-                words_n = words_nn
-                words_nn = _tc_words(w_ptrs, tl.minimum(k0 + 2 * step, k_last))
-                b0_n, b1_n, sz_n = _tc_side_reads(x_ptrs, sz_ptrs, tl.minimum(k0 + step, k_last), GROUP_SIZE)
-            else:
-                words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, tl.minimum(k0 + step, k_last), GROUP_SIZE)
+            words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, tl.minimum(k0 + step, k_last), GROUP_SIZE)
         else:
             words, b0, b1, sz = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0, GROUP_SIZE)
         acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
@@ -992,7 +974,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_words", "_tc_side_reads", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1366,16 +1348,8 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
-        **pdl_options(x, cfg), **_tc_words_ahead(cfg),
+        **pdl_options(x, cfg),
     )
-
-
-def _tc_words_ahead(cfg: dict[str, Any]) -> dict[str, int]:
-    """Config W_AHEAD (1 or 2, 2 only with PREFETCH): how many steps ahead the tensor-core GEMV reads its words."""
-    ahead = cfg.get("W_AHEAD", 1)
-    if ahead not in (1, 2) or (ahead == 2 and not cfg.get("PREFETCH")):
-        raise ValueError(f"int4 GEMV KERNEL='tc' W_AHEAD must be 1 or 2, 2 only with PREFETCH; got W_AHEAD={ahead!r}, PREFETCH={cfg.get('PREFETCH')!r}")
-    return {"W_AHEAD": 2} if ahead == 2 else {}
 
 
 def _ptx(asm: str) -> str:
