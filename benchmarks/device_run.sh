@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -189,11 +189,21 @@ ncu_gemv() {
       timeout 250 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,32000x2048,2048x5632,128256x4096 \
         --variant '{"CLAMP": true}' --variant '{"PINGPONG": true}' --out-file "$OUT/ab-int4-tc-clamp.json"
       ;;
-    wahead)  # the tensor-core int4 GEMV reading its words two steps ahead (W_AHEAD 2): GPU numerics, then against the tuned configs, also with fewer splits / longer steps
+    wahead)  # (run at 26a6cbe; the W_AHEAD key is gone since: not kept) the tensor-core int4 GEMV reading its words two steps ahead (W_AHEAD 2): GPU numerics, then against the tuned configs, also with fewer splits / longer steps
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core_rows or chain" 2>&1 | tail -2
       timeout 400 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,32000x2048,2048x5632,128256x4096 \
         --variant '{"W_AHEAD": 2}' --variant '{"W_AHEAD": 2, "maxnreg": null}' --variant '{"W_AHEAD": 2, "SPLIT_K": 4}' --variant '{"W_AHEAD": 2, "BLOCK_N": 64, "num_warps": 4}' \
         --variant '{"W_AHEAD": 2, "BLOCK_K": 256}' --out-file "$OUT/ab-int4-tc-words-ahead.json"
+      ;;
+    xnow)  # the tensor-core int4 GEMV reading x in the step that uses it (X_NOW: fewer registers held), with longer steps, more splits, register caps: GPU numerics, then against the tuned configs
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core_rows or chain" 2>&1 | tail -2
+      timeout 420 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,32000x2048,128256x4096 \
+        --variant '{"X_NOW": true}' --variant '{"X_NOW": true, "maxnreg": 96}' --variant '{"X_NOW": true, "BLOCK_K": 256}' --variant '{"X_NOW": true, "BLOCK_K": 256, "SPLIT_K": 4}' \
+        --variant '{"X_NOW": true, "BLOCK_K": 256, "BLOCK_N": 64, "num_warps": 4}' --variant '{"X_NOW": true, "SPLIT_K": 16, "maxnreg": 80}' --out-file "$OUT/ab-int4-tc-x-now.json"
+      ;;
+    refinecached)  # GPU numerics of the tc kernel, then the GEMV rows with each cached tuning re-judged against its refinements first (autotune.refine): KERNEL SHAPES TAG
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core_rows or chain" 2>&1 | tail -2
+      timeout 450 python3 benchmarks/kernels.py --only gemv --gemv-kernels "$2" --shapes "$3" --max-trials 100 --runs 30 --refine --out-file "$OUT/kernels-gemv-$2-refined-$4.json" 2>&1 | grep -v "^  "
       ;;
     pdlnorms)  # GPU numerics of the norm and gated-MLP kernels (now with PDL), then llama-1b int4 decode end to end with PDL in every Agnitra kernel and Inductor's
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_norms.py 2>&1 | tail -3

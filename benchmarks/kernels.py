@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import check, head_to_head, input_sets, to_float64, tune
+from agnitra.kernels.autotune import check, head_to_head, input_sets, refine, to_float64, tune
 from agnitra.kernels.pdl import pdl_supported
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
@@ -112,9 +112,11 @@ def compiled_int8_peer(pdl: bool = False):
     return _COMPILED_INT8[pdl]
 
 
-def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int, peers: dict, max_trials: int, peer_compiles: int = 1, retune: bool = False) -> dict:
+def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int, peers: dict, max_trials: int, peer_compiles: int = 1, retune: bool = False,
+                 refine_cached: bool = False) -> dict:
     spec = get_kernel(name)
     sets = input_sets(spec, shape, dtype, device, l2)
+    refined = refine(spec, shape, dtype, device, cache=cache, runs=runs, l2_bytes=l2, sets=sets) if refine_cached and cache is not None and not retune else None
     result = tune(spec, shape, dtype, device, runs=runs, cache=cache, l2_bytes=l2, force=retune, max_trials=max_trials, sets=sets)
     # the chosen configuration timed (and checked) in this run, beside its peers; a cached tuning's time is from another process
     timed = check(spec, result.best, sets, spec.reference(*to_float64(sets[0])), dtype)
@@ -138,6 +140,9 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
         "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets),
         "peers": {**dict(zip(calls, peer_ms)), **failed}, "timing": "tuned, default and peers head to head: 3 interleaved rounds",
     }
+    if refined is not None:  # the cached choice against its refinements, head to head, before this row was timed
+        row["refined"] = {"head_to_head": [{"config": c, "ms": ms} for c, ms in refined.head_to_head],
+                          "failed": [{"config": t.config, "reason": t.reason} for t in refined.trials if not t.ok]}
     if "torch_compile_int8" in calls:
         add_recompiled_peers(row, ours[0], sets, runs, device, peer_compiles)
     best_peer = min((v for v in row["peers"].values() if isinstance(v, float)), default=None)
@@ -247,6 +252,7 @@ def main() -> int:
     parser.add_argument("--out-file", default=None)
     parser.add_argument("--gemv-kernels", default="int8_gemv,int4_gemv", help="which GEMVs the gemv group runs")
     parser.add_argument("--retune", action="store_true", help="tune every problem again (the cache's entry replaced) instead of reusing the cached tuning")
+    parser.add_argument("--refine", action="store_true", help="re-judge each cached tuning against its kernel's refinements (autotune.refine) before timing")
     parser.add_argument("--peer-compiles", type=int, default=1, help="compile torch.compile's int8 peer this many times afresh per shape, keep its best")
     args = parser.parse_args()
     device = resolve_device(args.device)
@@ -265,7 +271,7 @@ def main() -> int:
 
     def add(name, problem, peers, then=None):  # written after every row: a killed run keeps what it measured
         try:
-            rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, peers, args.max_trials, args.peer_compiles, args.retune))
+            rows.append(bench_kernel(name, problem, dtype, device, cache, l2, report.ceilings, args.runs, peers, args.max_trials, args.peer_compiles, args.retune, args.refine))
             if then is not None:
                 then(rows[-1])
         except Exception as exc:  # noqa: BLE001 - one failing kernel must not lose the others

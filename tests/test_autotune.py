@@ -128,6 +128,33 @@ def test_refinements_of_the_finalists_are_checked_timed_and_can_win():
     assert any(config == result.best for config, _ in result.head_to_head)
 
 
+def test_refine_rejudges_a_cached_choice_against_its_refinements(tmp_path):
+    """`autotune.refine`: the cached choice and its refinements checked and timed head to head; the
+    entry replaced only by a correct refinement faster by the margin (and says what it replaced);
+    nothing cached or no refinements: None; a cached choice that no longer runs: an error."""
+    import dataclasses
+
+    from agnitra.kernels.autotune import refine
+
+    cache = TuningCache(tmp_path, "sig")
+    slow, fast = {"mode": "ok", "sleep_ms": 2.0}, {"mode": "ok", "sleep_ms": 0.0}
+    spec = dataclasses.replace(_spec([slow], slow), refinements=lambda c, d: [fast, {"mode": "wrong", "sleep_ms": 0.0}] if c == slow else [])
+    cpu = torch.device("cpu")
+    assert refine(spec, (8,), torch.float32, cpu, cache=cache) is None  # nothing cached
+    tune(spec, (8,), torch.float32, cpu, runs=2, warmup=0, cache=cache, strategy="exhaustive")
+    key = cache_key(spec.name, spec.bucket((8,)), torch.float32)
+    cache.put(key, {**cache.get(key), "config": slow})  # as if tuned before the refinement existed
+    result = refine(spec, (8,), torch.float32, cpu, cache=cache, runs=3, warmup=1)
+    assert result.best == fast and cache.get(key)["config"] == fast and cache.get(key)["refined_from"] == slow
+    assert any(t.config["mode"] == "wrong" and not t.ok for t in result.trials)
+    again = refine(spec, (8,), torch.float32, cpu, cache=cache, runs=3, warmup=1)  # nothing beats it now
+    assert again.best == fast and cache.get(key)["config"] == fast
+    assert refine(dataclasses.replace(spec, refinements=None), (8,), torch.float32, cpu, cache=cache) is None
+    cache.put(key, {**cache.get(key), "config": {"mode": "raise", "sleep_ms": 0.0}})
+    with pytest.raises(RuntimeError, match="no longer runs correctly"):
+        refine(spec, (8,), torch.float32, cpu, cache=cache, runs=2, warmup=0)
+
+
 def test_pdl_trigger_refinements_only_where_pdl_runs(monkeypatch):
     """The GEMV specs' refinement: the other PDL trigger point ("wait"), only on a GPU that launches
     with PDL and only for a configuration that leaves the point to the default; int4 only for the
@@ -143,6 +170,9 @@ def test_pdl_trigger_refinements_only_where_pdl_runs(monkeypatch):
     assert pdl.pdl_trigger_refinements({**config, "PDL": False}, cuda) == [] and pdl.pdl_trigger_refinements({**config, "PDL": "wait"}, cuda) == []
     int4 = get_kernel("int4_gemv").refinements
     assert int4({**config, "KERNEL": "tc"}, cuda) == [{**config, "KERNEL": "tc", "PDL": "wait"}] and int4({**config, "KERNEL": "words"}, cuda) == []
+    # the tensor-core kernel with its prefetch: x read in the step that uses it, over steps of 256 features at least
+    tc = {**config, "KERNEL": "tc", "BLOCK_K": 128, "PREFETCH": True}
+    assert int4(tc, cuda)[1] == {**tc, "X_NOW": True, "BLOCK_K": 256, "maxnreg": 128} and int4(tc, cpu) == []
     for name in ("int8_gemv", "decode_gemv", "decode_gemv_gated"):
         assert get_kernel(name).refinements(config, cuda) == [{**config, "PDL": "wait"}], name
     assert get_kernel("int8_tiled").refinements is None and get_kernel("decode_attention").refinements is None

@@ -297,17 +297,18 @@ def test_int4_batch1_default_runs_at_small_shapes():
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("m,split_k,warps,prefetch,stages", [(1, 1, 1, False, 1), (3, 2, 2, True, 1), (8, 4, 1, True, 1), (1, 1, 2, True, 1), (2, 2, 2, False, 3)])
+@pytest.mark.parametrize("m,split_k,warps,prefetch,stages", [(1, 1, 1, False, 1), (3, 2, 2, True, 1), (8, 4, 1, True, 1), (1, 1, 2, True, 1), (2, 2, 2, False, 3),
+                                                          (1, 1, 2, "X_NOW", 1), (3, 4, 1, "X_NOW", 1)])
 def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps, prefetch, stages):
     """KERNEL 'tc' (the MMA fragments emulated under the interpreter, the inline PTX on a GPU):
     N not a multiple of 16 (a padded tile), more tiles a program than the matrix has (the last
     program repeats a tile and stores nothing twice), batch 1 to 8, groups of 64 and 128, steps
-    of one and two 64-feature chunks, the next step's reads prefetched or streamed through shared
-    memory (STAGES 3: a compiled-kernel matter, exercised on the GPU), split-K."""
+    of one and two 64-feature chunks, the next step's reads prefetched (X_NOW: all but x) or streamed
+    through shared memory (STAGES 3: a compiled-kernel matter, exercised on the GPU), split-K."""
     for shape, block_n, block_k in (((m, 40, 256, 64), 16 * warps, 64), ((m, 17, 512, 128), 32 * warps, 128), ((m, 100, 256, 64), 64, 64)):  # splits <= steps
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
-        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": prefetch,
-               "STAGES": stages}
+        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": bool(prefetch),
+               "STAGES": stages, "X_NOW": prefetch == "X_NOW"}
         y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
         _check(y, ref, dtype)
         assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"

@@ -11,7 +11,8 @@ fastest few (with the kernel's refinements of them, `KernelSpec.refinements`: va
 device can judge, such as where a kernel lets the next one in under PDL) are re-timed head to head
 with it (interleaved rounds) before one is chosen, so the choice is never slower than the default
 in one measurement. Results go to the per-device
-tuning cache and are reused.
+tuning cache and are reused; `refine` re-judges a cached choice against refinements added later,
+without a new search.
 """
 
 from __future__ import annotations
@@ -237,6 +238,43 @@ def tune(
     if cache is not None:
         cache.put(key, {"config": best.config, "ms": best_ms, "default_ms": default_ms, "strategy": chosen, "shape": list(shape), "trials": len(trials)})
     return result
+
+
+def refine(
+    spec: KernelSpec,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: torch.device,
+    *,
+    cache: TuningCache,
+    runs: int = 20,
+    warmup: int = 5,
+    l2_bytes: int | None = None,
+    sets: list[tuple] | None = None,
+) -> TuneResult | None:
+    """A cached choice re-judged against its refinements (`KernelSpec.refinements`: variants added after
+    it was tuned, or only ever tried on finalists), without a new search: each checked, timed head to
+    head with the choice, and the cache entry replaced only when one beats it by DEFAULT_MARGIN. None
+    when nothing is cached for the problem or the kernel has no refinements."""
+    key = cache_key(spec.name, spec.bucket(shape), dtype)
+    hit = cache.get(key)
+    if not hit or spec.refinements is None:
+        return None
+    sets = sets or input_sets(spec, shape, dtype, device, l2_bytes)
+    reference = spec.reference(*to_float64(sets[0]))
+    trials = [measure(spec, config, sets, reference, dtype, device, runs, warmup) for config in [hit["config"], *spec.refinements(hit["config"], device)]]
+    contenders = [t for t in trials if t.ok]
+    if not contenders or contenders[0] is not trials[0]:
+        raise RuntimeError(f"the cached configuration of {spec.name} for {shape} no longer runs correctly: {trials[0].reason}")
+    confirmed = confirm(spec, [t.config for t in contenders], sets, device, runs)
+    best_ms, best = min(zip(confirmed, contenders), key=lambda pair: pair[0])
+    if best_ms > confirmed[0] * (1 - DEFAULT_MARGIN):  # within the noise: the cached choice stays
+        best_ms, best = confirmed[0], contenders[0]
+    if best is not contenders[0]:
+        cache.put(key, {**hit, "config": best.config, "ms": best_ms, "refined_from": hit["config"]})
+    default = spec.default_config(shape, dtype)
+    return TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), spec.bucket(shape), best.config, best_ms, default, hit.get("default_ms"),
+                      "refine", trials=trials, head_to_head=[(t.config, ms) for t, ms in zip(contenders, confirmed)])
 
 
 def cached_config(spec: KernelSpec, shape, dtype, cache: TuningCache | None) -> dict:
