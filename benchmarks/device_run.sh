@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -204,6 +204,12 @@ ncu_gemv() {
     refinecached)  # GPU numerics of the tc kernel, then the GEMV rows with each cached tuning re-judged against its refinements first (autotune.refine): KERNEL SHAPES TAG
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core_rows or chain" 2>&1 | tail -2
       timeout 450 python3 benchmarks/kernels.py --only gemv --gemv-kernels "$2" --shapes "$3" --max-trials 100 --runs 30 --refine --out-file "$OUT/kernels-gemv-$2-refined-$4.json" 2>&1 | grep -v "^  "
+      ;;
+    e2es14)  # llama-1b decode end to end at this commit: bf16 compile, int8 through the fused decode layer, int4 through the GEMVs, all under compile + CUDA graphs with PDL
+      ro="compile(mode=reduce-overhead)"
+      timeout 540 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-s14.json"
+      tail -c 600 "$OUT/bench-llama-1b-s14.json"
       ;;
     pdlnorms)  # GPU numerics of the norm and gated-MLP kernels (now with PDL), then llama-1b int4 decode end to end with PDL in every Agnitra kernel and Inductor's
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_norms.py 2>&1 | tail -3
