@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -227,6 +227,22 @@ ncu_gemv() {
       timeout 270 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-int8-decode-refined.json"
       tail -c 300 "$OUT/bench-llama-1b-int8-decode-refined.json"
+      ;;
+    decodeonestep)  # the decode-step GEMV with one-step programs summed at once and its last prefetch clamped: GPU numerics, the decode kernels retuned at llama-1b shapes
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 90 tests/test_kernels_decode.py 2>&1 | tail -2
+      timeout 420 python3 benchmarks/kernels.py --only decode --shapes 1b --max-trials 24 --runs 30 --retune --out-file "$OUT/kernels-decode-one-step-1b.json" 2>&1 | grep -v "^  "
+      ;;
+    abdecode)  # the fused LM head (decode_gemv 32000x2048) and down projection: tuned against one-step configs, head to head; then llama-1b int8 decode end to end
+      timeout 150 python3 benchmarks/ab_decode.py --shapes 32000x2048,2048x2048 --variant '{"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4, "PREFETCH": false}' \
+        --variant '{"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 4, "PREFETCH": false}' --variant '{"BLOCK_N": 8, "BLOCK_K": 2048, "num_warps": 8, "PREFETCH": false}' \
+        --variant '{"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4, "PREFETCH": false, "PDL": "wait"}' --out-file "$OUT/ab-decode-one-step.json"
+      bash "$0" decodee2e one-step-retuned
+      ;;
+    decodee2e)  # llama-1b int8 decode end to end through the fused decode layer, beside bf16 compile
+      ro="compile(mode=reduce-overhead)"
+      timeout 300 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-int8-$2.json"
+      tail -c 300 "$OUT/bench-llama-1b-int8-$2.json"
       ;;
     pdlnorms)  # GPU numerics of the norm and gated-MLP kernels (now with PDL), then llama-1b int4 decode end to end with PDL in every Agnitra kernel and Inductor's
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_norms.py 2>&1 | tail -3
