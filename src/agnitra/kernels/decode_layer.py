@@ -84,7 +84,6 @@ def _decode_gemv_kernel(
     BLOCK_N: tl.constexpr,  # outputs (pairs) per program
     BLOCK_K: tl.constexpr,  # input features per loop step
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`pdl._pdl_trigger`)
-    ONE_STEP: tl.constexpr = False,  # K <= BLOCK_K: one step a program, its products summed at once (as the int8 GEMV's one-step programs)
 ):
     PAIRED: tl.constexpr = EPILOGUE == "gated" or EPILOGUE == "rope"
     pid_n = tl.program_id(axis=0)
@@ -107,8 +106,6 @@ def _decode_gemv_kernel(
     wb_ptrs = w_ptr + rows_b[:, None].to(tl.int64) * stride_wn + offs_k[None, :]
     acc_a = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     acc_b = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    sum_a = tl.zeros((BLOCK_N,), dtype=tl.float32)  # ONE_STEP
-    sum_b = tl.zeros((BLOCK_N,), dtype=tl.float32)
     sq = tl.zeros((BLOCK_K,), dtype=tl.float32)
     # the epilogue's operands, read before the loop: read after it, each load waits for the sums'
     # barriers (no load moves above one), a memory round trip more at the end of every program
@@ -131,23 +128,14 @@ def _decode_gemv_kernel(
     for k0 in range(0, K, BLOCK_K):
         if PREFETCH:  # this step's tiles arrived during the last step; request the next step's now
             wa, wb = wa_next, wb_next
-            if EVEN_K:  # past the last step, the last step's tiles again: unmasked loads (as the tensor-core int4 GEMV's)
-                ahead_k = tl.where(k0 + BLOCK_K < K, BLOCK_K, 0)
-                wa_next = tl.load(wa_ptrs + ahead_k)
-                if PAIRED:
-                    wb_next = tl.load(wb_ptrs + ahead_k)
-                x = tl.load(x_ptrs).to(tl.float32)
-                if NORM:
-                    g = tl.load(g_ptr + k0 + offs_k).to(tl.float32)
-            else:
-                ahead = (offs_k < K - k0 - BLOCK_K)[None, :]
-                wa_next = tl.load(wa_ptrs + BLOCK_K, mask=ahead, other=0)
-                if PAIRED:
-                    wb_next = tl.load(wb_ptrs + BLOCK_K, mask=ahead, other=0)
-                k_mask = offs_k < K - k0
-                x = tl.load(x_ptrs, mask=k_mask, other=0.0).to(tl.float32)
-                if NORM:
-                    g = tl.load(g_ptr + k0 + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+            ahead = (offs_k < K - k0 - BLOCK_K)[None, :]
+            wa_next = tl.load(wa_ptrs + BLOCK_K, mask=ahead, other=0)
+            if PAIRED:
+                wb_next = tl.load(wb_ptrs + BLOCK_K, mask=ahead, other=0)
+            k_mask = offs_k < K - k0
+            x = tl.load(x_ptrs, mask=k_mask, other=0.0).to(tl.float32)
+            if NORM:
+                g = tl.load(g_ptr + k0 + offs_k, mask=k_mask, other=0.0).to(tl.float32)
         elif EVEN_K:
             x = tl.load(x_ptrs).to(tl.float32)
             wa = tl.load(wa_ptrs)
@@ -170,25 +158,16 @@ def _decode_gemv_kernel(
         # 0.956 against 0.815 ms a token on the H100 (ab-decode-layer-int8-conversion-*.json); in the sm_90 code
         # these tiles' bytes arrive one a register and are re-packed four a register for the asm
         wa = _int8_to_f32(wa, "") if W_INT8 else wa.to(tl.float32)
-        if ONE_STEP:  # the whole row in one step: summed at once, no [BN, BK] accumulator held across the loop
-            sum_a += tl.sum(wa * x[None, :], axis=1)
-        else:
-            acc_a += wa * x[None, :]
+        acc_a += wa * x[None, :]
         if PAIRED:
             wb = _int8_to_f32(wb, "") if W_INT8 else wb.to(tl.float32)
-            if ONE_STEP:
-                sum_b += tl.sum(wb * x[None, :], axis=1)
-            else:
-                acc_b += wb * x[None, :]
+            acc_b += wb * x[None, :]
         x_ptrs += BLOCK_K
         wa_ptrs += BLOCK_K
         wb_ptrs += BLOCK_K
     _pdl_trigger(PDL, 3)
-    a = sum_a  # [BN]
-    b = sum_b
-    if not ONE_STEP:
-        a = tl.sum(acc_a, axis=1)
-        b = tl.sum(acc_b, axis=1)
+    a = tl.sum(acc_a, axis=1)  # [BN]
+    b = tl.sum(acc_b, axis=1)
     if NORM:
         rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=0) / K + eps)
         a = a * rstd
@@ -321,7 +300,7 @@ def _launch_gemv(x, w, scales, y, p, *, gain=None, eps=0.0, residual=None, epilo
         NORM=gain is not None, W_INT8=w.dtype == torch.int8, HAS_SCALE=scales is not None,
         EPILOGUE=epilogue, HALF=half, EVEN_K=k % cfg["BLOCK_K"] == 0, PREFETCH=bool(cfg.get("PREFETCH", False)),
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=int(cfg.get("num_warps", 4)), num_stages=int(cfg.get("num_stages", 2)),
-        ONE_STEP=k <= cfg["BLOCK_K"], **pdl_options(x, cfg),
+        **pdl_options(x, cfg),
     )
     return y
 
