@@ -228,7 +228,7 @@ ncu_gemv() {
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --json > "$OUT/bench-llama-1b-int8-decode-refined.json"
       tail -c 300 "$OUT/bench-llama-1b-int8-decode-refined.json"
       ;;
-    decodeonestep)  # the decode-step GEMV with one-step programs summed at once and its last prefetch clamped: GPU numerics, the decode kernels retuned at llama-1b shapes
+    decodeonestep)  # (the kernel change ran at 370d2cc, not kept) GPU numerics of the decode-step kernels, then the decode kernels retuned at llama-1b shapes (TPE, 24 trials)
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 90 tests/test_kernels_decode.py 2>&1 | tail -2
       timeout 420 python3 benchmarks/kernels.py --only decode --shapes 1b --max-trials 24 --runs 30 --retune --out-file "$OUT/kernels-decode-one-step-1b.json" 2>&1 | grep -v "^  "
       ;;
