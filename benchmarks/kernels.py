@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/kernels.py            # on the GPU machine
     PYTHONPATH=src python benchmarks/kernels.py --quick    # fewer shapes
+    PYTHONPATH=src python benchmarks/kernels.py --only gemv --refine   # cached tunings re-judged against their refinements first
 
 For each kernel and shape: the autotuned configuration (tuning cached per device), its median
 time over rotating input sets larger than L2, achieved GB/s counting the bytes it must read and
