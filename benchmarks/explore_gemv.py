@@ -49,13 +49,16 @@ def _read_kernel():
     import triton.language as tl
 
     @triton.jit
-    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr):
+    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = False):
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.arange(0, BLOCK_W)[None, :]
         acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
         for _ in tl.range(0, WORDS, BLOCK_W, num_stages=STAGES):  # STAGES > 1: loads streamed through shared memory
             acc += tl.load(ptrs)
             ptrs += BLOCK_W
+        if PDL:  # as the GEMVs under PDL at best: every read (weights only) before the wait, the next kernel let in after the loop
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
         tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=rows < N)
 
     return read_rows
@@ -70,18 +73,22 @@ class ReadPass:
         self.bufs = [torch.randint(-2**31, 2**31 - 1, (n, self.words), dtype=torch.int32, device=device) for _ in range(self.copies)]
         self.out = torch.empty(n, dtype=torch.int32, device=device)
 
-    def time(self, bn: int, bw: int, nw: int, stages: int, runs: int) -> float:
-        """Median device ms of one pass with BLOCK_N rows, BLOCK_W words a row a step (raises when it cannot run)."""
+    def time(self, bn: int, bw: int, nw: int, stages: int, runs: int, pdl: bool = False) -> float:
+        """Median device ms of one pass with BLOCK_N rows, BLOCK_W words a row a step (raises when it cannot run);
+        pdl: launched with programmatic dependent launch, all its reads before the wait (a chain of them overlaps)."""
+        extra = {"PDL": True, "launch_pdl": True} if pdl else {}
+
         def launch(i):
-            self.kernel[(-(-self.n // bn),)](self.bufs[i % self.copies], self.out, self.n, self.words, BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw)
+            self.kernel[(-(-self.n // bn),)](self.bufs[i % self.copies], self.out, self.n, self.words, BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw, **extra)
         for i in range(3):
             launch(i)
         return float(np.median(time_device_calls(launch, runs, self.device)))
 
 
-def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int) -> dict:
+def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int, pdl: bool = False) -> dict:
     """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over copies past L2: loads
-    straight to registers (STAGES 1) or streamed through shared memory (cp.async, STAGES 3 and 5)."""
+    straight to registers (STAGES 1) or streamed through shared memory (cp.async, STAGES 3 and 5);
+    pdl: each pass launched with PDL, every read before its wait (the most a chain of GEMVs overlaps)."""
     reads = ReadPass(n, row_bytes, device, l2_bytes)
     best = None
     for bn in (1, 2, 4, 8, 16):
@@ -90,7 +97,7 @@ def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int) 
                 continue
             for nw, stages in itertools.product((4, 8), (1, 3, 5)):
                 try:
-                    ms = reads.time(bn, bw, nw, stages, runs)
+                    ms = reads.time(bn, bw, nw, stages, runs, pdl)
                 except Exception as exc:  # noqa: BLE001 - out of resources: skip the configuration
                     print("read floor config failed", bn, bw, nw, stages, str(exc).splitlines()[0][:120])
                     continue
