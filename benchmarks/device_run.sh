@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -255,6 +255,14 @@ ncu_gemv() {
       ;;
     readfloor)  # the read-only floor over llama-8b weight sizes, plain and with PDL (every read before the wait), as a fraction of copy bandwidth
       timeout 450 python3 benchmarks/read_floor.py --sizes 4096x2048,4096x4096,14336x2048 --out-file "$OUT/read-floor-pdl.json"
+      ;;
+    prewait)  # the int8 GEMV's one-step programs reading their weight tile before the PDL wait (W_PREWAIT): GPU numerics, then the int8 rows with cached tunings refined (W_PREWAIT is a refinement)
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "weight_before or chain" 2>&1 | tail -2
+      timeout 450 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv --shapes 1b,4096x4096,14336x4096,4096x14336 --max-trials 100 --runs 30 --refine --out-file "$OUT/kernels-gemv-int8-prewait.json" 2>&1 | grep -v "^  "
+      ;;
+    prewaitloop)  # W_PREWAIT with the next kernel let in after the loop (as the PDL read floor) and without PDL, against the tuned int8 configs
+      timeout 250 python3 benchmarks/ab_config.py --kernel int8_gemv --max-trials 30 --shapes 4096x4096,14336x4096,32000x2048,5632x2048 \
+        --variant '{"W_PREWAIT": true, "PDL": "loop"}' --variant '{"PDL": "loop"}' --variant '{"W_PREWAIT": true, "PDL": false}' --variant '{"PDL": false}' --out-file "$OUT/ab-int8-prewait-loop.json"
       ;;
     pdlnorms)  # GPU numerics of the norm and gated-MLP kernels (now with PDL), then llama-1b int4 decode end to end with PDL in every Agnitra kernel and Inductor's
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 110 tests/test_kernels_norms.py 2>&1 | tail -3
