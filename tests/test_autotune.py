@@ -173,13 +173,8 @@ def test_pdl_trigger_refinements_only_where_pdl_runs(monkeypatch):
     # the tensor-core kernel with its prefetch: x read in the step that uses it, over steps of 256 features at least
     tc = {**config, "KERNEL": "tc", "BLOCK_K": 128, "PREFETCH": True}
     assert int4(tc, cuda)[1] == {**tc, "X_NOW": True, "BLOCK_K": 256, "maxnreg": 128} and int4(tc, cpu) == []
-    for name in ("decode_gemv", "decode_gemv_gated"):
+    for name in ("int8_gemv", "decode_gemv", "decode_gemv_gated"):
         assert get_kernel(name).refinements(config, cuda) == [{**config, "PDL": "wait"}], name
-    # int8: one-step candidates (straight to registers, no split) also read their weight tile before the wait, at each trigger point
-    int8 = get_kernel("int8_gemv").refinements
-    assert int8(config, cuda) == [{**config, "PDL": "wait"}, {**config, "W_PREWAIT": True}, {**config, "PDL": "wait", "W_PREWAIT": True}]
-    assert int8({**config, "PDL": "wait"}, cuda) == [{**config, "PDL": "wait", "W_PREWAIT": True}]
-    assert int8({**config, "STAGES": 3}, cuda) == [{**config, "STAGES": 3, "PDL": "wait"}] and int8(config, cpu) == []
     assert get_kernel("int8_tiled").refinements is None and get_kernel("decode_attention").refinements is None
 
 

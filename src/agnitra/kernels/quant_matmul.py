@@ -208,7 +208,6 @@ def _int8_gemv_kernel(
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     CVT_ASM: tl.constexpr = "",  # INT8_TO_F32_ASM, or "" (the integer-add trick: the interpreter)
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
-    W_PREWAIT: tl.constexpr = False,  # one step a program (EVEN_K, BLOCK_M 1): the weight tile read before the PDL wait
 ):
     """The int8 GEMV. The shape and strides are compile-time constants (the loop bounds known, single
     steps peeled) and rows past the end read the last row: 1-7% faster than the same loop with them
@@ -228,15 +227,9 @@ def _int8_gemv_kernel(
     # the per-row scale factors out of the K sum (one multiply per output); it and the bias are read now (`_gemv_bias`)
     scale = tl.load(s_ptr + offs_n).to(tl.float32)  # [BN]
     bias = _gemv_bias(b_ptr, offs_n, HAS_BIAS)
-    if not W_PREWAIT:
-        _pdl_wait(PDL)  # x next
+    _pdl_wait(PDL)  # x next
     for k0 in tl.range(pid_k * BLOCK_K, K, SPLIT_K * BLOCK_K, num_stages=STAGES):
-        if W_PREWAIT:  # the first step's weight tile requested before the wait; x read as [BN, BK] rows, in the tile's layout
-            w = tl.load(w_ptrs)
-            if k0 == pid_k * BLOCK_K:
-                _pdl_wait(PDL)
-            x = tl.load(x_ptrs + 0 * offs_n[:, None])
-        elif EVEN_K:
+        if EVEN_K:
             x = tl.load(x_ptrs)
             w = tl.load(w_ptrs)
         else:
@@ -1180,7 +1173,7 @@ def int8_weight_only_matmul(
             x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
             HAS_BIAS=bias is not None, EVEN_K=k % cfg["BLOCK_K"] == 0,
             BLOCK_M=block_m, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], SPLIT_K=split_k, STAGES=_stages(cfg),
-            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg), **pdl_options(x, cfg), **_int8_prewait(cfg, m, k),
+            CVT_ASM=_ptx(INT8_TO_F32_ASM), **_launch_options(cfg), **pdl_options(x, cfg),
         )
         return y
     cfg = {**int8_tiled_default_config(shape, x.dtype), **(config or {})}
@@ -1197,33 +1190,6 @@ def int8_weight_only_matmul(
         **_launch_options(cfg),
     )
     return y
-
-
-def _int8_one_step(cfg: dict[str, Any], m: int, k: int) -> bool:
-    """An int8 GEMV configuration whose programs take one step each: batch 1, BLOCK_K a multiple that covers K."""
-    return m == 1 and k % cfg["BLOCK_K"] == 0 and cfg["SPLIT_K"] * cfg["BLOCK_K"] >= k
-
-
-def _int8_prewait(cfg: dict[str, Any], m: int, k: int) -> dict[str, bool]:
-    """Config W_PREWAIT (one step a program only): the program's weight tile read before the PDL wait."""
-    if not cfg.get("W_PREWAIT"):
-        return {}
-    if not _int8_one_step(cfg, m, k):
-        raise ValueError(f"int8 GEMV W_PREWAIT needs one step a program (M=1, BLOCK_K dividing K, SPLIT_K x BLOCK_K >= K); got M={m}, K={k},"
-                         f" BLOCK_K={cfg['BLOCK_K']}, SPLIT_K={cfg['SPLIT_K']}: drop W_PREWAIT")
-    return {"W_PREWAIT": True}
-
-
-def _int8_refinements(config: dict[str, Any], device: torch.device) -> list[dict[str, Any]]:
-    """The int8 GEMV's refinements (`KernelSpec.refinements`): `pdl_trigger_refinements`, and for a
-    configuration whose programs may take one step, its weight tile read before the PDL wait (W_PREWAIT,
-    with each trigger point). A variant that cannot run at the shape fails its check and is skipped."""
-    triggers = pdl_trigger_refinements(config, device)
-    out = list(triggers)
-    launches_pdl = bool(pdl_trigger_refinements({key: v for key, v in config.items() if key != "PDL"}, device)) and config.get("PDL", True) is not False
-    if launches_pdl and not config.get("W_PREWAIT") and config.get("STAGES", 1) == 1 and config.get("SPLIT_K", 1) == 1:
-        out += [{**c, "W_PREWAIT": True} for c in (config, *triggers)]
-    return out
 
 
 def _groups_a_step(block_k: int, group_size: int, k: int) -> int:
@@ -1923,7 +1889,7 @@ for _path, _configs, _default in (("gemv", int8_gemv_configs, int8_gemv_default_
             flops=_flops,
             bytes=_int8_bytes,
             bucket=_gemv_bucket if _path == "gemv" else _bucket,
-            refinements=_int8_refinements if _path == "gemv" else None,
+            refinements=pdl_trigger_refinements if _path == "gemv" else None,
         )
     )
 
