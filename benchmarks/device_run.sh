@@ -256,11 +256,11 @@ ncu_gemv() {
     readfloor)  # the read-only floor over llama-8b weight sizes, plain and with PDL (every read before the wait), as a fraction of copy bandwidth
       timeout 450 python3 benchmarks/read_floor.py --sizes 4096x2048,4096x4096,14336x2048 --out-file "$OUT/read-floor-pdl.json"
       ;;
-    prewait)  # the int8 GEMV's one-step programs reading their weight tile before the PDL wait (W_PREWAIT): GPU numerics, then the int8 rows with cached tunings refined (W_PREWAIT is a refinement)
+    prewait)  # (W_PREWAIT ran at 4d147e4, not kept) the int8 GEMV's one-step programs reading their weight tile before the PDL wait (W_PREWAIT): GPU numerics, then the int8 rows with cached tunings refined (W_PREWAIT is a refinement)
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "weight_before or chain" 2>&1 | tail -2
       timeout 450 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv --shapes 1b,4096x4096,14336x4096,4096x14336 --max-trials 100 --runs 30 --refine --out-file "$OUT/kernels-gemv-int8-prewait.json" 2>&1 | grep -v "^  "
       ;;
-    prewaitloop)  # W_PREWAIT with the next kernel let in after the loop (as the PDL read floor) and without PDL, against the tuned int8 configs
+    prewaitloop)  # (ran at 4d147e4; the W_PREWAIT key is gone since) W_PREWAIT with the next kernel let in after the loop (as the PDL read floor) and without PDL, against the tuned int8 configs
       timeout 250 python3 benchmarks/ab_config.py --kernel int8_gemv --max-trials 30 --shapes 4096x4096,14336x4096,32000x2048,5632x2048 \
         --variant '{"W_PREWAIT": true, "PDL": "loop"}' --variant '{"PDL": "loop"}' --variant '{"W_PREWAIT": true, "PDL": false}' --variant '{"PDL": false}' --out-file "$OUT/ab-int8-prewait-loop.json"
       ;;
