@@ -113,4 +113,3 @@ def pdl_trigger_refinements(config: dict[str, Any], device: torch.device) -> lis
     if not pdl_supported(device) or config.get("PDL", True) is not True:
         return []
     return [{**config, "PDL": "wait"}]
-
