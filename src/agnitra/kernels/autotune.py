@@ -284,4 +284,3 @@ def cached_config(spec: KernelSpec, shape, dtype, cache: TuningCache | None) -> 
         if hit:
             return hit["config"]
     return spec.default_config(shape, dtype)
-
