@@ -1,4 +1,4 @@
-"""A GEMV's tuned configuration against the same with some keys changed, head to head.
+"""A GEMV's tuned configuration (int8, int4, or the fused decode-step GEMVs) against the same with some keys changed, head to head.
 
     PYTHONPATH=src python benchmarks/ab_config.py --kernel int8_gemv --shapes 32000x2048,4096x4096 \
         --variant '{"EVICT": true}' --out-file out.json
@@ -27,7 +27,7 @@ from pdl_trigger import gemv_context, tuned_gemv  # benchmarks/: the tuned GEMV 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", choices=("int8_gemv", "int4_gemv"), default="int8_gemv")
+    parser.add_argument("--kernel", choices=("int8_gemv", "int4_gemv", "decode_gemv", "decode_gemv_gated"), default="int8_gemv")
     parser.add_argument("--shapes", default="2048x2048,256x2048,5632x2048,2048x5632,32000x2048,4096x4096,14336x4096,4096x14336")
     parser.add_argument("--variant", action="append", required=True, help="a JSON object merged over the tuned configuration (repeatable)")
     parser.add_argument("--runs", type=int, default=30)

@@ -232,8 +232,8 @@ ncu_gemv() {
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 90 tests/test_kernels_decode.py 2>&1 | tail -2
       timeout 420 python3 benchmarks/kernels.py --only decode --shapes 1b --max-trials 24 --runs 30 --retune --out-file "$OUT/kernels-decode-one-step-1b.json" 2>&1 | grep -v "^  "
       ;;
-    abdecode)  # the fused LM head (decode_gemv 32000x2048) and down projection: tuned against one-step configs, head to head; then llama-1b int8 decode end to end
-      timeout 150 python3 benchmarks/ab_decode.py --shapes 32000x2048,2048x2048 --variant '{"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4, "PREFETCH": false}' \
+    abdecode)  # (ran at 370d2cc with benchmarks/ab_decode.py, since folded into ab_config.py --kernel decode_gemv) the fused LM head (decode_gemv 32000x2048) and down projection: tuned against one-step configs, head to head; then llama-1b int8 decode end to end
+      timeout 150 python3 benchmarks/ab_config.py --kernel decode_gemv --shapes 32000x2048,2048x2048 --variant '{"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4, "PREFETCH": false}' \
         --variant '{"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 4, "PREFETCH": false}' --variant '{"BLOCK_N": 8, "BLOCK_K": 2048, "num_warps": 8, "PREFETCH": false}' \
         --variant '{"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 4, "PREFETCH": false, "PDL": "wait"}' --out-file "$OUT/ab-decode-one-step.json"
       bash "$0" decodee2e one-step-retuned

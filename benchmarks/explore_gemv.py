@@ -33,6 +33,7 @@ import torch
 from agnitra import api
 from agnitra.device import resolve_device
 from agnitra.kernels.autotune import head_to_head, input_sets, sets_past_l2, tune
+from agnitra.kernels.pdl import PDL_TRIGGERS
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
@@ -48,17 +49,17 @@ def _read_kernel():
     import triton
     import triton.language as tl
 
+    from agnitra.kernels.pdl import pdl_wait
+
     @triton.jit
-    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = False):
+    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = 0):
         rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.arange(0, BLOCK_W)[None, :]
         acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
         for _ in tl.range(0, WORDS, BLOCK_W, num_stages=STAGES):  # STAGES > 1: loads streamed through shared memory
             acc += tl.load(ptrs)
             ptrs += BLOCK_W
-        if PDL:  # as the GEMVs under PDL at best: every read (weights only) before the wait, the next kernel let in after the loop
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
+        pdl_wait(PDL)  # as the GEMVs under PDL at best: every read (weights only) before the wait, the next kernel let in right after it
         tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=rows < N)
 
     return read_rows
@@ -76,7 +77,7 @@ class ReadPass:
     def time(self, bn: int, bw: int, nw: int, stages: int, runs: int, pdl: bool = False) -> float:
         """Median device ms of one pass with BLOCK_N rows, BLOCK_W words a row a step (raises when it cannot run);
         pdl: launched with programmatic dependent launch, all its reads before the wait (a chain of them overlaps)."""
-        extra = {"PDL": True, "launch_pdl": True} if pdl else {}
+        extra = {"PDL": PDL_TRIGGERS["wait"], "launch_pdl": True} if pdl else {}
 
         def launch(i):
             self.kernel[(-(-self.n // bn),)](self.bufs[i % self.copies], self.out, self.n, self.words, BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw, **extra)

@@ -42,7 +42,7 @@ from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
-from agnitra.transforms.compile import pdl_unavailable as inductor_pdl_unavailable
+from agnitra.transforms.compile import inductor_pdl_unavailable
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
 LLAMA_1B = [(1, 2048, 2048), (1, 256, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 32000, 2048)]

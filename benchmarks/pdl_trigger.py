@@ -41,9 +41,10 @@ def gemv_context() -> tuple:
 
 
 def tuned_gemv(spec, n: int, k: int, context: tuple, runs: int, max_trials: int) -> tuple:
-    """(shape, input sets rotated past L2, tuned configuration) of batch-1 GEMV `spec` at N x K (int4: groups of 128)."""
+    """(shape, input sets rotated past L2, tuned configuration) of batch-1 GEMV `spec` at N x K (int4: groups of 128;
+    the fused decode GEMVs: N outputs or pairs)."""
     device, _, cache, l2 = context
-    shape = (1, n, k) if spec.name == "int8_gemv" else (1, n, k, 128)
+    shape = (1, n, k, 128) if spec.name.startswith("int4") else (1, n, k)
     sets = input_sets(spec, shape, torch.bfloat16, device, l2)
     best = tune(spec, shape, torch.bfloat16, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials, sets=sets).best
     return shape, sets, best

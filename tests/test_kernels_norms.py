@@ -217,3 +217,51 @@ def test_gated_configs_and_specs():
         gated_mlp.gated_activation_packed(torch.randn(2, 7))
     with pytest.raises(ValueError, match="activation"):
         gated_mlp.gated_activation(a, b, "relu")
+
+
+_PDL_ORDER_SCRIPT = r"""
+import json, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+sys.path.insert(0, sys.argv[1])
+import sass_loop
+from agnitra.kernels import gated_mlp, norms
+bf16 = "*bf16"
+cases = {
+    "rms": (norms._rms_norm_kernel, {"HAS_RESIDUAL": True, "BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "SINGLE_PASS": True}),
+    "layer": (norms._layer_norm_kernel, {"HAS_RESIDUAL": False, "HAS_WEIGHT": True, "HAS_BIAS": True, "BLOCK_N": 1024, "ROWS_PER_PROGRAM": 1, "SINGLE_PASS": True}),
+    "gated": (gated_mlp._gated_activation_kernel, {"ACTIVATION": "silu", "BLOCK_M": 1, "BLOCK_H": 1024}),
+}
+out = {}
+for name, (kernel, consts) in cases.items():
+    consts = {**consts, "PDL": 2}
+    sig = {n: "constexpr" if n in consts else bf16 if n.endswith("_ptr") else "fp32" if n == "eps" else "i32" for n in kernel.arg_names}
+    compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"]); f.flush()
+        out[name] = sass_loop.pdl_order(subprocess.run([sass_loop._tool("nvdisasm"), f.name], capture_output=True, text=True, check=True).stdout)
+print(json.dumps(out))
+"""
+
+
+def test_norm_and_gated_kernels_wait_before_any_read():
+    """Compiled for sm_90 with PDL at trigger point "wait" (no GPU needed; a process without the
+    interpreter): the RMSNorm, LayerNorm and gated-activation kernels read only what earlier kernels
+    write, so one griddepcontrol.wait (SASS ACQBULK) comes before every global load, and the next
+    kernel is let in (PREEXIT) right after it."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=str(root / "src"), TRITON_DEFAULT_FP_FUSION="1")
+    run = subprocess.run([sys.executable, "-c", _PDL_ORDER_SCRIPT, str(root / "benchmarks")], capture_output=True, text=True, env=env, timeout=300)
+    if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
+        pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
+    assert run.returncode == 0, run.stderr[-2000:]
+    for name, order in json.loads(run.stdout.strip().splitlines()[-1]).items():
+        assert order["waits"] == 1 and order["loads_before_wait"] == [] and order["triggers"] == 1 and 0 < order["trigger_after_wait"] < 32, (name, order)

@@ -410,6 +410,8 @@ def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
     with pytest.raises(ValueError, match="16 \\* num_warps"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "num_warps": 4})
+    with pytest.raises(ValueError, match="X_NOW .* needs PREFETCH=True"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "X_NOW": True})
 
 
 def test_int4_tc_asm_layout():

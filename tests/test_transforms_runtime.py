@@ -260,10 +260,10 @@ def test_compile_pdl_is_off_off_hopper_and_the_reason_is_named(toy, monkeypatch)
     and, on a GPU, the recipe's notes say why. The notes of every step reach the patched result."""
     from agnitra.transforms import compile as compile_transform
 
-    assert "it needs a CUDA GPU" in compile_transform.pdl_unavailable(CPU)
+    assert "it needs a CUDA GPU" in compile_transform.inductor_pdl_unavailable(CPU)
     assert "triton.enable_pdl" not in compile_transform.inductor_options("default", CPU, True, False, pdl=True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert compile_transform.pdl_unavailable(CUDA) == "it needs compute capability 9.0 or later (this GPU is 8.0)"
+    assert compile_transform.inductor_pdl_unavailable(CUDA) == "it needs compute capability 9.0 or later (this GPU is 8.0)"
     t = get_transform("compile")
     assert t.notes(TransformContext(toy, CUDA), t.parse_params({})) == ["compile: programmatic dependent launch off: it needs compute capability 9.0 or later (this GPU is 8.0)"]
     assert t.notes(TransformContext(toy, CUDA), t.parse_params({"pdl": False})) == []

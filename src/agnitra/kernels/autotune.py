@@ -136,6 +136,12 @@ CONFIRM_TOP = 3  # the search's fastest configurations re-timed against the defa
 DEFAULT_MARGIN = 0.02  # a challenger replaces the default only when it is this much faster head to head (run-to-run noise of a few-microsecond kernel)
 
 
+def _within_noise(challenger_ms: float, incumbent_ms: float) -> bool:
+    """A challenger timed head to head replaces the incumbent (the default, a cached choice) only when
+    faster by DEFAULT_MARGIN."""
+    return challenger_ms > incumbent_ms * (1 - DEFAULT_MARGIN)
+
+
 def _search_space(configs: list[dict]) -> dict[str, list]:
     keys = sorted({k for c in configs for k in c})
     return {k: sorted({c.get(k) for c in configs}, key=lambda v: (v is None, str(v))) for k in keys}
@@ -231,7 +237,7 @@ def tune(
     confirmed = confirm(spec, [t.config for t in finalists], sets, device, runs)
     best_ms, best = min(zip(confirmed, finalists), key=lambda pair: pair[0])
     default_ms = confirmed[finalists.index(default_trial)] if default_trial.ok else None
-    if default_ms is not None and best_ms > default_ms * (1 - DEFAULT_MARGIN):  # within the noise: keep the default
+    if default_ms is not None and _within_noise(best_ms, default_ms):  # keep the default
         best_ms, best = default_ms, default_trial
     result = TuneResult(spec.name, tuple(shape), str(dtype).replace("torch.", ""), bucket, best.config, best_ms, default, default_ms, chosen,
                         trials=list(trials.values()), head_to_head=[(t.config, ms) for t, ms in zip(finalists, confirmed)])
@@ -268,7 +274,7 @@ def refine(
         raise RuntimeError(f"the cached configuration of {spec.name} for {shape} no longer runs correctly: {trials[0].reason}")
     confirmed = confirm(spec, [t.config for t in contenders], sets, device, runs)
     best_ms, best = min(zip(confirmed, contenders), key=lambda pair: pair[0])
-    if best_ms > confirmed[0] * (1 - DEFAULT_MARGIN):  # within the noise: the cached choice stays
+    if _within_noise(best_ms, confirmed[0]):  # the cached choice stays
         best_ms, best = confirmed[0], contenders[0]
     if best is not contenders[0]:
         cache.put(key, {**hit, "config": best.config, "ms": best_ms, "refined_from": hit["config"]})

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.errors import NotApplicable
-from agnitra.kernels.pdl import pdl_options
+from agnitra.kernels.pdl import pdl_options, pdl_wait
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
 from agnitra.kernels._triton import tl, triton
@@ -47,9 +47,7 @@ def _gated_activation_kernel(
     BLOCK_H: tl.constexpr,  # columns per program
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`kernels.pdl`)
 ):
-    if PDL:  # gate and up come from earlier kernels: wait for them, then let the next kernel in
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_wait(PDL)  # everything read here comes from earlier kernels: wait for them, then let the next kernel in
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)  # [BLOCK_M]
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)  # [BLOCK_H]
     mask = (rows < M)[:, None] & (cols < H)[None, :]  # [BLOCK_M, BLOCK_H]

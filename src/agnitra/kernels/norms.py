@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.errors import NotApplicable
-from agnitra.kernels.pdl import pdl_options
+from agnitra.kernels.pdl import pdl_options, pdl_wait
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
 
 from agnitra.kernels._triton import tl, triton
@@ -68,9 +68,7 @@ def _rms_norm_kernel(
     SINGLE_PASS: tl.constexpr,  # BLOCK_N >= N: the rows stay in registers
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`kernels.pdl`)
 ):
-    if PDL:  # every row read here comes from earlier kernels: wait for them, then let the next kernel in
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_wait(PDL)  # everything read here comes from earlier kernels: wait for them, then let the next kernel in
     pid = tl.program_id(0)
     rows = pid * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R]
     row_mask = rows < M
@@ -136,9 +134,7 @@ def _layer_norm_kernel(
     SINGLE_PASS: tl.constexpr,  # BLOCK_N >= N: the rows stay in registers
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch (`kernels.pdl`)
 ):
-    if PDL:  # every row read here comes from earlier kernels: wait for them, then let the next kernel in
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    pdl_wait(PDL)  # everything read here comes from earlier kernels: wait for them, then let the next kernel in
     pid = tl.program_id(0)
     rows = pid * ROWS_PER_PROGRAM + tl.arange(0, ROWS_PER_PROGRAM)  # [R]
     row_mask = rows < M

@@ -9,7 +9,8 @@ wait, so a kernel after it that does not always wait (Inductor's wait only where
 kernel just before them) still runs after everything before this one.
 
 Device helpers (`_pdl_trigger`, `_pdl_wait`) are plain functions the kernels call: `quant_matmul._jit`
-compiles them with the kernel (the interpreter runs them as Python, where PDL is always off).
+compiles them with the kernel (the interpreter runs them as Python, where PDL is always off);
+`pdl_wait` is `_pdl_wait` jitted, for kernels defined with @triton.jit.
 Host: `pdl_supported(device)` (asked at every launch), `pdl_unavailable` / `device_without_pdl`
 (the reason, for reports), `pdl_options(x, config)` (the launch arguments).
 """
@@ -22,7 +23,7 @@ from typing import Any
 
 import torch
 
-from agnitra.kernels._triton import tl
+from agnitra.kernels._triton import tl, triton
 
 
 def _pdl_trigger(PDL: tl.constexpr, HERE: tl.constexpr):
@@ -39,10 +40,17 @@ def _pdl_trigger(PDL: tl.constexpr, HERE: tl.constexpr):
 def _pdl_wait(PDL: tl.constexpr):
     """Under PDL, wait here until the previous kernel in the stream has finished and its writes are
     visible: every read of an activation, and every write, comes after; weights, scales and bias
-    (written by nobody during the model's run) may be read before."""
+    (written by nobody during the model's run) may be read before. At trigger point 2 ("wait") the
+    next kernel is let in right after (`_pdl_trigger`)."""
     if PDL:
         tl.extra.cuda.gdc_wait()
-        _pdl_trigger(PDL, 2)
+        if PDL == 2:
+            tl.extra.cuda.gdc_launch_dependents()
+
+
+# `_pdl_wait` for kernels defined with @triton.jit (norms, gated activation); the GEMV kernels call the
+# plain function, jitted with them by `quant_matmul._jit` (so TRITON_INTERPRET may be set after import)
+pdl_wait = triton.jit(_pdl_wait)
 
 
 def device_without_pdl(device: torch.device) -> str | None:
@@ -113,3 +121,8 @@ def pdl_trigger_refinements(config: dict[str, Any], device: torch.device) -> lis
     if not pdl_supported(device) or config.get("PDL", True) is not True:
         return []
     return [{**config, "PDL": "wait"}]
+
+
+def pdl_note(who: str, why: str | None, running: str) -> str:
+    """The report's line on PDL for `who` (a transform): `running` where it is on, else why it is off."""
+    return f"{who}: {running}" if why is None else f"{who}: programmatic dependent launch off: {why}"

@@ -213,6 +213,7 @@ def _int8_gemv_kernel(
     steps peeled) and rows past the end read the last row: 1-7% faster than the same loop with them
     at run time and rows wrapped by a modulo, at all nine llama shapes on the H100
     (gemv-explore-int8-static-*.json: 256x2048 2.05 against 2.21 us, 4096x4096 8.32 against 8.50)."""
+    ONE_STEP: tl.constexpr = BLOCK_M == 1 and SPLIT_K * BLOCK_K >= K  # batch 1, one step a program
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     pid_m = tl.program_id(axis=2)
@@ -237,7 +238,7 @@ def _int8_gemv_kernel(
             x = tl.load(x_ptrs, mask=k_mask[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=k_mask[None, :], other=0)
         w = _int8_to_f32(w, CVT_ASM)  # [BN, BK]
-        if BLOCK_M == 1 and SPLIT_K * BLOCK_K >= K:  # one step a program: summed at once, no [BN, BK] accumulator held
+        if ONE_STEP:  # summed at once, no [BN, BK] accumulator held
             acc += tl.sum(w * x.to(tl.float32), axis=1)[None, :]
         elif BLOCK_M == 1:
             acc_nk += w * x.to(tl.float32)  # [BN, BK] * [1, BK]
@@ -247,7 +248,7 @@ def _int8_gemv_kernel(
         x_ptrs += SPLIT_K * BLOCK_K * stride_xk
         w_ptrs += SPLIT_K * BLOCK_K * stride_wk
     _pdl_trigger(PDL, 3)
-    if BLOCK_M == 1 and SPLIT_K * BLOCK_K < K:
+    if BLOCK_M == 1 and not ONE_STEP:
         acc += tl.sum(acc_nk, axis=1)[None, :]
     acc = acc * scale[None, :]
     _store_gemv_rows(acc, y_ptr, p_ptr, c_ptr, bias, pid_m, pid_n, pid_k, M, N, stride_ym, stride_yn, HAS_BIAS, BLOCK_M, BLOCK_N, SPLIT_K)
@@ -734,23 +735,17 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
     return tl.reshape(c, (TILES, 128)), tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
 
-def _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr, PDL: tl.constexpr = 0, X: tl.constexpr = True):
-    """The tensor-core GEMV's reads for the step at feature k (< K): words, x's B fragments (X), (s, z)
-    pairs. The words are read once, evicted first; x, scales and zeros, read again by other
-    programs, last (0.2-8 us less on the H100)."""
-    chunk = k // 64  # times 128 / 32, not k * 2 or k // 2: multiples the compiler can see (16-byte loads)
-    words = tl.load(w_ptrs + chunk * 128, eviction_policy="evict_first")
+def _tc_weights(w_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr):
+    """The tensor-core GEMV's weight reads for the step at feature k (< K): its words, read once (evicted
+    first), and (s, z) pairs, read again by other steps of the group (evicted last). Written by nobody
+    during a model's run: under PDL they may be read before the wait."""
+    words = tl.load(w_ptrs + (k // 64) * 128, eviction_policy="evict_first")  # k // 64 times 128: a multiple the compiler sees (16-byte loads)
     sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, eviction_policy="evict_last")
-    _pdl_wait(PDL)  # the first step's: its words, scales and zeros requested before the wait for x
-    b0 = words
-    b1 = words
-    if X:
-        b0, b1 = _tc_x(x_ptrs, k)
-    return words, b0, b1, sz
+    return words, sz
 
 
 def _tc_x(x_ptrs, k):
-    """x's B fragments for the step at feature k (read by every program: evicted last)."""
+    """x's B fragments for the step at feature k (read by every program: evicted last, 0.2-8 us less on the H100)."""
     chunk = k // 64
     return tl.load(x_ptrs + chunk * 32, eviction_policy="evict_last"), tl.load(x_ptrs + (chunk * 32 + 4), eviction_policy="evict_last")
 
@@ -847,19 +842,27 @@ def _int4_gemv_tc_kernel(
     k_first = pid_k * 64 * CHUNKS
     k_last = k_first + (K - 64 * CHUNKS - k_first) // step * step  # the program's last step (K % (64 CHUNKS) == 0)
     if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps); under PDL, x's after the wait
-        words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k_first, GROUP_SIZE, PDL, not X_NOW)
+        words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_first, GROUP_SIZE)
+        _pdl_wait(PDL)
+        if not X_NOW:
+            b0_n, b1_n = _tc_x(x_ptrs, k_first)
     else:
         _pdl_wait(PDL)
     for k0 in tl.range(k_first, K, step, num_stages=STAGES):
         if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
-            words, b0, b1, sz = words_n, b0_n, b1_n, sz_n
             # past the last step, the last step's reads again: unmasked reads, no zero-filled registers (21 fewer instructions
             # a step than masked reads, 1.4-2.8% faster at the six tensor-core shapes on the H100, ab-int4-tc-clamp-*.json)
-            words_n, b0_n, b1_n, sz_n = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, tl.minimum(k0 + step, k_last), GROUP_SIZE, 0, not X_NOW)
+            k_next = tl.minimum(k0 + step, k_last)
+            words, sz = words_n, sz_n
+            words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_next, GROUP_SIZE)
             if X_NOW:  # x read for the step that uses it (cache hits), not held a step: fewer registers across the loop
                 b0, b1 = _tc_x(x_ptrs, k0)
+            else:
+                b0, b1 = b0_n, b1_n
+                b0_n, b1_n = _tc_x(x_ptrs, k_next)
         else:
-            words, b0, b1, sz = _tc_reads(w_ptrs, x_ptrs, sz_ptrs, k0, GROUP_SIZE)
+            words, sz = _tc_weights(w_ptrs, sz_ptrs, k0, GROUP_SIZE)
+            b0, b1 = _tc_x(x_ptrs, k0)
         acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
     _pdl_trigger(PDL, 3)
     cols = 2 * t + c % 2
@@ -985,7 +988,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_reads", "_tc_x", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1359,8 +1362,17 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
-        **pdl_options(x, cfg), **({"X_NOW": True} if cfg.get("X_NOW") and cfg.get("PREFETCH") else {}),
+        **pdl_options(x, cfg), **_tc_x_now(cfg),
     )
+
+
+def _tc_x_now(cfg: dict[str, Any]) -> dict[str, bool]:
+    """Config X_NOW (with PREFETCH only): the tensor-core GEMV reads x in the step that uses it."""
+    if not cfg.get("X_NOW"):
+        return {}
+    if not cfg.get("PREFETCH"):
+        raise ValueError("int4 GEMV KERNEL='tc' X_NOW reads x just in time while the words are prefetched: it needs PREFETCH=True")
+    return {"X_NOW": True}
 
 
 def _ptx(asm: str) -> str:

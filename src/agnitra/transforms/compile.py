@@ -29,12 +29,12 @@ def inductor_options(mode: str, device: torch.device, decoder: bool, freezing: b
         options["coordinate_descent_tuning"] = True
     if freezing:
         options["freezing"] = True
-    if pdl and pdl_unavailable(device) is None:
+    if pdl and inductor_pdl_unavailable(device) is None:
         options["triton.enable_pdl"] = True
     return options
 
 
-def pdl_unavailable(device: torch.device) -> str | None:
+def inductor_pdl_unavailable(device: torch.device) -> str | None:
     """Why Inductor cannot launch its kernels with programmatic dependent launch here (None: it can)."""
     import torch._inductor.config as inductor_config
 
@@ -75,5 +75,6 @@ class Compile(Transform):
     def notes(self, ctx: TransformContext, params) -> list[str]:
         if not params.pdl or ctx.device.type != "cuda":
             return []
-        why = pdl_unavailable(ctx.device)
-        return [f"compile: programmatic dependent launch off: {why}"] if why else ["compile: Inductor's kernels launch with programmatic dependent launch"]
+        from agnitra.kernels.pdl import pdl_note
+
+        return [pdl_note("compile", inductor_pdl_unavailable(ctx.device), "Inductor's kernels launch with programmatic dependent launch")]

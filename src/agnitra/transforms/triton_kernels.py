@@ -124,11 +124,9 @@ class TritonKernels(Transform):
 
     def notes(self, ctx: TransformContext, params) -> list[str]:
         """Whether the kernels launch with programmatic dependent launch here (`kernels.pdl`)."""
-        from agnitra.kernels.pdl import pdl_unavailable
+        from agnitra.kernels.pdl import pdl_note, pdl_unavailable
 
         if ctx.device.type != "cuda":
             return []
-        why = pdl_unavailable(ctx.device)
-        if why is None:
-            return ["triton-kernels: the GEMV, decode-layer, norm and gated-activation kernels launch with programmatic dependent launch"]
-        return [f"triton-kernels: programmatic dependent launch off: {why}"]
+        return [pdl_note("triton-kernels", pdl_unavailable(ctx.device),
+                         "the GEMV, decode-layer, norm and gated-activation kernels launch with programmatic dependent launch")]
