@@ -195,6 +195,12 @@ ncu_gemv() {
         --variant '{"W_AHEAD": 2}' --variant '{"W_AHEAD": 2, "maxnreg": null}' --variant '{"W_AHEAD": 2, "SPLIT_K": 4}' --variant '{"W_AHEAD": 2, "BLOCK_N": 64, "num_warps": 4}' \
         --variant '{"W_AHEAD": 2, "BLOCK_K": 256}' --out-file "$OUT/ab-int4-tc-words-ahead.json"
       ;;
+    tmaring)  # the tensor-core int4 GEMV with its words (W_TMA 1; 2: x and the scales too) read by TMA through a ring of STAGES shared-memory buffers, against the tuned configs
+      base='"PREFETCH": false, "X_NOW": false, "maxnreg": 0'
+      v=(); for c in "1 3 64 256 4 2" "1 4 64 256 4 2" "1 3 64 512 4 2" "1 4 64 128 4 4" "1 4 64 256 4 4" "1 3 128 256 8 2" "2 3 64 256 4 2" "2 4 64 128 4 4"; do set -- $c
+        v+=(--variant "{$base, \"W_TMA\": $1, \"STAGES\": $2, \"BLOCK_N\": $3, \"BLOCK_K\": $4, \"num_warps\": $5, \"SPLIT_K\": $6}"); done
+      timeout 500 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 14336x4096,4096x14336,4096x4096 "${v[@]}" --out-file "$OUT/ab-int4-tc-tma-ring.json"
+      ;;
     xnow)  # the tensor-core int4 GEMV reading x in the step that uses it (X_NOW: fewer registers held), with longer steps, more splits, register caps: GPU numerics, then against the tuned configs
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core_rows or chain" 2>&1 | tail -2
       timeout 420 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,32000x2048,128256x4096 \
