@@ -195,7 +195,7 @@ ncu_gemv() {
         --variant '{"W_AHEAD": 2}' --variant '{"W_AHEAD": 2, "maxnreg": null}' --variant '{"W_AHEAD": 2, "SPLIT_K": 4}' --variant '{"W_AHEAD": 2, "BLOCK_N": 64, "num_warps": 4}' \
         --variant '{"W_AHEAD": 2, "BLOCK_K": 256}' --out-file "$OUT/ab-int4-tc-words-ahead.json"
       ;;
-    tmaring)  # the tensor-core int4 GEMV with its words (W_TMA 1; 2: x and the scales too) read by TMA through a ring of STAGES shared-memory buffers, against the tuned configs
+    tmaring)  # (ran at 0c4a633; the W_TMA key is gone since: 9-27x slower, W_TMA 2 wrong on the GPU) the tensor-core int4 GEMV with its words (W_TMA 1; 2: x and the scales too) read by TMA through a ring of STAGES shared-memory buffers, against the tuned configs
       base='"PREFETCH": false, "X_NOW": false, "maxnreg": 0'
       v=(); for c in "1 3 64 256 4 2" "1 4 64 256 4 2" "1 3 64 512 4 2" "1 4 64 128 4 4" "1 4 64 256 4 4" "1 3 128 256 8 2" "2 3 64 256 4 2" "2 4 64 128 4 4"; do set -- $c
         v+=(--variant "{$base, \"W_TMA\": $1, \"STAGES\": $2, \"BLOCK_N\": $3, \"BLOCK_K\": $4, \"num_warps\": $5, \"SPLIT_K\": $6}"); done

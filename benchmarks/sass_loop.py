@@ -133,12 +133,7 @@ def _tc_call(args) -> tuple:
     consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, "ASM": qm.INT4_TC_BF16 if bf16 else qm.INT4_TC_FP16,
               "XSUM_ASM": qm.INT4_TC_XSUM_BF16 if bf16 else qm.INT4_TC_XSUM_FP16, "HALF": tl.bfloat16 if bf16 else tl.float16,
               "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages,
-              **({"X_NOW": True} if args.prefetch == 3 else {}), **({"W_TMA": args.tma} if args.tma else {})}
-    if args.tma:  # the words (and x and the (s, z) pairs) and the (s, z) pairs through TMA descriptors: a block is a program's step
-        tiles, chunks, span = args.block_n // 16, args.block_k // 64, max(1, args.block_k // args.group)
-        types["w_ptr"] = f"tensordesc<i32[{tiles}, {chunks}, 4, 32]>"
-        if args.tma == 2:
-            types.update(x_ptr=f"tensordesc<i32[8, {32 * chunks}]>", sz_ptr=f"tensordesc<i32[{tiles}, {span}, 16]>")
+              **({"X_NOW": True} if args.prefetch == 3 else {})}
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
@@ -189,7 +184,6 @@ def main() -> int:
     parser.add_argument("--vec", type=int, default=2, help="rows kernel: words a lane loads from each row at once")
     parser.add_argument("--prefetch", type=int, default=0, help="1: load the next step's words before this step's arithmetic; 2: its x, scales and zeros too")
     parser.add_argument("--stages", type=int, default=1, help="STAGES and num_stages (Triton streams the loop's loads through shared memory when > 1)")
-    parser.add_argument("--tma", type=int, default=0, help="tc: 1: the words, 2: x, the words and the scales read through TMA descriptors (W_TMA; with --stages >= 2, a ring in shared memory)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")

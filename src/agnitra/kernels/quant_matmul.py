@@ -744,28 +744,6 @@ def _tc_weights(w_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr):
     return words, sz
 
 
-def _tc_words_tma(w_desc, first_tile, k, WARPS: tl.constexpr, TILES: tl.constexpr, CHUNKS: tl.constexpr):
-    """The words of the step at feature k through a TMA descriptor over [tiles, K / 64, 4, 32] (`_tc_reads_tma`)."""
-    return tl.reshape(w_desc.load([first_tile, k // 64, 0, 0]), (WARPS, TILES // WARPS, CHUNKS, 128))
-
-
-def _tc_reads_tma(w_desc, sz_desc, x_desc, first_tile, k, GROUP_SIZE: tl.constexpr, WARPS: tl.constexpr, TILES: tl.constexpr,
-                  CHUNKS: tl.constexpr, SPAN: tl.constexpr):
-    """`_tc_weights` and `_tc_x` through TMA descriptors (W_TMA: in a loop with STAGES > 1, Triton streams
-    them through a ring of shared-memory buffers, one TMA copy each, no registers held in flight):
-    the words [tiles, K / 64, 4, 32] from tile `first_tile` (TILES tiles, CHUNKS chunks; zeros past the
-    last tile), the (s, z) pairs [tiles, K / G, 16] (SPAN groups) and x's pairs [M, K / 2] (8 rows: zeros
-    past M, which only make C columns that are never stored), in the layouts `_tc_step` takes."""
-    words = _tc_words_tma(w_desc, first_tile, k, WARPS, TILES, CHUNKS)
-    pairs = tl.reshape(sz_desc.load([first_tile, k // GROUP_SIZE, 0]), (WARPS, TILES // WARPS, SPAN, 8, 1, 2))  # [.., g, ., h]: rows 2g + h
-    sz = tl.reshape(tl.broadcast_to(pairs, (WARPS, TILES // WARPS, SPAN, 8, 4, 2)), (WARPS, TILES // WARPS, SPAN, 64))  # element 8g + 2t + h
-    xs = tl.reshape(x_desc.load([0, k // 2]), (8, CHUNKS, 4, 2, 4))  # [row g, chunk, t, b, c]: pair 8t + 4b + c of the chunk
-    b0, b1 = tl.split(tl.permute(xs, (1, 0, 2, 4, 3)))  # [chunk, g, t, c]
-    b0 = tl.broadcast_to(tl.reshape(b0, (1, 1, CHUNKS, 128)), (WARPS, 1, CHUNKS, 128))
-    b1 = tl.broadcast_to(tl.reshape(b1, (1, 1, CHUNKS, 128)), (WARPS, 1, CHUNKS, 128))
-    return words, sz, b0, b1
-
-
 def _tc_x(x_ptrs, k):
     """x's B fragments for the step at feature k (read by every program: evicted last, 0.2-8 us less on the H100)."""
     chunk = k // 64
@@ -826,7 +804,6 @@ def _int4_gemv_tc_kernel(
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
     X_NOW: tl.constexpr = False,  # with PREFETCH: x read in the step that uses it instead of a step ahead
-    W_TMA: tl.constexpr = 0,  # 1: w_ptr, 2: x_ptr, w_ptr and sz_ptr are TMA descriptors (with STAGES > 1: read through a ring of shared-memory buffers)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -849,18 +826,16 @@ def _int4_gemv_tc_kernel(
     c = e % 4  # the lane's word c (MMA c of a chunk) / C element c
     ch = tl.arange(0, CHUNKS)[None, None, :, None]
     chunks = K // 64
+    w_ptrs = w_ptr + (tiles * (chunks * 128) + e)[:, :, None, :] + ch * 128  # [WARPS, TILES / WARPS, CHUNKS, 128]
+    # [WARPS, 1, CHUNKS, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1) of batch row g; B columns past M read row g % M
+    # (valid addresses, no masks): they only make C columns that are never stored
+    x_ptrs = (x_ptr + (g % M) * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None])[:, :, None, :] + ch * 32
     rows = 16 * tiles + 2 * g + c // 2  # C element c: MMA row g + 8 (c // 2) = weight row 2g + c // 2 of the tile, column 2t + c % 2
     # a step spans SPAN groups (64 CHUNKS <= G: one): their scales and zeros [WARPS, TILES / WARPS, SPAN, 64]
     SPAN: tl.constexpr = 1 if 64 * CHUNKS <= GROUP_SIZE else 64 * CHUNKS // GROUP_SIZE
-    if W_TMA == 0:  # W_TMA 1: w_ptr is a TMA descriptor; 2: x_ptr, w_ptr and sz_ptr are (`_tc_reads_tma`)
-        w_ptrs = w_ptr + (tiles * (chunks * 128) + e)[:, :, None, :] + ch * 128  # [WARPS, TILES / WARPS, CHUNKS, 128]
-    if W_TMA != 2:
-        # [WARPS, 1, CHUNKS, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1) of batch row g; B columns past M read row g % M
-        # (valid addresses, no masks): they only make C columns that are never stored
-        x_ptrs = (x_ptr + (g % M) * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None])[:, :, None, :] + ch * 32
-        e64 = tl.arange(0, 64)[None, None, None, :]  # a lane's two rows 2g, 2g + 1 (element 2 lane + h)
-        span = tl.arange(0, SPAN)[None, None, :, None]
-        sz_ptrs = sz_ptr + tiles[:, :, :, None] * ((K // GROUP_SIZE) * 16) + span * 16 + (2 * (e64 // 8) + e64 % 2)  # 8-byte loads
+    e64 = tl.arange(0, 64)[None, None, None, :]  # a lane's two rows 2g, 2g + 1 (element 2 lane + h)
+    span = tl.arange(0, SPAN)[None, None, :, None]
+    sz_ptrs = sz_ptr + tiles[:, :, :, None] * ((K // GROUP_SIZE) * 16) + span * 16 + (2 * (e64 // 8) + e64 % 2)  # 8-byte loads
     acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
     bias = _gemv_bias(b_ptr, rows % N, HAS_BIAS)
     step = SPLIT_K * 64 * CHUNKS
@@ -885,12 +860,6 @@ def _int4_gemv_tc_kernel(
             else:
                 b0, b1 = b0_n, b1_n
                 b0_n, b1_n = _tc_x(x_ptrs, k_next)
-        elif W_TMA == 2:
-            words, sz, b0, b1 = _tc_reads_tma(w_ptr, sz_ptr, x_ptr, pid_n * TILES, k0, GROUP_SIZE, WARPS, TILES, CHUNKS, SPAN)
-        elif W_TMA == 1:
-            words = _tc_words_tma(w_ptr, pid_n * TILES, k0, WARPS, TILES, CHUNKS)
-            sz = tl.load(sz_ptrs + (k0 // GROUP_SIZE) * 16, eviction_policy="evict_last")
-            b0, b1 = _tc_x(x_ptrs, k0)
         else:
             words, sz = _tc_weights(w_ptrs, sz_ptrs, k0, GROUP_SIZE)
             b0, b1 = _tc_x(x_ptrs, k0)
@@ -1019,7 +988,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_words_tma", "_tc_reads_tma", "_tc_x", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1388,37 +1357,13 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
     partials, counters = _split_k_buffers(split_k, m, n, grid[0], y)
     bf16 = x.dtype == torch.bfloat16
     asm, xsum = (_ptx(INT4_TC_BF16), _ptx(INT4_TC_XSUM_BF16)) if bf16 else (_ptx(INT4_TC_FP16), _ptx(INT4_TC_XSUM_FP16))
-    words, sz = operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype))
     _jit(_int4_gemv_tc_kernel)[grid](
-        *_tc_tma_operands(pairs, words, sz, cfg, tiles, chunks, group_size), bias if bias is not None else scales, y, partials, counters,
+        pairs, *(operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype))), bias if bias is not None else scales, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
-        **pdl_options(x, cfg), **_tc_x_now(cfg), **({"W_TMA": int(cfg["W_TMA"])} if cfg.get("W_TMA") else {}),
+        **pdl_options(x, cfg), **_tc_x_now(cfg),
     )
-
-
-def _tc_tma_operands(pairs: torch.Tensor, words: torch.Tensor, sz: torch.Tensor, cfg: dict[str, Any], tiles: int, chunks: int, group_size: int):
-    """(x, words, (s, z) pairs) as the tensor-core GEMV reads them: pointers, or with config W_TMA TMA
-    tensor descriptors whose blocks are a program's step (`_tc_reads_tma`); the weights' descriptors
-    are made once per (weights, block) and kept on the words tensor."""
-    if not cfg.get("W_TMA"):
-        return pairs, words, sz
-    if _stages(cfg) < 2 or cfg.get("PREFETCH"):
-        raise ValueError("int4 GEMV KERNEL='tc' W_TMA streams its reads through a ring of STAGES shared-memory buffers in place of the register"
-                         f" prefetch: it needs STAGES >= 2 and PREFETCH=False, got STAGES={cfg.get('STAGES', 1)}, PREFETCH={cfg.get('PREFETCH')}")
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    span = max(1, 64 * chunks // group_size)
-    key = (words.data_ptr(), words._version, sz.data_ptr(), sz._version, tiles, chunks, span)
-    cached = getattr(words, "_agnitra_tma", None)
-    if cached is None or cached[0] != key:
-        w_desc = TensorDescriptor.from_tensor(words.view(words.shape[0], words.shape[1], 4, 32), [tiles, chunks, 4, 32])
-        cached = (key, w_desc, TensorDescriptor.from_tensor(sz, [tiles, span, 16]))
-        words._agnitra_tma = cached
-    if cfg["W_TMA"] == 1:
-        return pairs, cached[1], sz
-    return TensorDescriptor.from_tensor(pairs, [8, 32 * chunks]), cached[1], cached[2]
 
 
 def _tc_x_now(cfg: dict[str, Any]) -> dict[str, bool]:
