@@ -96,6 +96,25 @@ def test_int4_kernels_and_skip(tinylm):
     assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model)) < 0.2
 
 
+def test_int4_notes_name_the_tensor_core_copy_where_it_is_kept(tinylm):
+    """16-bit int4 layers keep a second, shuffled copy of their weights: the recipe's notes say what
+    that costs; fp32 layers (no tensor-core GEMV) and int8 ones keep no such copy and say nothing."""
+    from types import SimpleNamespace
+
+    from agnitra.transforms import get_transform
+
+    t = get_transform("triton-kernels")
+    cpu, bf16 = torch.device("cpu"), SimpleNamespace(dtype=torch.bfloat16)  # what notes look at: the workload's dtype
+    (note,) = t.notes(TransformContext(bf16, cpu), t.parse_params({"weights": "int4"}))
+    assert "second copy" in note and "twice the packed int4 bytes" in note
+    assert t.notes(TransformContext(tinylm, cpu), t.parse_params({"weights": "int4"})) == []  # fp32
+    assert t.notes(TransformContext(bf16, cpu), t.parse_params({"weights": "int8"})) == []
+    assert t.notes(TransformContext(bf16, cpu), t.parse_params({"weights": "int4", "group_size": 32})) == []  # groups the tc kernel cannot take
+    patched = _apply(tinylm, weights="int4", group_size=32, decode=False)
+    layer = patched.model.layers[1].feed_forward.w2
+    assert layer.tc_words is None  # fp32: no copy, as the note says
+
+
 def test_not_applicable_without_gpu_or_interpreter(tinylm, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(NotApplicable, match="CUDA GPUs"):

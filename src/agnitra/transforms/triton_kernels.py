@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 from agnitra.errors import NotApplicable, check
@@ -123,10 +124,15 @@ class TritonKernels(Transform):
         return model
 
     def notes(self, ctx: TransformContext, params) -> list[str]:
-        """Whether the kernels launch with programmatic dependent launch here (`kernels.pdl`)."""
+        """Whether the kernels launch with programmatic dependent launch here (`kernels.pdl`); what
+        int4 layers cost in memory where they keep the tensor-core GEMV's copy of their weights."""
         from agnitra.kernels.pdl import pdl_note, pdl_unavailable
 
-        if ctx.device.type != "cuda":
-            return []
-        return [pdl_note("triton-kernels", pdl_unavailable(ctx.device),
-                         "the GEMV, decode-layer, norm and gated-activation kernels launch with programmatic dependent launch")]
+        notes = []
+        if params.weights == "int4" and ctx.dtype in (torch.float16, torch.bfloat16) and params.group_size % 64 == 0:
+            notes.append("triton-kernels: int4 layers also keep their weights pre-shuffled for the tensor-core GEMV (batch 1-8), a second copy:"
+                         " in memory they take twice the packed int4 bytes, as much as int8 weights")
+        if ctx.device.type == "cuda":
+            notes.append(pdl_note("triton-kernels", pdl_unavailable(ctx.device),
+                                  "the GEMV, decode-layer, norm and gated-activation kernels launch with programmatic dependent launch"))
+        return notes
