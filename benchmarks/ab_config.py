@@ -1,4 +1,4 @@
-"""A GEMV's tuned configuration (int8, int4, or the fused decode-step GEMVs) against the same with some keys changed, head to head.
+"""A GEMV's tuned configuration (int8, int4, or the fused decode-step GEMVs; or the int4 tiled kernel at batch --m) against the same with some keys changed, head to head.
 
     PYTHONPATH=src python benchmarks/ab_config.py --kernel int8_gemv --shapes 32000x2048,4096x4096 \
         --variant '{"EVICT": true}' --out-file out.json
@@ -27,7 +27,8 @@ from pdl_trigger import gemv_context, tuned_gemv  # benchmarks/: the tuned GEMV 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", choices=("int8_gemv", "int4_gemv", "decode_gemv", "decode_gemv_gated"), default="int8_gemv")
+    parser.add_argument("--kernel", choices=("int8_gemv", "int4_gemv", "decode_gemv", "decode_gemv_gated", "int4_tiled"), default="int8_gemv")
+    parser.add_argument("--m", type=int, default=1, help="batch rows (int4_tiled: more than 8)")
     parser.add_argument("--shapes", default="2048x2048,256x2048,5632x2048,2048x5632,32000x2048,4096x4096,14336x4096,4096x14336")
     parser.add_argument("--variant", action="append", required=True, help="a JSON object merged over the tuned configuration (repeatable)")
     parser.add_argument("--runs", type=int, default=30)
@@ -41,7 +42,7 @@ def main() -> int:
     rows = []
     for text in args.shapes.split(","):
         n, k = map(int, text.split("x"))
-        shape, sets, best = tuned_gemv(spec, n, k, context, args.runs, args.max_trials)
+        shape, sets, best = tuned_gemv(spec, n, k, context, args.runs, args.max_trials, args.m)
         configs = {"tuned": best, **{variant: {**best, **json.loads(variant)} for variant in args.variant}}
         reference = spec.reference(*to_float64(sets[0]))
         errors = {label: check(spec, c, sets, reference, dtype) for label, c in configs.items()}

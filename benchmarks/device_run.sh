@@ -195,6 +195,14 @@ ncu_gemv() {
         --variant '{"W_AHEAD": 2}' --variant '{"W_AHEAD": 2, "maxnreg": null}' --variant '{"W_AHEAD": 2, "SPLIT_K": 4}' --variant '{"W_AHEAD": 2, "BLOCK_N": 64, "num_warps": 4}' \
         --variant '{"W_AHEAD": 2, "BLOCK_K": 256}' --out-file "$OUT/ab-int4-tc-words-ahead.json"
       ;;
+    tiledwords)  # the int4 tiled kernel (batch > 8) reading the tensor-core GEMV's words (TC_WORDS) against the packed bytes: GPU numerics, then head to head at batch 32 and 512
+      AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tiled_kernel" 2>&1 | tail -2
+      for m in 32 512; do
+        timeout 200 python3 benchmarks/ab_config.py --kernel int4_tiled --m "$m" --max-trials 40 --shapes 4096x4096,14336x4096,4096x14336 \
+          --variant '{"TC_WORDS": true, "BLOCK_K": 64}' --variant '{"TC_WORDS": true, "BLOCK_K": 128}' --variant '{"BLOCK_K": 64}' --variant '{"BLOCK_K": 128}' \
+          --out-file "$OUT/ab-int4-tiled-words-m$m.json"
+      done
+      ;;
     tmaring)  # (ran at 0c4a633; the W_TMA key is gone since: 9-27x slower, W_TMA 2 wrong on the GPU) the tensor-core int4 GEMV with its words (W_TMA 1; 2: x and the scales too) read by TMA through a ring of STAGES shared-memory buffers, against the tuned configs
       base='"PREFETCH": false, "X_NOW": false, "maxnreg": 0'
       v=(); for c in "1 3 64 256 4 2" "1 4 64 256 4 2" "1 3 64 512 4 2" "1 4 64 128 4 4" "1 4 64 256 4 4" "1 3 128 256 8 2" "2 3 64 256 4 2" "2 4 64 128 4 4"; do set -- $c

@@ -40,11 +40,11 @@ def gemv_context() -> tuple:
     return device, report, TuningCache(load_settings().cache_path, report.signature["id"]), report.signature.get("l2_bytes")
 
 
-def tuned_gemv(spec, n: int, k: int, context: tuple, runs: int, max_trials: int) -> tuple:
-    """(shape, input sets rotated past L2, tuned configuration) of batch-1 GEMV `spec` at N x K (int4: groups of 128;
-    the fused decode GEMVs: N outputs or pairs)."""
+def tuned_gemv(spec, n: int, k: int, context: tuple, runs: int, max_trials: int, m: int = 1) -> tuple:
+    """(shape, input sets rotated past L2, tuned configuration) of `spec` at batch m (default 1: a GEMV), N x K (int4: groups
+    of 128; the fused decode GEMVs: N outputs or pairs)."""
     device, _, cache, l2 = context
-    shape = (1, n, k, 128) if spec.name.startswith("int4") else (1, n, k)
+    shape = (m, n, k, 128) if spec.name.startswith("int4") else (m, n, k)
     sets = input_sets(spec, shape, torch.bfloat16, device, l2)
     best = tune(spec, shape, torch.bfloat16, device, runs=runs, cache=cache, l2_bytes=l2, force=False, max_trials=max_trials, sets=sets).best
     return shape, sets, best

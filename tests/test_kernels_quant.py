@@ -342,6 +342,37 @@ def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
         qm.shuffle_int4_for_tc(qm.pack_int4(torch.zeros(16, 96, dtype=torch.int64, device="cpu")))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+@pytest.mark.parametrize("m,n,block_n,block_k", [(33, 40, 32, 64), (9, 100, 64, 128), (3, 17, 16, 64)])
+def test_int4_tiled_kernel_reads_the_tensor_core_words(dtype, m, n, block_n, block_k):
+    """TC_WORDS: the tiled (batch > 8) kernel reads W^T tiles from the tensor-core GEMV's words
+    instead of the packed bytes, the same products: partial row and column blocks, N not a multiple
+    of 16 (the words' padded tile), groups of two steps; the words made once and cached, or given."""
+    (x, w, s, z, g, b), ref = _int4_case((m, n, 256, 128), dtype)
+    cfg = {"path": "tiled", "BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 2, "num_warps": 4, "TC_WORDS": True}
+    _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, n, dtype)), ref, dtype)
+    words = qm.shuffle_int4_for_tc(w)
+    y = qm.int4_weight_only_matmul(x, torch.zeros_like(w), s, z, g, b, config=cfg, tc_operands=(words, None))  # the words alone are read
+    _check(y, ref, dtype)
+
+
+def test_int4_tiled_kernel_dequantises_every_code_of_the_words_exactly():
+    """One-hot rows of x pick weight columns through the words: every code of every nibble slot
+    comes back exactly (scale 1, zero 0, fp32), so the words' nibble order is W^T's natural order."""
+    k, idx = 128, list(range(0, 128, 7))  # 19 rows > 8: the tiled path
+    q = (torch.arange(32)[:, None] * 5 + torch.arange(k)[None, :] * 3) % 16  # [32, K] codes
+    x = torch.eye(k)[idx]
+    y = qm.int4_weight_only_matmul(x, qm.pack_int4(q), torch.ones(32, 1), torch.zeros(32, 1), 128,
+                                   config={"path": "tiled", "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "TC_WORDS": True})
+    assert torch.equal(y, (q[:, idx].t() - 8).float())
+
+
+def test_int4_tiled_kernel_refuses_blocks_that_split_the_words():
+    (x, w, s, z, g, b), _ = _int4_case((9, 32, 128, 64), torch.float32)
+    with pytest.raises(ValueError, match="TC_WORDS reads whole 64-feature chunks of the words: BLOCK_K must be a multiple of 64, got 32"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, config={"path": "tiled", "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "TC_WORDS": True})
+
+
 def test_int4_module_makes_the_tensor_core_operands_ahead_and_the_op_never_makes_them(monkeypatch):
     """A kernel-backed int4 Linear makes the shuffled words and (s, z) pairs when it is built (a
     first call inside a CUDA graph capture could not allocate them); the custom op without them

@@ -929,6 +929,25 @@ def _int8_tiled_kernel(
     tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(offs_ym[:, None] < M) & (offs_yn[None, :] < N))
 
 
+def _tiled_group(s_ptr, z_ptr, offs_wn, g, stride_sn, stride_sg, stride_zn, stride_zg):
+    """The tiled int4 kernel's scales and zeros of group g for its columns, [1, BLOCK_N] fp32."""
+    scale = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(tl.float32)[None, :]
+    zero = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(tl.float32)[None, :]
+    return scale, zero
+
+
+def _tc_words_tile(words, TILES: tl.constexpr, CHUNKS: tl.constexpr):
+    """Tensor-core words [TILES, CHUNKS, 128] (`shuffle_int4_for_tc`) -> their codes as W^T
+    [64 CHUNKS features, 16 TILES rows] in natural order, fp32. Word element 4 lane + j, lane 4g + t,
+    holds nibble i = 4p + 2e + h of weight row 16 tile + 2g + h at feature 64 chunk + 16t + 8e + 2j + p:
+    ordered (chunk, t, e, j, p) the features, (tile, g, h) the rows, are 0, 1, 2, ... in turn."""
+    low = tl.join(tl.join(words & 0xF, (words >> 4) & 0xF), tl.join((words >> 8) & 0xF, (words >> 12) & 0xF))  # nibbles 0-3: [.., h, e]
+    high = tl.join(tl.join((words >> 16) & 0xF, (words >> 20) & 0xF), tl.join((words >> 24) & 0xF, (words >> 28) & 0xF))
+    codes = tl.join(low, high).to(tl.float32)  # [.., h, e, p]
+    codes = tl.reshape(codes, (TILES, CHUNKS, 8, 4, 4, 2, 2, 2))  # [tile, chunk, g, t, j, h, e, p]
+    return tl.reshape(tl.permute(codes, (1, 3, 6, 4, 7, 0, 2, 5)), (64 * CHUNKS, 16 * TILES))  # [chunk t e j p, tile g h]
+
+
 def _int4_tiled_kernel(
     x_ptr,  # [M, K] activations (fp16 / bf16 / fp32)
     w_ptr,  # [N, K/2] uint8, low nibble = even k
@@ -949,6 +968,7 @@ def _int4_tiled_kernel(
     BLOCK_N: tl.constexpr,  # output tile columns
     BLOCK_K: tl.constexpr,  # K step in features (>= 32: two dots of BLOCK_K / 2)
     GROUP_M: tl.constexpr,  # tile rows walked together (L2 reuse of the weight tiles)
+    TC_WORDS: tl.constexpr = False,  # w_ptr: the tensor-core GEMV's words [cdiv(N, 16), K/64, 32, 4] instead of the packed bytes (BLOCK_N % 16 == 0, BLOCK_K % 64 == 0)
 ):
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -962,23 +982,32 @@ def _int4_tiled_kernel(
 
     offs_xm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_wn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_j = tl.arange(0, BLOCK_K // 2)  # byte j: features 2j (low nibble), 2j+1 (high)
-    x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + (2 * offs_j[None, :]) * stride_xk  # [BM, BK/2] even k
-    w_ptrs = w_ptr + offs_j[:, None] * stride_wk + offs_wn[None, :] * stride_wn  # [BK/2, BN] bytes of W^T
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):  # K % BLOCK_K == 0: no masks
-        x_even = tl.load(x_ptrs)  # [BM, BK/2]
-        x_odd = tl.load(x_ptrs + stride_xk)
-        packed = tl.load(w_ptrs)  # [BK/2, BN] uint8
-        g = k0 // GROUP_SIZE
-        scale = tl.load(s_ptr + offs_wn * stride_sn + g * stride_sg).to(tl.float32)[None, :]  # [1, BN]
-        zero = tl.load(z_ptr + offs_wn * stride_zn + g * stride_zg).to(tl.float32)[None, :]
-        w_even = (((packed & 0xF).to(tl.float32) - 8.0) * scale + zero).to(x_even.dtype)  # [BK/2, BN]
-        w_odd = (((packed >> 4).to(tl.float32) - 8.0) * scale + zero).to(x_even.dtype)
-        acc = tl.dot(x_even, w_even, acc, input_precision=DOT_PRECISION)
-        acc = tl.dot(x_odd, w_odd, acc, input_precision=DOT_PRECISION)
-        x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += (BLOCK_K // 2) * stride_wk
+    if TC_WORDS:  # one [BLOCK_K, BLOCK_N] tile of W^T a step from the words, x in natural order: one dot
+        tiles = tl.minimum(pid_n * (BLOCK_N // 16) + tl.arange(0, BLOCK_N // 16), tl.cdiv(N, 16) - 1)  # the last tiles repeat (never stored)
+        words_ptrs = w_ptr + tiles[:, None, None] * ((K // 64) * 128) + tl.arange(0, BLOCK_K // 64)[None, :, None] * 128 + tl.arange(0, 128)[None, None, :]
+        x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + tl.arange(0, BLOCK_K)[None, :] * stride_xk  # [BM, BK]
+        for k0 in range(0, K, BLOCK_K):
+            x = tl.load(x_ptrs)
+            scale, zero = _tiled_group(s_ptr, z_ptr, offs_wn, k0 // GROUP_SIZE, stride_sn, stride_sg, stride_zn, stride_zg)
+            codes = _tc_words_tile(tl.load(words_ptrs + (k0 // 64) * 128), BLOCK_N // 16, BLOCK_K // 64)
+            acc = tl.dot(x, ((codes - 8.0) * scale + zero).to(x.dtype), acc, input_precision=DOT_PRECISION)
+            x_ptrs += BLOCK_K * stride_xk
+    else:
+        offs_j = tl.arange(0, BLOCK_K // 2)  # byte j: features 2j (low nibble), 2j+1 (high)
+        x_ptrs = x_ptr + offs_xm[:, None] * stride_xm + (2 * offs_j[None, :]) * stride_xk  # [BM, BK/2] even k
+        w_ptrs = w_ptr + offs_j[:, None] * stride_wk + offs_wn[None, :] * stride_wn  # [BK/2, BN] bytes of W^T
+        for k0 in range(0, K, BLOCK_K):  # K % BLOCK_K == 0: no masks
+            x_even = tl.load(x_ptrs)  # [BM, BK/2]
+            x_odd = tl.load(x_ptrs + stride_xk)
+            packed = tl.load(w_ptrs)  # [BK/2, BN] uint8
+            scale, zero = _tiled_group(s_ptr, z_ptr, offs_wn, k0 // GROUP_SIZE, stride_sn, stride_sg, stride_zn, stride_zg)
+            w_even = (((packed & 0xF).to(tl.float32) - 8.0) * scale + zero).to(x_even.dtype)  # [BK/2, BN]
+            w_odd = (((packed >> 4).to(tl.float32) - 8.0) * scale + zero).to(x_even.dtype)
+            acc = tl.dot(x_even, w_even, acc, input_precision=DOT_PRECISION)
+            acc = tl.dot(x_odd, w_odd, acc, input_precision=DOT_PRECISION)
+            x_ptrs += BLOCK_K * stride_xk
+            w_ptrs += (BLOCK_K // 2) * stride_wk
     if HAS_BIAS:
         acc += tl.load(b_ptr + offs_wn).to(tl.float32)[None, :]
     offs_ym = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -988,7 +1017,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32", "_tc_words_tile", "_tiled_group")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1190,9 +1219,20 @@ def int8_weight_only_matmul(
         x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
         HAS_BIAS=bias is not None, DOT_PRECISION=_dot_precision(x.dtype),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
-        **_launch_options(cfg),
+        **({"TC_WORDS": True} if cfg.get("TC_WORDS") else {}), **_launch_options(cfg),
     )
     return y
+
+
+def _tiled_weight(w_packed: torch.Tensor, cfg: dict[str, Any], tc_operands) -> torch.Tensor:
+    """The tiled kernel's weight: the packed bytes, or with config TC_WORDS the tensor-core GEMV's
+    words (`tc_operands`' first, made and cached on `w_packed` when absent), read as W^T tiles
+    of whole 16-row tiles and 64-feature chunks."""
+    if not cfg.get("TC_WORDS"):
+        return w_packed
+    if cfg["BLOCK_K"] % 64:  # BLOCK_N: a power of two >= 16 already (whole 16-row tiles)
+        raise ValueError(f"int4 tiled path with TC_WORDS reads whole 64-feature chunks of the words: BLOCK_K must be a multiple of 64, got {cfg['BLOCK_K']}")
+    return tc_operands[0] if tc_operands is not None else _int4_tc_words(w_packed)
 
 
 def _groups_a_step(block_k: int, group_size: int, k: int) -> int:
@@ -1473,15 +1513,26 @@ def int4_weight_only_matmul(
         raise ValueError(f"tiled path: BLOCK_M and BLOCK_N must be >= 16 (tl.dot), got {cfg}")
     grid = (_cdiv(m, cfg["BLOCK_M"]) * _cdiv(n, cfg["BLOCK_N"]),)
     _jit(_int4_tiled_kernel)[grid](
-        x, w_packed, scales, zeros, bias if bias is not None else scales, y,
+        x, _tiled_weight(w_packed, cfg, tc_operands), scales, zeros, bias if bias is not None else scales, y,
         m, n, k,
         x.stride(0), x.stride(1), w_packed.stride(0), w_packed.stride(1),
         scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, DOT_PRECISION=_dot_precision(x.dtype),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
-        **_launch_options(cfg),
+        **({"TC_WORDS": True} if cfg.get("TC_WORDS") else {}), **_launch_options(cfg),
     )
     return y
+
+
+def _tiled_weight(w_packed: torch.Tensor, cfg: dict[str, Any], tc_operands) -> torch.Tensor:
+    """The tiled kernel's weight: the packed bytes, or with config TC_WORDS the tensor-core GEMV's
+    words (`tc_operands`' first, made and cached on `w_packed` when absent), read as W^T tiles
+    of whole 16-row tiles and 64-feature chunks."""
+    if not cfg.get("TC_WORDS"):
+        return w_packed
+    if cfg["BLOCK_K"] % 64:  # BLOCK_N: a power of two >= 16 already (whole 16-row tiles)
+        raise ValueError(f"int4 tiled path with TC_WORDS reads whole 64-feature chunks of the words: BLOCK_K must be a multiple of 64, got {cfg['BLOCK_K']}")
+    return tc_operands[0] if tc_operands is not None else _int4_tc_words(w_packed)
 
 
 # ============================================================================================
