@@ -637,7 +637,7 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v4"  # versioned: the GEMV kernels changed
     assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v12"
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
-    assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128"
+    assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128_v2"  # tiles over the tensor-core words joined the space
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):
         spec = get_kernel(name)
         configs = spec.configs(shape, torch.bfloat16)

@@ -61,8 +61,9 @@ def _(x, weight, scales, bias):
 def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, bias: torch.Tensor | None,
                             tc_words: torch.Tensor | None = None, tc_scales: torch.Tensor | None = None) -> torch.Tensor:
     """`tc_words`, `tc_scales`: the module's `int4_tc_operands` (in x's dtype). Without them the
-    tensor-core GEMV gives way to the row kernel: making them here could happen inside a CUDA
-    graph capture, whose pool refuses allocations that outlive the step."""
+    tensor-core GEMV gives way to the row kernel, and the tiled kernel reads the packed bytes instead
+    of the words (TC_WORDS): making them here could happen inside a CUDA graph capture, whose pool
+    refuses allocations that outlive the step."""
     from agnitra.kernels import quant_matmul as qm
 
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1] * 2
@@ -72,6 +73,8 @@ def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch
     operands = (tc_words, tc_scales) if tc_words is not None and tc_scales is not None else None
     if config.get("KERNEL") == "tc" and operands is None:
         config = {**qm.int4_gemv_default_config(shape, x.dtype, tensor_cores=False), "path": "gemv"}
+    if config.get("TC_WORDS") and tc_words is None:  # the tiled kernel over the packed bytes instead, same tiles
+        config = {key: value for key, value in config.items() if key != "TC_WORDS"}
     return qm.int4_weight_only_matmul(x, weight, scales, zeros, group_size, bias, config=config, tc_operands=operands)
 
 
