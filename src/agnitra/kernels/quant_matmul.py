@@ -64,7 +64,9 @@ KernelSpec):
 * tiled (M > 8, prefill): tutorial 03's grouped tile loop. int8: the [BLOCK_K, BLOCK_N] weight tile
   is converted to x's dtype (exact: |q| <= 127) and fed to tl.dot with an fp32 accumulator; the
   per-column scale multiplies the accumulator once at the end. int4: the tile is dequantised per
-  group (BLOCK_K divides G) in fp32, cast to x's dtype, and two dots (even k, odd k) accumulate.
+  group (BLOCK_K divides G) in fp32, cast to x's dtype, and two dots (even k, odd k) accumulate;
+  with TC_WORDS the tile comes from the tensor-core GEMV's words instead (`_tc_words_tile`: one
+  permute puts them in natural order, x is read contiguously, one dot a step).
   fp32 activations use IEEE fp32 dots (input_precision="ieee", not tf32).
 
 Numerics: every accumulation is fp32; the output is cast to x's dtype once. The int4 tiled path
@@ -1219,20 +1221,9 @@ def int8_weight_only_matmul(
         x.stride(0), x.stride(1), w_int8.stride(0), w_int8.stride(1), y.stride(0), y.stride(1),
         HAS_BIAS=bias is not None, DOT_PRECISION=_dot_precision(x.dtype),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
-        **({"TC_WORDS": True} if cfg.get("TC_WORDS") else {}), **_launch_options(cfg),
+        **_launch_options(cfg),
     )
     return y
-
-
-def _tiled_weight(w_packed: torch.Tensor, cfg: dict[str, Any], tc_operands) -> torch.Tensor:
-    """The tiled kernel's weight: the packed bytes, or with config TC_WORDS the tensor-core GEMV's
-    words (`tc_operands`' first, made and cached on `w_packed` when absent), read as W^T tiles
-    of whole 16-row tiles and 64-feature chunks."""
-    if not cfg.get("TC_WORDS"):
-        return w_packed
-    if cfg["BLOCK_K"] % 64:  # BLOCK_N: a power of two >= 16 already (whole 16-row tiles)
-        raise ValueError(f"int4 tiled path with TC_WORDS reads whole 64-feature chunks of the words: BLOCK_K must be a multiple of 64, got {cfg['BLOCK_K']}")
-    return tc_operands[0] if tc_operands is not None else _int4_tc_words(w_packed)
 
 
 def _groups_a_step(block_k: int, group_size: int, k: int) -> int:
