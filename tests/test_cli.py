@@ -42,6 +42,7 @@ def test_bench_table_output(capsys):
     assert "reduce-overhead captures" in " ".join(out.split())  # the reason, whatever the wrapping
     assert "tok/s" in out or "tokens/s" in out
     assert "Operator breakdown of one decode step" in out
+    assert "weights and buffers on the device: eager " in out
 
 
 def test_profile_json(capsys, tmp_path):

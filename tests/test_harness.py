@@ -87,8 +87,11 @@ def test_variants_are_interleaved_and_records_kept(device_report):
 
 
 def test_report_schema_keys(device_report):
-    report = benchmark(_mlp_workload(), torch.device("cpu"), device_report, BenchConfig(variants=["eager", "test-not-here"], runs=5, warmup=1))
+    workload = _mlp_workload()
+    report = benchmark(workload, torch.device("cpu"), device_report, BenchConfig(variants=["eager", "test-not-here"], runs=5, warmup=1))
     doc = report.to_dict()
+    weights = sum(t.numel() * t.element_size() for t in list(workload.model.parameters()) + list(workload.model.buffers()))
+    assert doc["variants"][0]["model_bytes"] == weights > 0  # the variant's own weights, apart from the process peak
     assert doc["schema"] == "agnitra.bench/1"
     assert {"name", "kind", "signature", "ceilings"} <= set(doc["device"])
     assert {"batch", "shapes", "dtype", "runs", "warmup"} <= set(doc["conditions"])

@@ -9,7 +9,7 @@ import torch
 
 from agnitra.telemetry import ceilings as ceilings_mod
 from agnitra.telemetry.ceilings import load_or_measure, matmul_peak
-from agnitra.telemetry.memory import peak_memory
+from agnitra.telemetry.memory import peak_memory, resident_bytes
 from agnitra.telemetry.nvml import NvmlSampler, open_reader
 from agnitra.telemetry.optable import operator_table
 from agnitra.telemetry.roofline import compulsory_bytes, roofline, weight_bytes
@@ -121,3 +121,13 @@ def test_roofline_picks_the_binding_limit():
     assert memory.bound == "memory" and memory.floor_ms == pytest.approx(10.0)
     compute = roofline(flops=1e11, nbytes=1e6, ceilings=ceilings, dtype=torch.float32)
     assert compute.bound == "compute" and compute.floor_ms == pytest.approx(100.0)
+
+
+def test_resident_bytes_counts_each_storage_once():
+    """Tied weights, views and buffers sharing a storage count once; tensors on another device kind not at all."""
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 10, bias=False))
+    model[1].weight = model[0].weight  # tied: one [10, 4] fp32 storage
+    model.register_buffer("view", model[0].weight.detach()[:2])  # a view of it
+    model.register_buffer("own", torch.zeros(3, dtype=torch.int8))
+    model.register_buffer("meta", torch.zeros(100, device="meta"))
+    assert resident_bytes(model, torch.device("cpu")) == 10 * 4 * 4 + 3

@@ -159,14 +159,14 @@ def bench(
 
 
 def _render_bench(report) -> None:
-    from agnitra.report.console import bench_table, decode_summary, ops_table
+    from agnitra.report.console import bench_table, decode_summary, ops_table, weights_summary
 
     _print_device(report.device)
     out.print(f"conditions: {json.dumps({k: v for k, v in report.conditions.items() if k != 'shapes'})}")
     out.print(bench_table(report))
-    summary = decode_summary(report)
-    if summary:
-        out.print(summary)
+    for summary in (decode_summary(report), weights_summary(report)):
+        if summary:
+            out.print(summary)
     if report.roofline:
         r = report.roofline
         out.print(f"roofline ({r.notes}): {r.flops / 1e9:.3f} GFLOP, {r.bytes / 1e6:.1f} MB compulsory -> floor {r.floor_ms:.4f} ms ({r.bound}-bound, {r.dtype})")

@@ -22,7 +22,7 @@ from agnitra.bench.variants import Prepared, Variant, get_variant
 from agnitra.errors import NotApplicable, first_line
 from agnitra.models.generate import Generator, random_prompt
 from agnitra.report.schema import BenchReport, Correctness, DecodeStats, DeviceReport, Throughput, VariantResult
-from agnitra.telemetry.memory import peak_memory
+from agnitra.telemetry.memory import peak_memory, resident_bytes
 from agnitra.telemetry.nvml import NvmlSampler, open_reader
 from agnitra.telemetry.opcount import count_ops
 from agnitra.telemetry.optable import operator_table
@@ -204,6 +204,15 @@ class Harness:
                 run.fail(exc, "memory pass")
                 continue
             self.memory_kind = kind
+            model = self._variant_model(run)
+            run.result.model_bytes = resident_bytes(model, self.device) if model is not None else None
+
+    def _variant_model(self, run: _Run) -> torch.nn.Module | None:
+        """The module a variant runs (a decoder's own model when the variant keeps it), None for
+        runtimes outside torch (ONNX Runtime) whose weights torch does not hold."""
+        prepared = run.prepared
+        model = prepared.model if prepared.model is not None else (self.workload.model if self.decoder else prepared.call)
+        return model if isinstance(model, torch.nn.Module) else None
 
     def _measure_energy(self) -> None:
         if not self.config.energy:

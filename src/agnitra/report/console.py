@@ -81,6 +81,15 @@ def candidates_table(report) -> Table:
     return table
 
 
+def weights_summary(report: BenchReport) -> str | None:
+    """One line: each variant's own weights and buffers on the device (the peak column holds every
+    variant's, all resident in one run); None when no variant's are known."""
+    known = [v for v in report.variants if v.status == "ok" and v.model_bytes is not None]
+    if not known:
+        return None
+    return "weights and buffers on the device: " + ", ".join(f"{v.name} {format_mib(v.model_bytes)} MiB" for v in known)
+
+
 def decode_summary(report: BenchReport) -> str | None:
     """A line per variant that decoded tokens (tokens/s, per-token latency, prefill); None if none."""
     decoded = [v for v in report.variants if v.status == "ok" and v.decode is not None]

@@ -404,7 +404,7 @@ def _results_table(variants: Sequence[VariantResult]) -> str:
     with_util = any(v.utilization is not None for v in variants)
     baseline = _baseline(variants)
     headers = ["Variant", "Status", "Median ms", "p95 ms", f"vs {baseline.name if baseline else 'baseline'}", "Throughput", "Setup s",
-               "Peak MiB", "Energy/item", "Roofline", "Correctness"]
+               "Peak MiB", "Weights MiB", "Energy/item", "Roofline", "Correctness"]
     headers += ["Power W"] * with_power + ["Utilization"] * with_util + ["Reason"]
     rows = []
     for v in variants:
@@ -417,6 +417,7 @@ def _results_table(variants: Sequence[VariantResult]) -> str:
             format_throughput(v.throughput.value, v.throughput.unit) if v.throughput else MISSING,
             format_number(v.setup_s, 3),
             format_mib(v.peak_memory_bytes),
+            format_mib(v.model_bytes),
             format_energy(v.energy_j_per_item),
             format_percent(v.roofline_fraction),
             _correctness_html(v),

@@ -74,6 +74,7 @@ class VariantResult:
     latency_ms: Latency | None = None
     throughput: Throughput | None = None
     peak_memory_bytes: int | None = None
+    model_bytes: int | None = None  # the variant's own weights and buffers on the device, storages counted once
     energy_j_per_item: float | None = None
     roofline_fraction: float | None = None
     correctness: Correctness | None = None

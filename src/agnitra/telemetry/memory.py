@@ -44,6 +44,17 @@ class _RssPeak:
         self.peak = max(self.peak, self._proc.memory_info().rss)
 
 
+def resident_bytes(module: torch.nn.Module, device: torch.device) -> int:
+    """Bytes of `module`'s parameters and buffers on `device`'s kind, each storage counted once
+    (views and tensors shared between modules are not counted twice)."""
+    storages = {}
+    for t in list(module.parameters()) + list(module.buffers()):
+        if t.device.type == device.type:
+            storage = t.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
+
+
 def peak_memory(fn: Callable[[], object], device: torch.device) -> tuple[int, str]:
     """(bytes, kind) for one call of `fn`. GPU: peak allocated, weights included. CPU: RSS growth."""
     if device.type == "cuda":
