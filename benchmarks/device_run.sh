@@ -203,6 +203,27 @@ ncu_gemv() {
           --out-file "$OUT/ab-int4-tiled-words-m$m.json"
       done
       ;;
+    onecopy)  # int4 weights kept once (the tensor-core words) against both copies (HEAD before the change, carried as .before/src): GPU numerics, then llama-1b decode end to end (per-token latency, prefill of 32 tokens, the variants' weight bytes)
+      AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "int4 or tiled or words" 2>&1 | tail -4
+      ro="compile(mode=reduce-overhead)"
+      timeout 400 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "$ro" --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4-one-copy.json"
+      tail -c 300 "$OUT/bench-llama-1b-int4-one-copy.json"; echo
+      [ -d .before/src ] && PYTHONPATH=.before/src:/tmp/site timeout 300 python3 -m agnitra.cli bench zoo:llama-1b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
+        --recipe "triton-kernels(weights=int4,decode=false) + $ro" --json > "$OUT/bench-llama-1b-int4-two-copies.json"
+      tail -c 300 "$OUT/bench-llama-1b-int4-two-copies.json"; echo
+      ;;
+    onecopyab)  # int4 one copy against both copies in one process, interleaved (benchmarks/ab_int4_copies.py), after the GPU check of the unshuffle
+      AGNITRA_GPU_TESTS=1 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "unshuffle or keeps_the_weight_once or state_dict" 2>&1 | tail -2
+      timeout 480 python3 benchmarks/ab_int4_copies.py --workload zoo:llama-1b --out-file "$OUT/ab-int4-copies-llama-1b.json" 2>&1 | grep -v "^  " | tail -5
+      ;;
+    onecopyab2)  # the same with the both-copies variant first, then again in the first order (is the order or the layout behind the difference?)
+      timeout 280 python3 benchmarks/ab_int4_copies.py --workload zoo:llama-1b --both-first --out-file "$OUT/ab-int4-copies-llama-1b-both-first.json" 2>&1 | grep -v "^  " | tail -4
+      timeout 280 python3 benchmarks/ab_int4_copies.py --workload zoo:llama-1b --out-file "$OUT/ab-int4-copies-llama-1b-again.json" 2>&1 | grep -v "^  " | tail -4
+      ;;
+    wordsop)  # the int4 layer's batch-1 call through the words-only op against packed bytes + words, layer chains in CUDA graphs at llama-1b's shapes (benchmarks/ab_int4_words_op.py)
+      timeout 300 python3 benchmarks/ab_int4_words_op.py --out-file "$OUT/ab-int4-words-op-llama-1b.json" 2>&1 | tail -8
+      ;;
     tmaring)  # (ran at 0c4a633; the W_TMA key is gone since: 9-27x slower, W_TMA 2 wrong on the GPU) the tensor-core int4 GEMV with its words (W_TMA 1; 2: x and the scales too) read by TMA through a ring of STAGES shared-memory buffers, against the tuned configs
       base='"PREFETCH": false, "X_NOW": false, "maxnreg": 0'
       v=(); for c in "1 3 64 256 4 2" "1 4 64 256 4 2" "1 3 64 512 4 2" "1 4 64 128 4 4" "1 4 64 256 4 4" "1 3 128 256 8 2" "2 3 64 256 4 2" "2 4 64 128 4 4"; do set -- $c

@@ -381,10 +381,10 @@ def test_int4_module_makes_the_tensor_core_operands_ahead_and_the_op_never_makes
     from agnitra.kernels import ops
 
     tc = {"KERNEL": "tc", "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 2, "PREFETCH": True}
-    monkeypatch.setattr(ops, "config_for", lambda kernel, shape, dtype, device_type: dict(tc))
     lin = torch.nn.Linear(128, 40, bias=True, device=CPU).to(torch.float16)
-    module = km.TritonInt4Linear.from_linear(lin, 64)
-    assert module.tc_words is not None and torch.equal(module.tc_words, qm.shuffle_int4_for_tc(module.weight))
+    module = km.TritonInt4Linear.from_linear(lin, 64)  # under 64 outputs the batch-1 default reads the packed bytes: both kept
+    monkeypatch.setattr(ops, "config_for", lambda kernel, shape, dtype, device_type: dict(tc))
+    assert module.weight is not None and module.tc_words is not None and torch.equal(module.tc_words, qm.shuffle_int4_for_tc(module.weight))
     assert "tc_words" not in module.state_dict(), "remade from the weights, not saved"
     x = torch.randn(1, 128, device=CPU).to(torch.float16)
     ref = qm.int4_reference(x.double(), module.weight, module.scales.double(), module.zeros.double(), 64, module.bias.double())
@@ -394,6 +394,80 @@ def test_int4_module_makes_the_tensor_core_operands_ahead_and_the_op_never_makes
     assert not hasattr(module.weight, "_agnitra_tc_words"), "the op made no operands of its own"
     no_tc = km.TritonInt4Linear.from_linear(torch.nn.Linear(96, 16, device=CPU).to(torch.float16), 32)  # K % 64: no tensor-core operands
     assert no_tc.tc_words is None and no_tc.tc_scales is None
+
+
+def _int4_module(n: int, k: int = 128, group: int = 64, seed: int = 0):
+    """A kernel-backed fp16 int4 Linear with a bias, and its packed bytes, scales and zeros as quantised."""
+    from agnitra.kernels import modules as km
+
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(k, n, bias=True, device=CPU).to(torch.float16)
+    packed, scales, zeros = qm.quantize_int4_groupwise(lin.weight.detach(), group, torch.float16)
+    return km.TritonInt4Linear.from_linear(lin, group), (packed, scales, zeros, lin.bias.detach())
+
+
+def test_int4_module_keeps_the_weight_once_as_tensor_core_words():
+    """Where the batch-1 GEMV is the tensor-core kernel, an int4 layer keeps only the shuffled words
+    (the packed int4 bytes' size); the GEMV (batch 1-8), the tiled kernel (larger batches) and
+    activations of another dtype (tiled) all read them and agree with the float64 reference."""
+    module, (packed, scales, zeros, bias) = _int4_module(80)
+    assert module.weight is None and "tensor-core words" in repr(module)
+    assert module.tc_words.numel() * 4 == packed.numel(), "one copy: the words take the packed bytes"
+    assert torch.equal(module.packed_weight, packed)
+    for m, dtype in ((1, torch.float16), (3, torch.float16), (20, torch.float16), (2, torch.float32)):
+        x = torch.randn(m, 128, device=CPU).to(dtype)
+        ref = qm.int4_reference(x.double(), packed, scales.double(), zeros.double(), 64, bias.double())
+        _check(module(x), ref, dtype)
+
+
+def test_int4_module_keeps_the_packed_bytes_where_its_tuned_batch1_kernel_reads_them(monkeypatch):
+    from agnitra.kernels import modules as km
+    from agnitra.kernels import ops
+
+    rows = {"KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
+    monkeypatch.setattr(ops, "config_for", lambda kernel, shape, dtype, device_type: dict(rows))
+    module = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 80, device=CPU).to(torch.float16), 64)
+    assert module.weight is not None and module.tc_words is not None and "packed + tensor-core words" in repr(module)
+
+
+def test_int4_state_dict_holds_the_packed_bytes_and_loading_remakes_the_words():
+    """The state dict holds the packed bytes whichever copies a layer keeps; loading one into a layer
+    (words only, or packed bytes and words) remakes its words and (s, z) pairs: no stale copy."""
+    source, (packed, _, _, _) = _int4_module(80, seed=1)
+    state = source.state_dict()
+    assert set(state) == {"weight", "scales", "zeros", "bias"} and torch.equal(state["weight"], packed)
+    x = torch.randn(2, 128, device=CPU).to(torch.float16)
+    words_only, _ = _int4_module(80, seed=2)
+    words_only.load_state_dict(state)
+    assert torch.equal(words_only.tc_words, source.tc_words) and torch.equal(words_only.tc_scales, source.tc_scales)
+    assert torch.equal(words_only(x), source(x))
+    both, _ = _int4_module(40, seed=3)  # under 64 outputs: packed bytes and words
+    small_state = _int4_module(40, seed=4)[0].state_dict()
+    both.load_state_dict(small_state)
+    assert torch.equal(both.tc_words, qm.shuffle_int4_for_tc(small_state["weight"])), "the words follow the loaded bytes"
+    with pytest.raises(RuntimeError, match="int4 packed bytes must be uint8"):
+        words_only.load_state_dict({**state, "weight": state["weight"][:, :32]})
+    with pytest.raises(RuntimeError, match="Missing key"):
+        words_only.load_state_dict({k: v for k, v in state.items() if k != "weight"})
+
+
+def test_int4_words_matmul_refuses_what_the_words_cannot_run():
+    module, _ = _int4_module(80)
+    x = torch.randn(1, 128, device=CPU).to(torch.float16)
+    s, z = module.scales, module.zeros
+    with pytest.raises(ValueError, match="words must be int32"):
+        qm.int4_words_matmul(x, module.tc_words[:, :1], s, z, 64)
+    with pytest.raises(ValueError, match="KERNEL='tc' with its"):
+        qm.int4_words_matmul(x, module.tc_words, s, z, 64, config={"path": "gemv"})
+
+
+def test_int4_unshuffle_inverts_the_tensor_core_shuffle():
+    gen = torch.Generator(device="cpu").manual_seed(6)
+    for n, k in ((40, 128), (16, 64), (1000, 32768)):  # a partial tile; one tile; several passes
+        packed = qm.pack_int4(torch.randint(0, 16, (n, k), generator=gen, device="cpu"))
+        assert torch.equal(qm.unshuffle_int4_from_tc(qm.shuffle_int4_for_tc(packed), n), packed)
+    with pytest.raises(ValueError, match="for N=64"):
+        qm.unshuffle_int4_from_tc(qm.shuffle_int4_for_tc(packed[:16]), 64)
 
 
 def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):

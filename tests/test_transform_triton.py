@@ -78,6 +78,10 @@ def test_concat_outputs_stacks_rows_and_refuses_mixed_kinds():
     assert torch.allclose(km.concat_outputs(int8)(x), torch.cat([m(x) for m in int8], dim=-1), rtol=1e-5, atol=1e-5)
     int4 = [km.TritonInt4Linear.from_linear(lin, 32) for lin in linears]
     assert torch.allclose(km.concat_outputs(int4)(x), torch.cat([m(x) for m in int4], dim=-1), rtol=1e-5, atol=1e-5)
+    half = [km.TritonInt4Linear.from_linear(torch.nn.Linear(128, n).to(torch.float16), 64) for n in (80, 40)]  # words only; bytes and words
+    assert half[0].weight is None and half[1].weight is not None
+    xh = torch.randn(2, 128).to(torch.float16)
+    assert torch.allclose(km.concat_outputs(half)(xh), torch.cat([m(xh) for m in half], dim=-1), rtol=2e-3, atol=2e-3)
     assert not km.stackable([int8[0], int4[1]]) and not km.stackable([int8[0], linears[1]])
     with pytest.raises(ValueError, match="one kind"):
         km.concat_outputs([int8[0], int4[1]])
@@ -97,8 +101,9 @@ def test_int4_kernels_and_skip(tinylm):
 
 
 def test_int4_notes_name_the_tensor_core_copy_where_it_is_kept(tinylm):
-    """16-bit int4 layers keep a second, shuffled copy of their weights: the recipe's notes say what
-    that costs; fp32 layers (no tensor-core GEMV) and int8 ones keep no such copy and say nothing."""
+    """16-bit int4 layers keep their weights shuffled for the tensor-core GEMV, small ones the packed
+    bytes as well: the recipe's notes say so; fp32 layers (no tensor-core GEMV) and int8 ones keep no
+    such copy and say nothing."""
     from types import SimpleNamespace
 
     from agnitra.transforms import get_transform
@@ -106,7 +111,7 @@ def test_int4_notes_name_the_tensor_core_copy_where_it_is_kept(tinylm):
     t = get_transform("triton-kernels")
     cpu, bf16 = torch.device("cpu"), SimpleNamespace(dtype=torch.bfloat16)  # what notes look at: the workload's dtype
     (note,) = t.notes(TransformContext(bf16, cpu), t.parse_params({"weights": "int4"}))
-    assert "second copy" in note and "twice the packed int4 bytes" in note
+    assert "keep their weights once" in note and "also keep the packed bytes" in note
     assert t.notes(TransformContext(tinylm, cpu), t.parse_params({"weights": "int4"})) == []  # fp32
     assert t.notes(TransformContext(bf16, cpu), t.parse_params({"weights": "int8"})) == []
     assert t.notes(TransformContext(bf16, cpu), t.parse_params({"weights": "int4", "group_size": 32})) == []  # groups the tc kernel cannot take

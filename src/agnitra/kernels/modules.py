@@ -26,7 +26,7 @@ class _SplitKLinear(nn.Module):
     def _reserve_counters(self) -> None:
         from agnitra.kernels.quant_matmul import reserve_split_k_counters
 
-        reserve_split_k_counters(self.weight.device)
+        reserve_split_k_counters(self.scales.device)
 
     def _apply(self, fn, *args, **kwargs):
         module = super()._apply(fn, *args, **kwargs)
@@ -66,13 +66,25 @@ class TritonInt8Linear(_SplitKLinear):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, weight=int8 per-channel, kernel=triton"
 
 
+def _batch1_reads_packed(n: int, k: int, group_size: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a layer's batch-1 int4 GEMV (tuned on this device, else the default) is a kernel over the
+    packed bytes (the row kernel of small layers) rather than the tensor-core GEMV over the words."""
+    return ops.config_for("int4_gemv", (1, n, k, group_size), dtype, device.type).get("KERNEL") != "tc"
+
+
 class TritonInt4Linear(_SplitKLinear):
-    """Group-wise asymmetric int4 weights packed two per byte; GEMV or tiled kernel."""
+    """Group-wise asymmetric int4 weights; GEMV or tiled kernel.
+
+    The weight is kept once where it can be: as the tensor-core GEMV's words (16-bit models, K and
+    the group size multiples of 64), which the tiled kernel reads too; `weight` is then None. A
+    layer whose batch-1 GEMV reads the packed bytes (the row kernel of small layers) keeps those as
+    `weight` [N, K/2] beside the words; fp32 layers keep only the packed bytes. The state dict
+    always holds the packed bytes as "weight", and loading one remakes the words and (s, z) pairs.
+    """
 
     def __init__(self, weight, scales, zeros, bias, in_features: int, out_features: int, group_size: int) -> None:
         super().__init__()
         self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
-        self.register_buffer("weight", weight)  # [N, K/2] uint8, low nibble = even k
         self.register_buffer("scales", scales)  # [N, K/G]
         self.register_buffer("zeros", zeros)  # [N, K/G]
         self.register_buffer("bias", bias)
@@ -82,6 +94,8 @@ class TritonInt4Linear(_SplitKLinear):
 
         self._reserve_counters()
         words, pairs = int4_tc_operands(weight, scales, zeros, group_size)
+        keep_packed = words is None or _batch1_reads_packed(out_features, in_features, group_size, scales.dtype, scales.device)
+        self.register_buffer("weight", weight if keep_packed else None)  # [N, K/2] uint8, low nibble = even k
         self.register_buffer("tc_words", words, persistent=False)
         self.register_buffer("tc_scales", pairs, persistent=False)
         self.tc_dtype = scales.dtype  # the activations' dtype the (s, z) pairs are made for
@@ -94,15 +108,61 @@ class TritonInt4Linear(_SplitKLinear):
         bias = linear.bias.detach() if linear.bias is not None else None
         return cls(packed, scales, zeros, bias, linear.in_features, linear.out_features, group_size)
 
+    @property
+    def packed_weight(self) -> torch.Tensor:
+        """The codes as `pack_int4` bytes [N, K/2]: `weight`, or unshuffled from the words (a new tensor)."""
+        from agnitra.kernels.quant_matmul import unshuffle_int4_from_tc
+
+        return self.weight if self.weight is not None else unshuffle_int4_from_tc(self.tc_words, self.out_features)
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.weight is None:
+            destination[prefix + "weight"] = self.packed_weight
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        key = prefix + "weight"
+        if self.weight is not None:
+            packed = self.weight  # loaded in place by the base class
+        elif key in state_dict:
+            if key in unexpected_keys:
+                unexpected_keys.remove(key)
+            packed = state_dict[key]
+            expected = (self.out_features, self.in_features // 2)
+            if tuple(packed.shape) != expected or packed.dtype != torch.uint8:
+                error_msgs.append(f"size mismatch for {key}: int4 packed bytes must be uint8 {list(expected)}, got {list(packed.shape)} {packed.dtype}")
+                return
+        else:
+            missing_keys.append(key)
+            return
+        self._remake_tc_operands(packed.to(self.scales.device))
+
+    def _remake_tc_operands(self, packed: torch.Tensor) -> None:
+        """The words and (s, z) pairs of newly loaded weights, written into the buffers in place."""
+        from agnitra.kernels.quant_matmul import int4_tc_operands
+
+        if self.tc_words is None:
+            return
+        words, pairs = int4_tc_operands(packed, self.scales, self.zeros, self.group_size)
+        with torch.no_grad():
+            self.tc_words.copy_(words)
+            self.tc_scales.copy_(pairs)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         dt = x.dtype
-        tc = (self.tc_words, self.tc_scales) if self.tc_scales is not None and dt == self.tc_dtype else (None, None)
-        y = ops.int4_weight_only_linear(_flat(x, self.in_features).contiguous(), self.weight, self.scales.to(dt), self.zeros.to(dt), self.group_size,
-                                        None if self.bias is None else self.bias.to(dt), *tc)
+        x2d, bias = _flat(x, self.in_features).contiguous(), None if self.bias is None else self.bias.to(dt)
+        pairs = self.tc_scales if self.tc_scales is not None and dt == self.tc_dtype else None
+        if self.weight is None:
+            y = ops.int4_words_linear(x2d, self.tc_words, self.scales.to(dt), self.zeros.to(dt), self.group_size, bias, pairs)
+        else:
+            tc = (self.tc_words, pairs) if pairs is not None else (None, None)
+            y = ops.int4_weight_only_linear(x2d, self.weight, self.scales.to(dt), self.zeros.to(dt), self.group_size, bias, *tc)
         return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, weight=int4, kernel=triton"
+        kept = "packed" if self.tc_words is None else "tensor-core words" if self.weight is None else "packed + tensor-core words"
+        return f"in_features={self.in_features}, out_features={self.out_features}, group_size={self.group_size}, weight=int4 ({kept}), kernel=triton"
 
 
 class TritonRMSNorm(nn.Module):
@@ -184,7 +244,8 @@ def concat_outputs(linears: list[nn.Module]) -> nn.Module:
     cat = lambda name: torch.cat([getattr(m, name) for m in linears]) if getattr(first, name) is not None else None  # noqa: E731
     if isinstance(first, TritonInt8Linear):
         return TritonInt8Linear(cat("weight"), cat("scales"), cat("bias"), first.in_features, n)
-    return TritonInt4Linear(cat("weight"), cat("scales"), cat("zeros"), cat("bias"), first.in_features, n, first.group_size)
+    packed = torch.cat([m.packed_weight for m in linears])  # words of row counts not multiples of 16 do not stack
+    return TritonInt4Linear(packed, cat("scales"), cat("zeros"), cat("bias"), first.in_features, n, first.group_size)
 
 
 class TritonStackedFeedForward(StackedFeedForward):

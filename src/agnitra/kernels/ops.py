@@ -83,6 +83,31 @@ def _(x, weight, scales, zeros, group_size, bias, tc_words=None, tc_scales=None)
     return x.new_empty(x.shape[0], weight.shape[0])
 
 
+@torch.library.custom_op("agnitra::int4_words_linear", mutates_args=())
+def int4_words_linear(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, bias: torch.Tensor | None,
+                      tc_scales: torch.Tensor | None = None) -> torch.Tensor:
+    """int4 weights kept only as the tensor-core words: for M <= 8 with `tc_scales` (the (s, z) pairs
+    in x's dtype) the tensor-core GEMV, with the tuned GEMV config where it is that kernel, else its
+    default; otherwise the tiled kernel over the words, with the tuned tiled config where it reads
+    the words, else the tiled default (which does)."""
+    from agnitra.kernels import quant_matmul as qm
+
+    m, n, k = x.shape[0], scales.shape[0], x.shape[1]
+    shape = (m, n, k, group_size)
+    if m <= 8 and tc_scales is not None:
+        config = config_for("int4_gemv", shape, x.dtype, x.device.type)
+        config = {**(config if config.get("KERNEL") == "tc" else qm.int4_tc_default_config(n, k, group_size)), "path": "gemv"}
+    else:
+        config = config_for("int4_tiled", shape, x.dtype, x.device.type)
+        config = {**(config if config.get("TC_WORDS") else qm.int4_tiled_default_config(shape, x.dtype)), "path": "tiled"}
+    return qm.int4_words_matmul(x, words, scales, zeros, group_size, bias, config=config, tc_scales=tc_scales)
+
+
+@int4_words_linear.register_fake
+def _(x, words, scales, zeros, group_size, bias, tc_scales=None):
+    return x.new_empty(x.shape[0], scales.shape[0])
+
+
 def _rows(x: torch.Tensor) -> tuple[int, int]:
     return x.numel() // x.shape[-1], x.shape[-1]
 

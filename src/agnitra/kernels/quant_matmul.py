@@ -1090,6 +1090,18 @@ def _check_out(out: torch.Tensor | None, m: int, n: int, x: torch.Tensor) -> tor
     return out
 
 
+def _output_and_path(x: torch.Tensor, n: int, bias: torch.Tensor | None, out: torch.Tensor | None, config: dict[str, Any] | None) -> tuple[torch.Tensor, str | None]:
+    """A weight-only matmul's output [M, N] and path, after the checks they share (bias, out, a
+    device the kernels run on); path None when M == 0 (nothing to launch)."""
+    m = x.shape[0]
+    _check_vector("bias", bias, n, x.device)
+    y = _check_out(out, m, n, x)
+    if m == 0:
+        return y, None
+    _check_device(x)
+    return y, _choose_path(config, m)
+
+
 def _choose_path(config: dict[str, Any] | None, m: int) -> str:
     path = (config or {}).get("path") or ("gemv" if m <= GEMV_MAX_M else "tiled")
     if path not in ("gemv", "tiled"):
@@ -1188,12 +1200,9 @@ def int8_weight_only_matmul(
     if w_int8.device != x.device:
         raise ValueError(f"w_int8 is on {w_int8.device}, x on {x.device}")
     _check_vector("scales", scales, n, x.device)
-    _check_vector("bias", bias, n, x.device)
-    y = _check_out(out, m, n, x)
-    if m == 0:
+    y, path = _output_and_path(x, n, bias, out, config)
+    if path is None:
         return y
-    _check_device(x)
-    path = _choose_path(config, m)
     shape = (m, n, k)
     if path == "gemv":
         cfg = {**int8_gemv_default_config(shape, x.dtype), **(config or {})}
@@ -1331,6 +1340,26 @@ def shuffle_int4_for_tc(w_packed: torch.Tensor) -> torch.Tensor:
     return words
 
 
+def unshuffle_int4_from_tc(words: torch.Tensor, n: int) -> torch.Tensor:
+    """The inverse of `shuffle_int4_for_tc`: words [cdiv(N, 16), K/64, 32, 4] -> `pack_int4` codes
+    [N, K/2] (the padding rows past N dropped), in passes of ~64 MB of codes as the shuffle."""
+    tiles, chunks = words.shape[0], words.shape[1]
+    if words.dim() != 4 or tuple(words.shape[2:]) != (32, 4) or words.dtype != torch.int32 or not 16 * (tiles - 1) < n <= 16 * tiles:
+        raise ValueError(f"tensor-core words must be int32 [cdiv(N, 16), K/64, 32, 4] for N={n}, got {tuple(words.shape)} {words.dtype}")
+    k = 64 * chunks
+    packed = torch.empty(n, k // 2, dtype=torch.uint8, device=words.device)
+    step = max(1, (1 << 24) // (16 * k))
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32, device=words.device)
+    for first in range(0, tiles, step):
+        part = words[first:first + step]
+        count = part.shape[0]
+        q = ((part[..., None] >> shifts) & 0xF).to(torch.uint8)  # [tile, chunk, 32, 4, 8]: nibble i = 4p + 2e + h
+        q = q.view(count, chunks, 8, 4, 4, 2, 2, 2).permute(0, 2, 7, 1, 3, 6, 4, 5)  # [tile, chunk, g, t, j, p, e, h] -> [tile, g, h, chunk, t, e, j, p]
+        rows = q.reshape(16 * count, k)[: n - 16 * first]
+        packed[16 * first:16 * first + rows.shape[0]] = pack_int4(rows)
+    return packed
+
+
 def _int4_tc_words(w_packed: torch.Tensor) -> torch.Tensor:
     """`shuffle_int4_for_tc(w_packed)`, made once per weight (kept on the tensor, remade if it is written in place)."""
     cached = getattr(w_packed, "_agnitra_tc_words", None)
@@ -1360,19 +1389,19 @@ def int4_tc_operands(w_packed: torch.Tensor, scales: torch.Tensor, zeros: torch.
     """(shuffled words, (s, z) pairs) for the tensor-core GEMV, made ahead of time by a module that
     owns the weight: made lazily inside a CUDA graph capture they would be allocations in the
     graph's pool (torch refuses them). (None, None) when the kernel cannot run on these weights
-    (K or the group size not a multiple of 64, scales not 16-bit). Costs a second copy of the
-    int4 weight (the row, byte and tiled kernels read the original packing)."""
+    (K or the group size not a multiple of 64, scales not 16-bit). The words are the int4 weight's
+    size; a module keeps the packed bytes as well only where a kernel over them (the row, word or
+    byte GEMV) serves its batch-1 calls (`int4_words_matmul` runs the rest over the words)."""
     k = 2 * w_packed.shape[1]
     if k % 64 or group_size % 64 or scales.dtype not in (torch.float16, torch.bfloat16):
         return None, None
     return shuffle_int4_for_tc(w_packed), _int4_tc_scales(scales, zeros, scales.dtype)
 
 
-def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands=None) -> None:
-    """The tensor-core GEMV (`_int4_gemv_tc_kernel`): 16-bit activations, M <= 8, K and G multiples of 64;
-    `operands` from `int4_tc_operands` (made lazily, cached on the tensors, when not given)."""
+def _int4_tc_gemv(x, n, group_size, bias, y, cfg, operands) -> None:
+    """The tensor-core GEMV (`_int4_gemv_tc_kernel`) over N outputs: 16-bit activations, M <= 8, K and
+    G multiples of 64; `operands`: (words, (s, z) pairs in x's dtype) as `int4_tc_operands` makes them."""
     m, k = x.shape
-    n = w_packed.shape[0]
     tiles, warps, chunks = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4), cfg["BLOCK_K"] // 64
     if (x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < 16 * warps
             or cfg["BLOCK_K"] % 64 or cfg["BLOCK_K"] > 512):  # BLOCK_K against the groups: `_check_int4_block_k`, by the caller
@@ -1389,7 +1418,7 @@ def _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, operands
     bf16 = x.dtype == torch.bfloat16
     asm, xsum = (_ptx(INT4_TC_BF16), _ptx(INT4_TC_XSUM_BF16)) if bf16 else (_ptx(INT4_TC_FP16), _ptx(INT4_TC_XSUM_FP16))
     _jit(_int4_gemv_tc_kernel)[grid](
-        pairs, *(operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype))), bias if bias is not None else scales, y, partials, counters,
+        pairs, *operands, bias if bias is not None else y, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
@@ -1457,12 +1486,9 @@ def int4_weight_only_matmul(
     of these weights for KERNEL 'tc' (in x's dtype; made and cached on the tensors when absent).
     """
     m, n, k = _check_int4_inputs(x, w_packed, scales, zeros, group_size)
-    _check_vector("bias", bias, n, x.device)
-    y = _check_out(out, m, n, x)
-    if m == 0:
+    y, path = _output_and_path(x, n, bias, out, config)
+    if path is None:
         return y
-    _check_device(x)
-    path = _choose_path(config, m)
     shape = (m, n, k, group_size)
     if path == "gemv":
         cfg = {**int4_gemv_default_config(shape, x.dtype), **(config or {})}
@@ -1477,7 +1503,7 @@ def int4_weight_only_matmul(
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
         if kernel == "tc":
-            _int4_tc_gemv(x, w_packed, scales, zeros, group_size, bias, y, cfg, tc_operands)
+            _int4_tc_gemv(x, n, group_size, bias, y, cfg, tc_operands or (_int4_tc_words(w_packed), _int4_tc_scales(scales, zeros, x.dtype)))
             return y
         split_k, n_blocks = cfg["SPLIT_K"], _cdiv(n, cfg["BLOCK_N"])
         if kernel == "mma":
@@ -1500,21 +1526,72 @@ def int4_weight_only_matmul(
     cfg = {**int4_tiled_default_config(shape, x.dtype), **(config or {})}
     if config and "BLOCK_K" in config and "TC_WORDS" not in config:  # a step chosen for the packed bytes: the default's words do not apply
         cfg.pop("TC_WORDS", None)
+    _int4_tiled(x, _tiled_weight(w_packed, cfg, tc_operands), n, scales, zeros, group_size, bias, y, cfg)
+    return y
+
+
+def int4_words_matmul(
+    x: torch.Tensor,
+    words: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor,
+    group_size: int,
+    bias: torch.Tensor | None = None,
+    config: dict[str, Any] | None = None,
+    tc_scales: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """`int4_weight_only_matmul` for a weight kept only as the tensor-core words (`shuffle_int4_for_tc`,
+    N = scales' rows): path "gemv" is the tensor-core GEMV (KERNEL 'tc'; M <= 8, 16-bit x, `tc_scales`
+    = `int4_tc_operands`' pairs in x's dtype), path "tiled" the tiled kernel over the words (TC_WORDS;
+    any M and float dtype). The row, word and byte GEMVs read the packed bytes: not here."""
+    _check_activations(x)
+    m, k = x.shape
+    n = scales.shape[0]
+    if words.dim() != 4 or tuple(words.shape) != (_cdiv(n, 16), k // 64, 32, 4) or words.dtype != torch.int32 or k % 64:
+        raise ValueError(f"words must be int32 [cdiv(N, 16), K/64, 32, 4] = [{_cdiv(n, 16)}, {k // 64}, 32, 4] for x's K={k} (a multiple of 64)"
+                         f" and N={n} rows of scales, got {tuple(words.shape)} {words.dtype}")
+    if k % group_size or group_size % 64:
+        raise ValueError(f"the words hold whole 64-feature chunks: group_size must be a multiple of 64 dividing K={k}, got {group_size}")
+    for name, t in (("scales", scales), ("zeros", zeros)):
+        if tuple(t.shape) != (n, k // group_size) or not t.is_floating_point() or t.device != x.device:
+            raise ValueError(f"{name} must be floating-point [N, K/group_size] = [{n}, {k // group_size}] on {x.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    y, path = _output_and_path(x, n, bias, None, config)
+    if path is None:
+        return y
+    shape = (m, n, k, group_size)
+    if path == "gemv":
+        cfg = {**int4_tc_default_config(n, k, group_size), **(config or {})}
+        if cfg.get("KERNEL") != "tc" or tc_scales is None:
+            raise ValueError(f"a weight kept as tensor-core words runs the GEMV KERNEL='tc' with its (s, z) pairs (tc_scales); got KERNEL={cfg.get('KERNEL')!r},"
+                             f" tc_scales {'given' if tc_scales is not None else 'missing'}: use path 'tiled'")
+        _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
+        _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k)
+        _check_split_k_steps(cfg, k, "tc")
+        _int4_tc_gemv(x, n, group_size, bias, y, cfg, (words, tc_scales))
+        return y
+    cfg = {**int4_tiled_default_config(shape, x.dtype), **(config or {}), "TC_WORDS": True}
+    _int4_tiled(x, _tiled_weight(words, cfg, (words, tc_scales)), n, scales, zeros, group_size, bias, y, cfg)
+    return y
+
+
+def _int4_tiled(x, weight, n, scales, zeros, group_size, bias, y, cfg) -> None:
+    """The tiled int4 kernel over `weight`: the packed bytes [N, K/2], or the words with TC_WORDS."""
+    m, k = x.shape
     _positive_pow2(cfg, "BLOCK_M", "BLOCK_N", "BLOCK_K")
-    _check_int4_block_k(cfg["BLOCK_K"], group_size, path)
+    _check_int4_block_k(cfg["BLOCK_K"], group_size, "tiled")
     if min(cfg["BLOCK_M"], cfg["BLOCK_N"]) < 16:
         raise ValueError(f"tiled path: BLOCK_M and BLOCK_N must be >= 16 (tl.dot), got {cfg}")
     grid = (_cdiv(m, cfg["BLOCK_M"]) * _cdiv(n, cfg["BLOCK_N"]),)
+    w_strides = (weight.stride(0), weight.stride(1)) if weight.dim() == 2 else (0, 0)  # the words' strides are compiled in
     _jit(_int4_tiled_kernel)[grid](
-        x, _tiled_weight(w_packed, cfg, tc_operands), scales, zeros, bias if bias is not None else scales, y,
+        x, weight, scales, zeros, bias if bias is not None else scales, y,
         m, n, k,
-        x.stride(0), x.stride(1), w_packed.stride(0), w_packed.stride(1),
+        x.stride(0), x.stride(1), *w_strides,
         scales.stride(0), scales.stride(1), zeros.stride(0), zeros.stride(1), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, DOT_PRECISION=_dot_precision(x.dtype),
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg.get("GROUP_M", 8),
         **({"TC_WORDS": True} if cfg.get("TC_WORDS") else {}), **_launch_options(cfg),
     )
-    return y
 
 
 def _tiled_weight(w_packed: torch.Tensor, cfg: dict[str, Any], tc_operands) -> torch.Tensor:
@@ -1762,7 +1839,7 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_
     rows of 2048 codes, up to 2048 of them, in one step (1 row on eight warps under 1024 outputs, else
     8 rows through cp.async); under 1024 outputs, 2 rows x a whole row of up to 2048 codes a step on four warps; otherwise, for
     16-bit activations and unless `tensor_cores` is False (no pre-shuffled operands at hand), the
-    tensor-core kernel (`_int4_tc_default`); else the row kernel with two groups a step and all of
+    tensor-core kernel (`int4_tc_default_config`); else the row kernel with two groups a step and all of
     the next step's reads prefetched, 64 rows a program when those alone fill the device (four
     warps), else 32 rows, split along K while the programs stay under ~4 an SM (two warps); the word
     kernel for fewer than 64 rows. M > 1: the byte kernel."""
@@ -1783,7 +1860,7 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_
         if n < 1024 and whole:  # few outputs: many programs of short rows, one or two steps each
             return {"KERNEL": "rows", "BLOCK_N": 2, "BLOCK_K": whole[0], "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 1}
         if tensor_cores and dtype in (torch.float16, torch.bfloat16) and k % 64 == 0 and g % 64 == 0:
-            return _int4_tc_default(n, k, g)
+            return int4_tc_default_config(n, k, g)
         if bk == g and 2 * g <= 256 and _groups_a_step(2 * g, g, k) == 2:
             bk *= 2  # two groups a step
         bn = 64 if _cdiv(n, 64) >= _SMS else 32
@@ -1801,7 +1878,7 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_
     return {"KERNEL": "bytes", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": 4, "num_stages": 3}
 
 
-def _int4_tc_default(n: int, k: int, g: int) -> dict[str, Any]:
+def int4_tc_default_config(n: int, k: int, g: int) -> dict[str, Any]:
     """The tensor-core GEMV at batch 1 (the H100's best, gemv-explore-tc-chunks-*.json): 64 rows a
     program; when those alone fill the device, two warps and steps of up to 512 features, else four
     warps, steps of up to 256 and split along K up to ~8 programs an SM."""

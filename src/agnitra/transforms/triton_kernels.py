@@ -3,8 +3,9 @@
 - `weights`: "int8" / "int4" quantise eligible nn.Linear layers into kernel-backed modules (GEMV
   for decode batches, tiled for larger ones); "keep" leaves float Linears alone but still moves
   `int8-weight-only` modules of an earlier step onto the kernels (same format, no copy). int4
-  layers of a 16-bit model also keep their weights pre-shuffled for the tensor-core GEMV (batch
-  1-8): a second copy of the int4 weights, a quarter of the bf16 bytes.
+  layers of a 16-bit model keep their weights once, pre-shuffled for the tensor-core GEMV (batch
+  1-8), which the tiled kernel (larger batches) reads too; a layer whose batch-1 GEMV is the row
+  kernel (small layers, where it is faster) keeps the packed bytes it reads as well.
 - `norms`: RMSNorm (ours) and nn.LayerNorm through the fused norm kernels; in our Llama the
   residual add is fused into the FFN norm (one pass over the hidden state instead of two).
 - `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel; a transformers encoder's Linear + exact
@@ -125,13 +126,14 @@ class TritonKernels(Transform):
 
     def notes(self, ctx: TransformContext, params) -> list[str]:
         """Whether the kernels launch with programmatic dependent launch here (`kernels.pdl`); what
-        int4 layers cost in memory where they keep the tensor-core GEMV's copy of their weights."""
+        int4 layers keep in memory where the tensor-core GEMV's copy of their weights is made."""
         from agnitra.kernels.pdl import pdl_note, pdl_unavailable
 
         notes = []
         if params.weights == "int4" and ctx.dtype in (torch.float16, torch.bfloat16) and params.group_size % 64 == 0:
-            notes.append("triton-kernels: int4 layers also keep their weights pre-shuffled for the tensor-core GEMV (batch 1-8), a second copy:"
-                         " in memory they take twice the packed int4 bytes, as much as int8 weights")
+            notes.append("triton-kernels: int4 layers keep their weights once, pre-shuffled for the tensor-core GEMV; layers whose batch-1 GEMV"
+                         " is the row kernel (small layers, where it is faster) also keep the packed bytes it reads, a second copy"
+                         " (twice the packed int4 bytes for those layers: each says which it keeps in the model's repr)")
         if ctx.device.type == "cuda":
             notes.append(pdl_note("triton-kernels", pdl_unavailable(ctx.device),
                                   "the GEMV, decode-layer, norm and gated-activation kernels launch with programmatic dependent launch"))
