@@ -221,6 +221,9 @@ ncu_gemv() {
       timeout 280 python3 benchmarks/ab_int4_copies.py --workload zoo:llama-1b --both-first --out-file "$OUT/ab-int4-copies-llama-1b-both-first.json" 2>&1 | grep -v "^  " | tail -4
       timeout 280 python3 benchmarks/ab_int4_copies.py --workload zoo:llama-1b --out-file "$OUT/ab-int4-copies-llama-1b-again.json" 2>&1 | grep -v "^  " | tail -4
       ;;
+    onecopy8b)  # llama-8b decode: int4 one copy and both copies (ab_int4_copies.py) beside bf16 compile, weights per variant
+      timeout 580 python3 benchmarks/ab_int4_copies.py --workload zoo:llama-8b --out-file "$OUT/ab-int4-copies-llama-8b.json" 2>&1 | grep -v "^  " | tail -4
+      ;;
     wordsop)  # the int4 layer's batch-1 call through the words-only op against packed bytes + words, layer chains in CUDA graphs at llama-1b's shapes (benchmarks/ab_int4_words_op.py)
       timeout 300 python3 benchmarks/ab_int4_words_op.py --out-file "$OUT/ab-int4-words-op-llama-1b.json" 2>&1 | tail -8
       ;;
