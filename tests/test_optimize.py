@@ -131,7 +131,7 @@ def test_never_slower_returns_the_original(tmp_path):
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["schema"] == "agnitra.optimize/1" and saved["chosen"] is None
     page = (tmp_path / "report.html").read_text()
-    assert "original model is returned" in page and "test-slow" in page and "Candidates: latency vs peak memory" in page
+    assert "original model is returned" in page and "test-slow" in page and "Candidates: latency vs model memory" in page
     assert_self_contained(page)
     assert (tmp_path / "candidates.csv").read_text().splitlines()[0].startswith("candidate,status,speedup")
 
@@ -197,3 +197,17 @@ def test_compiled_code_is_forgotten_after_each_candidate(monkeypatch):
 def test_exclude_transforms_keeps_them_out_of_the_search(tmp_path):
     fast = agnitra.optimize(_mlp(), device="cpu", transforms=["test-slow", "test-nan"], exclude_transforms=["test-nan"], budget="60s", peers=[], out=tmp_path)
     assert [c.name for c in fast.report.candidates] == ["test-slow"]
+
+
+def test_memory_objective_ranks_by_the_candidates_own_weights():
+    """A run's peak holds the baseline's tensors too, so a candidate sharing them all (nothing new
+    allocated) would look smallest by peak; the memory objective ranks by the model's own weights."""
+    from agnitra.report.schema import CandidateResult, Correctness
+    from agnitra.search.optimize import rank
+
+    ok = Correctness(metric="logits", value=40.0, passed=True)
+    shared = CandidateResult("bf16 compile", {}, "a", 1.0, "ok", speedup=1.5, peak_memory_bytes=2_300, model_bytes=2_200, correctness=ok)
+    int4 = CandidateResult("int4", {}, "b", 1.0, "ok", speedup=1.3, peak_memory_bytes=3_100, model_bytes=800, correctness=ok)
+    unknown = CandidateResult("ort", {}, "c", 1.0, "ok", speedup=1.2, peak_memory_bytes=2_250, correctness=ok)  # weights outside torch: its peak
+    assert [r.name for r in rank([shared, int4, unknown], "memory")] == ["int4", "bf16 compile", "ort"]
+    assert [r.name for r in rank([shared, int4, unknown], "latency")] == ["bf16 compile", "int4", "ort"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agnitra.report.schema import CandidateResult
+from agnitra.report.schema import CandidateResult, own_memory_bytes
 
 
 def candidate_cells(c: CandidateResult) -> list[str]:
@@ -16,7 +16,7 @@ def candidate_cells(c: CandidateResult) -> list[str]:
         f"{c.speedup:.2f}x" if c.speedup else "",
         f"{c.latency_ms.median:.4g}" if c.latency_ms else "",
         f"{c.baseline_ms:.4g}" if c.baseline_ms else "",
-        f"{c.peak_memory_bytes / 2**20:.1f}" if c.peak_memory_bytes is not None else "",
+        f"{own_memory_bytes(c) / 2**20:.1f}" if c.model_bytes is not None or c.peak_memory_bytes is not None else "",
         corr,
         f"{c.prior:.2f}",
         f"{c.setup_s:.1f}" if c.setup_s is not None else "",

@@ -17,9 +17,9 @@ from agnitra.report.html import (
     _base_layout, _chart_grid, _chart_label, _Charts, _context_section, _header, _notes_list, _page,
     _results_table, _section, _table, _workload_name, latency_figure,
 )
-from agnitra.report.schema import OptimizeReport
+from agnitra.report.schema import OptimizeReport, own_memory_bytes
 
-CANDIDATE_HEADERS = ["candidate", "status", "speedup", "median ms", "baseline ms", "peak MiB", "correctness", "prior", "setup s", "reason"]
+CANDIDATE_HEADERS = ["candidate", "status", "speedup", "median ms", "baseline ms", "model MiB", "correctness", "prior", "setup s", "reason"]
 
 
 def speedup_figure(report: OptimizeReport) -> go.Figure | None:
@@ -53,13 +53,13 @@ def pareto_figure(report: OptimizeReport) -> go.Figure | None:
     for group, members, color in (("Pareto front", [c for c in points if c.name in report.pareto], "#2b8a3e"), ("passed", [c for c in points if c.passed and c.name not in report.pareto], "#1c7ed6"), ("failed verification", [c for c in points if not c.passed], "#e03131")):
         if members:
             fig.add_trace(go.Scatter(
-                x=[c.latency_ms.median for c in members], y=[(c.peak_memory_bytes or 0) / 2**20 for c in members],
+                x=[c.latency_ms.median for c in members], y=[own_memory_bytes(c) / 2**20 for c in members],
                 mode="markers", name=group, marker={"color": color, "size": 10},
                 text=[_chart_label(c.name) for c in members], hovertemplate="%{text}<br>%{x:.3f} ms, %{y:.1f} MiB<extra></extra>",
             ))
-    fig.update_layout(**_base_layout("Candidates: latency vs peak memory", 420))
+    fig.update_layout(**_base_layout("Candidates: latency vs model memory", 420))
     fig.update_xaxes(title="median latency, ms (lower is better)")
-    fig.update_yaxes(title="peak memory, MiB")
+    fig.update_yaxes(title="weights and buffers on the device (else the run's peak), MiB")
     return fig
 
 

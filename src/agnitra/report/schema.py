@@ -165,6 +165,13 @@ class InspectReport:
         return doc
 
 
+def own_memory_bytes(result: "VariantResult | CandidateResult") -> int:
+    """What a model itself holds on the device: its weights and buffers where measured, else the
+    run's peak (which also holds the other variants' tensors: a model sharing all of the baseline's
+    would look smallest by it)."""
+    return result.model_bytes if result.model_bytes is not None else result.peak_memory_bytes or 0
+
+
 @dataclass
 class CandidateResult:
     """One recipe measured against the baseline in its own short interleaved run."""
@@ -178,7 +185,8 @@ class CandidateResult:
     latency_ms: Latency | None = None
     baseline_ms: float | None = None  # baseline median in the same run
     speedup: float | None = None  # baseline / candidate median latency
-    peak_memory_bytes: int | None = None
+    peak_memory_bytes: int | None = None  # the run's peak: the baseline's tensors resident too
+    model_bytes: int | None = None  # the candidate model's own weights and buffers on the device
     correctness: Correctness | None = None
     setup_s: float | None = None
     eval_s: float | None = None

@@ -20,7 +20,7 @@ from agnitra.bench.harness import BenchConfig, Harness
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.models.generate import decode_one_token, prefill
-from agnitra.report.schema import CandidateResult, DeviceReport, OptimizeReport, VariantResult
+from agnitra.report.schema import CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
 from agnitra.search.space import recipe_space
 from agnitra.search.strategies.base import get_strategy
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, search
@@ -47,14 +47,14 @@ def rank(results: list[CandidateResult], objective: str) -> list[CandidateResult
     """Passing candidates that beat the baseline, best first for the objective."""
     fast = [r for r in results if r.passed and r.speedup is not None and r.speedup > MIN_GAIN]
     if objective == "memory":
-        return sorted(fast, key=lambda r: (r.peak_memory_bytes or 0, -(r.speedup or 0)))
+        return sorted(fast, key=lambda r: (own_memory_bytes(r), -(r.speedup or 0)))
     return sorted(fast, key=lambda r: -(r.speedup or 0))
 
 
 def _score(v: VariantResult, objective: str) -> float:
     """Lower is better."""
     if objective == "memory":
-        return float(v.peak_memory_bytes or 0)
+        return float(own_memory_bytes(v))
     if objective == "energy" and v.energy_j_per_item is not None:
         return v.energy_j_per_item
     return v.latency_ms.median

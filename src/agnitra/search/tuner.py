@@ -24,7 +24,7 @@ from agnitra.bench.harness import BenchConfig, Harness
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import AgnitraError
-from agnitra.report.schema import CandidateResult, DeviceReport, to_dict
+from agnitra.report.schema import CandidateResult, DeviceReport, own_memory_bytes, to_dict
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import Strategy
 from agnitra.verify import Tolerances
@@ -96,6 +96,7 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
     base, cand = report.variants
     result.status, result.reason = cand.status, cand.reason
     result.latency_ms, result.peak_memory_bytes, result.correctness, result.setup_s = cand.latency_ms, cand.peak_memory_bytes, cand.correctness, cand.setup_s
+    result.model_bytes = cand.model_bytes
     if cand.status == "ok" and base.status == "ok":
         result.baseline_ms = base.latency_ms.median
         result.speedup = base.latency_ms.median / cand.latency_ms.median
@@ -186,13 +187,13 @@ def _with_timeout(config: SearchConfig, timeout: float) -> SearchConfig:
 
 
 def pareto_front(results: list[CandidateResult]) -> list[str]:
-    """Passing candidates not dominated in (latency, peak memory, error)."""
+    """Passing candidates not dominated in (latency, the model's own memory, error)."""
     points = []
     for r in results:
         if not r.passed or r.latency_ms is None:
             continue
         error = _error_of(r)
-        points.append((r.name, r.latency_ms.median, r.peak_memory_bytes or 0, error))
+        points.append((r.name, r.latency_ms.median, own_memory_bytes(r), error))
     front = []
     for name, lat, mem, err in points:
         dominated = any(
