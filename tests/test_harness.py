@@ -138,9 +138,16 @@ def test_compiled_decode_step_matches_eager(device_report):
 
 @pytest.mark.slow
 def test_onnxruntime_variant_on_a_user_model(device_report):
-    report = benchmark(_mlp_workload(), torch.device("cpu"), device_report, BenchConfig(variants=["eager", "onnxruntime", "onnxruntime-int8"], runs=5, warmup=1, op_breakdown=False))
+    from agnitra.bench.variants.recipe import RecipeVariant
+    from agnitra.transforms.recipe import Recipe
+
+    as_recipe = RecipeVariant(Recipe.parse("onnxruntime"), name="ort recipe")
+    report = benchmark(_mlp_workload(), torch.device("cpu"), device_report,
+                       BenchConfig(variants=["eager", "onnxruntime", "onnxruntime-int8", as_recipe], runs=5, warmup=1, op_breakdown=False))
     ort = report.variant("onnxruntime")
     assert ort.status == "ok", ort.reason
+    # ONNX Runtime's own weights are not torch's: no weight figure rather than the torch model it keeps
+    assert report.variant("eager").model_bytes > 0 and ort.model_bytes is None and report.variant("ort recipe").model_bytes is None
     assert ort.correctness.passed and ort.correctness.value < 1e-5
     int8 = report.variant("onnxruntime-int8")
     assert int8.status == "ok", int8.reason

@@ -210,9 +210,13 @@ class Harness:
     def _variant_model(self, run: _Run) -> torch.nn.Module | None:
         """The module a variant runs (a decoder's own model when the variant keeps it), None for
         runtimes outside torch (ONNX Runtime) whose weights torch does not hold."""
+        from agnitra.ort.session import OrtModule
+
         prepared = run.prepared
         model = prepared.model if prepared.model is not None else (self.workload.model if self.decoder else prepared.call)
-        return model if isinstance(model, torch.nn.Module) else None
+        if not isinstance(model, torch.nn.Module) or any(isinstance(m, OrtModule) for m in model.modules()):
+            return None  # ONNX Runtime holds its own copy of the weights, which torch does not see
+        return model
 
     def _measure_energy(self) -> None:
         if not self.config.energy:
