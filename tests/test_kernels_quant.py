@@ -420,13 +420,26 @@ def test_int4_module_keeps_the_weight_once_as_tensor_core_words():
         _check(module(x), ref, dtype)
 
 
-def test_int4_module_keeps_the_packed_bytes_where_its_tuned_batch1_kernel_reads_them(monkeypatch):
+def test_int4_module_keeps_the_packed_bytes_where_its_tuned_batch1_kernel_reads_them(tmp_path, monkeypatch):
+    """The layer asks this device's tuning cache (a real one, in a fresh cache dir) which batch-1 GEMV it runs."""
     from agnitra.kernels import modules as km
     from agnitra.kernels import ops
+    from agnitra.kernels.spec import get_kernel
+    from agnitra.kernels.tuning_cache import TuningCache, cache_key
+    from agnitra.telemetry.signature import device_signature, signature_id
 
+    linear = torch.nn.Linear(128, 80, device=CPU).to(torch.float16)
+    assert km.TritonInt4Linear.from_linear(linear, 64).weight is None, "the default batch-1 GEMV here is the tensor-core kernel"
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path))
+    device = torch.empty(0, device=CPU).device
     rows = {"KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
-    monkeypatch.setattr(ops, "config_for", lambda kernel, shape, dtype, device_type: dict(rows))
-    module = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 80, device=CPU).to(torch.float16), 64)
+    key = cache_key("int4_gemv", get_kernel("int4_gemv").bucket((1, 80, 128, 64)), torch.float16)
+    TuningCache(tmp_path, signature_id(device_signature(device))).put(key, {"config": rows})
+    ops._tuned_entries.cache_clear(), ops.config_for.cache_clear()
+    try:
+        module = km.TritonInt4Linear.from_linear(linear, 64)
+    finally:
+        ops._tuned_entries.cache_clear(), ops.config_for.cache_clear()  # the other tests read their own cache dir
     assert module.weight is not None and module.tc_words is not None and "packed + tensor-core words" in repr(module)
 
 

@@ -1256,6 +1256,18 @@ def _check_int4_block_k(block_k: int, group_size: int, path: str, spans_k: int |
         )
 
 
+def _check_int4_gemv_config(cfg: dict[str, Any], group_size: int, k: int) -> str:
+    """An int4 GEMV config's blocks, kernel, step against the groups and split against K; its KERNEL."""
+    _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
+    kernel = cfg.get("KERNEL", "bytes")
+    if kernel not in ("rows", "words", "bytes", "mma", "tc"):
+        raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes', 'mma' or 'tc', got {kernel!r}")
+    _check_int4_block_k(cfg["BLOCK_K"], group_size, "gemv", spans_k=k if kernel in ("rows", "tc") else None)
+    if kernel in ("rows", "words", "tc"):
+        _check_split_k_steps(cfg, k, kernel)
+    return kernel
+
+
 def _int4_words(w_packed: torch.Tensor) -> torch.Tensor | None:
     """The packed codes as int32 words [N, K/8] (a view), or None when rows are not whole aligned words."""
     if w_packed.stride(1) != 1 or w_packed.shape[1] % 4 or w_packed.stride(0) % 4 or w_packed.data_ptr() % 4:
@@ -1459,12 +1471,17 @@ def _check_int4_inputs(x, w_packed, scales, zeros, group_size) -> tuple[int, int
         raise ValueError(f"empty problem: N={n}, K={k}")
     if w_packed.device != x.device:
         raise ValueError(f"w_packed is on {w_packed.device}, x on {x.device}")
+    _check_scales_and_zeros(x, scales, zeros, n, group_size)
+    return m, n, k
+
+
+def _check_scales_and_zeros(x: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, n: int, group_size: int) -> None:
+    k = x.shape[1]
     for name, t in (("scales", scales), ("zeros", zeros)):
         if tuple(t.shape) != (n, k // group_size):
             raise ValueError(f"{name} must be [N, K/group_size] = [{n}, {k // group_size}], got {tuple(t.shape)}")
         if not t.is_floating_point() or t.device != x.device:
             raise ValueError(f"{name} must be a floating-point tensor on {x.device}, got {t.dtype} on {t.device}")
-    return m, n, k
 
 
 def int4_weight_only_matmul(
@@ -1492,13 +1509,7 @@ def int4_weight_only_matmul(
     shape = (m, n, k, group_size)
     if path == "gemv":
         cfg = {**int4_gemv_default_config(shape, x.dtype), **(config or {})}
-        _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
-        kernel = cfg.get("KERNEL", "bytes")
-        if kernel not in ("rows", "words", "bytes", "mma", "tc"):
-            raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes', 'mma' or 'tc', got {kernel!r}")
-        _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k if kernel in ("rows", "tc") else None)
-        if kernel in ("rows", "words", "tc"):
-            _check_split_k_steps(cfg, k, kernel)
+        kernel = _check_int4_gemv_config(cfg, group_size, k)
         if kernel in ("rows", "words"):
             _int4_batch1_gemv(kernel, x, w_packed, scales, zeros, group_size, bias, y, cfg)
             return y
@@ -1552,9 +1563,7 @@ def int4_words_matmul(
                          f" and N={n} rows of scales, got {tuple(words.shape)} {words.dtype}")
     if k % group_size or group_size % 64:
         raise ValueError(f"the words hold whole 64-feature chunks: group_size must be a multiple of 64 dividing K={k}, got {group_size}")
-    for name, t in (("scales", scales), ("zeros", zeros)):
-        if tuple(t.shape) != (n, k // group_size) or not t.is_floating_point() or t.device != x.device:
-            raise ValueError(f"{name} must be floating-point [N, K/group_size] = [{n}, {k // group_size}] on {x.device}, got {tuple(t.shape)} {t.dtype} on {t.device}")
+    _check_scales_and_zeros(x, scales, zeros, n, group_size)
     y, path = _output_and_path(x, n, bias, None, config)
     if path is None:
         return y
@@ -1564,13 +1573,12 @@ def int4_words_matmul(
         if cfg.get("KERNEL") != "tc" or tc_scales is None:
             raise ValueError(f"a weight kept as tensor-core words runs the GEMV KERNEL='tc' with its (s, z) pairs (tc_scales); got KERNEL={cfg.get('KERNEL')!r},"
                              f" tc_scales {'given' if tc_scales is not None else 'missing'}: use path 'tiled'")
-        _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
-        _check_int4_block_k(cfg["BLOCK_K"], group_size, path, spans_k=k)
-        _check_split_k_steps(cfg, k, "tc")
+        _check_int4_gemv_config(cfg, group_size, k)
         _int4_tc_gemv(x, n, group_size, bias, y, cfg, (words, tc_scales))
         return y
     cfg = {**int4_tiled_default_config(shape, x.dtype), **(config or {}), "TC_WORDS": True}
-    _int4_tiled(x, _tiled_weight(words, cfg, (words, tc_scales)), n, scales, zeros, group_size, bias, y, cfg)
+    _check_words_step(cfg)
+    _int4_tiled(x, words, n, scales, zeros, group_size, bias, y, cfg)
     return y
 
 
@@ -1600,9 +1608,15 @@ def _tiled_weight(w_packed: torch.Tensor, cfg: dict[str, Any], tc_operands) -> t
     of whole 16-row tiles and 64-feature chunks."""
     if not cfg.get("TC_WORDS"):
         return w_packed
-    if cfg["BLOCK_K"] % 64:  # BLOCK_N: a power of two >= 16 already (whole 16-row tiles)
-        raise ValueError(f"int4 tiled path with TC_WORDS reads whole 64-feature chunks of the words: BLOCK_K must be a multiple of 64, got {cfg['BLOCK_K']}")
+    _check_words_step(cfg)
     return tc_operands[0] if tc_operands is not None else _int4_tc_words(w_packed)
+
+
+def _check_words_step(cfg: dict[str, Any]) -> None:
+    """The tiled kernel over the words reads whole 64-feature chunks (BLOCK_N: a power of two >= 16
+    already, whole 16-row tiles)."""
+    if cfg["BLOCK_K"] % 64:
+        raise ValueError(f"int4 tiled path with TC_WORDS reads whole 64-feature chunks of the words: BLOCK_K must be a multiple of 64, got {cfg['BLOCK_K']}")
 
 
 # ============================================================================================
