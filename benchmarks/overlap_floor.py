@@ -1,0 +1,153 @@
+"""Does a chain of PDL-launched GEMVs overlap? The read-only floor with part of its reads after the wait.
+
+    PYTHONPATH=src python benchmarks/overlap_floor.py --sizes 4096x2048,4096x4096,14336x2048 --out-file out.json
+
+`read_floor.py` times read-only kernels that read everything BEFORE their PDL wait and let the next
+kernel in right after it: the next kernel then starts when this one has nothing left to read, so a
+chain of them barely overlaps. Here each program reads a span of its rows (SPLIT programs a row
+block), PRE words of it before the wait and the rest after, so the next kernel in the chain, let in
+at the wait, can read while this one still reads. The family crosses block shapes, splits (grids
+from under one program an SM to several), warps, cp.async stages and the part read before the wait
+(none, about half, all), every configuration in CUDA graphs of 20 calls over rotating copies past L2,
+with PDL; the best of each part is also timed without PDL. Fractions are of the large-buffer copy
+bandwidth the kernel rows are judged by.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from agnitra import api
+from agnitra.device import resolve_device
+from agnitra.kernels.autotune import sets_past_l2
+from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_wait  # noqa: F401 - pdl_wait: called by the kernel (a global of this module)
+from agnitra.report.schema import to_dict
+from agnitra.telemetry.signature import software_versions
+from agnitra.telemetry.timing import time_device_calls
+
+PARTS = {"none": 0.0, "half": 0.5, "all": 1.0}  # share of a program's span read before its wait
+
+
+def _split_kernel():
+    @triton.jit
+    def read_span(w_ptr, out_ptr, N, WORDS, SPAN, PRE, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = 0):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.program_id(1) * SPAN + tl.arange(0, BLOCK_W)[None, :]
+        acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
+        for s in tl.range(0, PRE, BLOCK_W, num_stages=STAGES):  # weights only: may run while the previous kernel ends
+            acc += tl.load(ptrs + s)
+        pdl_wait(PDL)  # the next kernel let in here: it reads while this one reads the rest
+        for s in tl.range(PRE, SPAN, BLOCK_W, num_stages=STAGES):
+            acc += tl.load(ptrs + s)
+        tl.store(out_ptr + tl.program_id(1) * N + rows, tl.sum(acc, axis=1), mask=rows < N)
+
+    return read_span
+
+
+class SpanReads:
+    """The span-reading kernel over rotating copies past L2 of an [n, row_bytes] buffer (int32 words)."""
+
+    def __init__(self, n: int, row_bytes: int, device, l2_bytes: int | None):
+        self.kernel, self.n, self.words, self.device = _split_kernel(), n, row_bytes // 4, device
+        self.copies = sets_past_l2(n * row_bytes, l2_bytes)
+        self.bufs = [torch.randint(-2**31, 2**31 - 1, (n, self.words), dtype=torch.int32, device=device) for _ in range(self.copies)]
+        self.out = torch.empty(8 * n, dtype=torch.int32, device=device)
+        self.expected = [b.sum(dim=1, dtype=torch.int64).to(torch.int32) for b in self.bufs[:1]]  # wraps as int32 adds do
+
+    def launch(self, cfg: dict, i: int, pdl: bool) -> None:
+        span = self.words // cfg["SPLIT"]
+        extra = {"PDL": PDL_TRIGGERS["wait"], "launch_pdl": True} if pdl else {}
+        self.kernel[(-(-self.n // cfg["BLOCK_N"]), cfg["SPLIT"])](
+            self.bufs[i % self.copies], self.out, self.n, self.words, span, cfg["PRE"], BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_W"],
+            STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], **extra)
+
+    def check(self, cfg: dict) -> bool:
+        self.launch(cfg, 0, pdl=False)
+        split = cfg["SPLIT"]
+        got = self.out[: split * self.n].view(split, self.n).to(torch.int64).sum(dim=0).to(torch.int32)
+        return bool(torch.equal(got, self.expected[0]))
+
+    def time(self, cfg: dict, runs: int, pdl: bool) -> float:
+        for i in range(3):
+            self.launch(cfg, i, pdl)
+        return float(np.median(time_device_calls(lambda i: self.launch(cfg, i, pdl), runs, self.device)))
+
+
+def family(words: int) -> list[dict]:
+    out = []
+    for bn, bw, split, warps, stages, part in itertools.product((2, 4, 8, 16), (64, 128, 256, 512), (1, 2, 4, 8), (4, 8), (1, 3), PARTS):
+        span = words // split
+        if words % split or span % bw or not 512 <= bn * bw <= 4096:
+            continue
+        steps = span // bw
+        pre = {"none": 0, "half": steps // 2, "all": steps}[part] * bw
+        if part == "half" and steps < 2:
+            continue
+        out.append({"BLOCK_N": bn, "BLOCK_W": bw, "SPLIT": split, "num_warps": warps, "STAGES": stages, "part": part, "PRE": pre})
+    return out
+
+
+def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, sms: int) -> dict:
+    reads = SpanReads(n, row_bytes, device, l2_bytes)
+    trials, failed = [], []
+    for cfg in family(reads.words):
+        try:
+            if not reads.check(cfg):
+                failed.append({**cfg, "reason": "wrong sums"})
+                continue
+            ms = reads.time(cfg, runs, pdl=True)
+        except Exception as exc:  # noqa: BLE001 - out of resources: recorded, skipped
+            failed.append({**cfg, "reason": str(exc).splitlines()[0][:160]})
+            continue
+        programs = -(-n // cfg["BLOCK_N"]) * cfg["SPLIT"]
+        trials.append({**cfg, "ms": ms, "programs": programs, "programs_per_sm": round(programs / sms, 2),
+                       "fraction_of_copy": n * row_bytes / (ms / 1e3) / 1e9 / copy_gbps})
+    trials.sort(key=lambda t: t["ms"])
+    best = {}
+    for part in PARTS:
+        mine = [t for t in trials if t["part"] == part]
+        if mine:
+            top = dict(mine[0])
+            top["ms_without_pdl"] = reads.time(top, runs, pdl=False)
+            best[part] = top
+    return {"rows": n, "row_bytes": row_bytes, "bytes": n * row_bytes, "copies": reads.copies, "best_by_part": best,
+            "top": trials[:15], "tried": len(trials), "failed": failed[:10], "failed_count": len(failed)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="4096x2048,4096x4096,14336x2048")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--out-file", required=True)
+    args = parser.parse_args()
+    device = resolve_device("cuda")
+    report = api.describe_device(device)
+    copy_gbps = report.ceilings["copy_gbps"]
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    rows = []
+    for text in args.sizes.split(","):
+        n, row_bytes = map(int, text.split("x"))
+        row = explore(n, row_bytes, device, report.signature.get("l2_bytes"), args.runs, copy_gbps, sms)
+        rows.append(row)
+        for part, top in row["best_by_part"].items():
+            print(text, part, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.0%}", "without PDL", round(top["ms_without_pdl"] * 1e3, 2),
+                  {k: top[k] for k in ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "programs_per_sm")}, flush=True)
+    Path(args.out_file).write_text(json.dumps({"schema": "agnitra.overlap-floor/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
+                                               "versions": software_versions(), "command": " ".join(sys.argv), "copy_gbps": copy_gbps, "runs": args.runs,
+                                               "timing": "CUDA graphs of 20 calls, rotating copies past L2, median, PDL (trigger at the wait)",
+                                               "rows": rows}, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
