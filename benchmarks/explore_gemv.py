@@ -121,7 +121,7 @@ def explore(name: str, shape, configs: list[dict], dtype, device, l2, runs: int)
     by_kernel = {}
     for ms, config in trials:  # fastest first: the first of each KERNEL is its best
         by_kernel.setdefault(config.get("KERNEL", name), [ms, config])
-    return {"best": result.best, "best_ms": result.best_ms, "best_by_kernel": by_kernel, "top": trials[:8], "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
+    return {"best": result.best, "best_ms": result.best_ms, "best_by_kernel": by_kernel, "top": trials[:8], "trials": trials, "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
 
 
 def vary(space: list[dict], spec: str) -> list[dict]:

@@ -204,6 +204,22 @@ def test_large_spaces_use_tpe_and_find_a_fast_config():
     assert result.best["sleep_ms"] <= 10  # TPE moves towards the fast end of the space
 
 
+def test_tpe_times_its_budget_of_distinct_configs_in_a_sparse_space():
+    """Most combinations of the keys' values are no config (as in the GEMV spaces): TPE still times
+    max_trials distinct configs (a sampled combination is projected onto the nearest config), where
+    rejecting the invalid samples timed a handful."""
+    import itertools
+
+    configs = [{"mode": "ok", "sleep_ms": 0.02 * (a % 3), "a": a, "b": b, "c": c, "d": d}
+               for a, b, c, d in itertools.product(range(6), repeat=4) if (a + 2 * b + 3 * c + 5 * d) % 23 == 0]
+    combos = 6 ** 4 * 3  # a, b, c, d and the three sleeps
+    assert 40 <= len(configs) <= combos // 20  # at most 5% of the keys' product is a config
+    result = tune(_spec(configs, configs[0]), (8,), torch.float32, torch.device("cpu"), runs=1, warmup=0, max_trials=24)
+    assert result.strategy == "tpe"
+    assert 24 <= len(result.trials) <= 25  # the budget, and the default beside it
+    assert all(t.config in configs for t in result.trials)
+
+
 def test_all_configs_failing_is_an_error():
     configs = [{"mode": "raise", "sleep_ms": 0.0}, {"mode": "wrong", "sleep_ms": 0.0}]
     with pytest.raises(RuntimeError, match="no configuration of toy_matmul ran correctly"):

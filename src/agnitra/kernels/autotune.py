@@ -148,31 +148,36 @@ def _search_space(configs: list[dict]) -> dict[str, list]:
 
 
 def _tpe(configs: list[dict], evaluate, max_trials: int, seed: int = 0) -> None:
+    """TPE over the configs' keys until `max_trials` distinct configs have been timed. A sampled
+    combination that is no config (the keys' product is sparse: most combinations are invalid) is
+    projected onto the config agreeing with it on the most keys (`_nearest_config`), so every
+    sample times a config; rejecting them instead left TPE 3 valid samples in 300 on the int8
+    GEMV's space at 4096x4096."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    valid = {tuple(sorted(c.items())): c for c in configs}
     space = _search_space(configs)
+    timed: set[tuple] = set()
 
     def objective(trial):
         chosen = {k: trial.suggest_categorical(k, values) for k, values in space.items()}
-        config = valid.get(tuple(sorted(chosen.items())))
-        if config is None:
-            raise optuna.TrialPruned()  # not a valid combination
+        config = _nearest_config(chosen, configs)
+        timed.add(tuple(sorted(config.items())))
         t = evaluate(config)
         return t.ms if t.ok else float("inf")
 
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
-    study.optimize(objective, n_trials=max_trials * 3, callbacks=[_stop_after(max_trials)])
-
-
-def _stop_after(n: int):
-    def callback(study, trial):
-        done = sum(1 for t in study.trials if t.state.name == "COMPLETE")
-        if done >= n:
+    def stop(study, trial):
+        if len(timed) >= min(max_trials, len(configs)):
             study.stop()
 
-    return callback
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed))
+    study.optimize(objective, n_trials=max_trials * 5, callbacks=[stop])
+
+
+def _nearest_config(chosen: dict, configs: list[dict]) -> dict:
+    """The config that agrees with `chosen` on the most keys (a key a config lacks agrees with None),
+    the first such in the list."""
+    return max(configs, key=lambda c: sum(c.get(k) == v for k, v in chosen.items()))
 
 
 def tune(
