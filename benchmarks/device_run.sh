@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|overlap|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -289,6 +289,14 @@ ncu_gemv() {
           --variant "{\"BLOCK_N\": 64, \"num_warps\": 4, \"BLOCK_K\": 512, \"X_NOW\": true, \"maxnreg\": 200, \"SPLIT_K\": $2}" \
           --variant "{\"BLOCK_N\": 64, \"num_warps\": 4, \"BLOCK_K\": 512, \"X_NOW\": true, \"maxnreg\": 255, \"SPLIT_K\": $3}" \
           --variant "{\"BLOCK_N\": 64, \"num_warps\": 4, \"BLOCK_K\": 256, \"X_NOW\": true, \"maxnreg\": 168, \"SPLIT_K\": $3}" --out-file "$OUT/ab-int4-tc-x-now-512-$1.json"
+      done
+      ;;
+    tpefix)  # the int4 rows tuned afresh with a budget of 16 trials, by the tuner before the TPE fix (.before/src: carry it, the tree of 91a4836) and after it, each from an empty tuning cache
+      for side in before after; do
+        src=src; [ "$side" = before ] && src=.before/src
+        mkdir -p /tmp/c-$side/ceilings; cp /tmp/agnitra-cache/ceilings/*.json /tmp/c-$side/ceilings/ 2>/dev/null
+        AGNITRA_CACHE_DIR=/tmp/c-$side PYTHONPATH=$src:/tmp/site timeout 280 python3 benchmarks/kernels.py --only gemv --gemv-kernels int4_gemv --shapes 4096x4096,14336x4096,4096x14336 \
+          --max-trials 16 --runs 30 --retune --out-file "$OUT/kernels-gemv-int4-tpe16-$side.json" 2>&1 | grep -v "^ "
       done
       ;;
     overlap)  # does a chain of PDL GEMVs overlap? the read-only floor with part of its reads after the wait (overlap_floor.py), and tc int4 configs of one or two programs an SM at both trigger points
