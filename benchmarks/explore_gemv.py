@@ -29,11 +29,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import triton
+import triton.language as tl
 
 from agnitra import api
 from agnitra.device import resolve_device
 from agnitra.kernels.autotune import head_to_head, input_sets, sets_past_l2, tune
-from agnitra.kernels.pdl import PDL_TRIGGERS
+from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_wait
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
@@ -45,42 +47,45 @@ from kernels import LLAMA_1B, LLAMA_8B, compiled_int8_peers, int4_peers, peer_ca
 GROUP = 128
 
 
-def _read_kernel():
-    import triton
-    import triton.language as tl
-
-    from agnitra.kernels.pdl import pdl_wait
-
-    @triton.jit
-    def read_rows(w_ptr, out_ptr, N, WORDS, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = 0):
-        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.arange(0, BLOCK_W)[None, :]
-        acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
-        for _ in tl.range(0, WORDS, BLOCK_W, num_stages=STAGES):  # STAGES > 1: loads streamed through shared memory
-            acc += tl.load(ptrs)
-            ptrs += BLOCK_W
-        pdl_wait(PDL)  # as the GEMVs under PDL at best: every read (weights only) before the wait, the next kernel let in right after it
-        tl.store(out_ptr + rows, tl.sum(acc, axis=1), mask=rows < N)
-
-    return read_rows
+@triton.jit
+def read_span(w_ptr, out_ptr, N, WORDS, SPAN, PRE, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = 0):
+    """Sums BLOCK_N rows over a span of SPAN words (program_id(1) picks the span): PRE words before
+    the PDL wait, the rest after it (overlap_floor.py); the floors here read the whole row before it."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.program_id(1) * SPAN + tl.arange(0, BLOCK_W)[None, :]
+    acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
+    for s in tl.range(0, PRE, BLOCK_W, num_stages=STAGES):  # STAGES > 1: loads streamed through shared memory
+        acc += tl.load(ptrs + s)
+    pdl_wait(PDL)  # weights only above; the next kernel let in right after the wait
+    for s in tl.range(PRE, SPAN, BLOCK_W, num_stages=STAGES):
+        acc += tl.load(ptrs + s)
+    tl.store(out_ptr + tl.program_id(1) * N + rows, tl.sum(acc, axis=1), mask=rows < N)
 
 
 class ReadPass:
     """The read-only kernel over rotating copies past L2 of an [n, row_bytes] buffer (int32 words)."""
 
+    MAX_SPLIT = 8
+
     def __init__(self, n: int, row_bytes: int, device, l2_bytes: int | None):
-        self.kernel, self.n, self.words, self.device = _read_kernel(), n, row_bytes // 4, device
+        self.n, self.words, self.device = n, row_bytes // 4, device
         self.copies = sets_past_l2(n * row_bytes, l2_bytes)
         self.bufs = [torch.randint(-2**31, 2**31 - 1, (n, self.words), dtype=torch.int32, device=device) for _ in range(self.copies)]
-        self.out = torch.empty(n, dtype=torch.int32, device=device)
+        self.out = torch.empty(self.MAX_SPLIT * n, dtype=torch.int32, device=device)  # [split, n] row sums
 
-    def time(self, bn: int, bw: int, nw: int, stages: int, runs: int, pdl: bool = False) -> float:
-        """Median device ms of one pass with BLOCK_N rows, BLOCK_W words a row a step (raises when it cannot run);
-        pdl: launched with programmatic dependent launch, all its reads before the wait (a chain of them overlaps)."""
+    def launch(self, bn: int, bw: int, nw: int, stages: int, i: int, pdl: bool = False, split: int = 1, pre: int | None = None) -> None:
+        """One pass over copy i with BLOCK_N rows, BLOCK_W words a row a step, `split` programs a row
+        block (a span of words each), `pre` words of each span read before the PDL wait (default: all);
+        pdl: launched with programmatic dependent launch, the next kernel let in at the wait."""
+        span = self.words // split
         extra = {"PDL": PDL_TRIGGERS["wait"], "launch_pdl": True} if pdl else {}
+        read_span[(-(-self.n // bn), split)](self.bufs[i % self.copies], self.out, self.n, self.words, span, span if pre is None else pre,
+                             BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw, **extra)
 
+    def time(self, bn: int, bw: int, nw: int, stages: int, runs: int, pdl: bool = False, split: int = 1, pre: int | None = None) -> float:
+        """Median device ms of one pass (`launch`; raises when it cannot run)."""
         def launch(i):
-            self.kernel[(-(-self.n // bn),)](self.bufs[i % self.copies], self.out, self.n, self.words, BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw, **extra)
+            self.launch(bn, bw, nw, stages, i, pdl, split, pre)
         for i in range(3):
             launch(i)
         return float(np.median(time_device_calls(launch, runs, self.device)))
@@ -121,7 +126,7 @@ def explore(name: str, shape, configs: list[dict], dtype, device, l2, runs: int)
     by_kernel = {}
     for ms, config in trials:  # fastest first: the first of each KERNEL is its best
         by_kernel.setdefault(config.get("KERNEL", name), [ms, config])
-    return {"best": result.best, "best_ms": result.best_ms, "best_by_kernel": by_kernel, "top": trials[:8], "trials": trials, "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
+    return {"best": result.best, "best_ms": result.best_ms, "best_by_kernel": by_kernel, "trials": trials, "tried": len(result.trials), "failed": failed[:10], "failed_count": len(failed)}
 
 
 def vary(space: list[dict], spec: str) -> list[dict]:

@@ -22,70 +22,33 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
-import triton
-import triton.language as tl
 
 from agnitra import api
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import sets_past_l2
-from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_wait  # noqa: F401 - pdl_wait: called by the kernel (a global of this module)
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
-from agnitra.telemetry.timing import time_device_calls
 
-PARTS = {"none": 0.0, "half": 0.5, "all": 1.0}  # share of a program's span read before its wait
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from explore_gemv import ReadPass  # noqa: E402 - the read-only kernel and its buffers
 
-
-def _split_kernel():
-    @triton.jit
-    def read_span(w_ptr, out_ptr, N, WORDS, SPAN, PRE, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = 0):
-        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-        ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.program_id(1) * SPAN + tl.arange(0, BLOCK_W)[None, :]
-        acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
-        for s in tl.range(0, PRE, BLOCK_W, num_stages=STAGES):  # weights only: may run while the previous kernel ends
-            acc += tl.load(ptrs + s)
-        pdl_wait(PDL)  # the next kernel let in here: it reads while this one reads the rest
-        for s in tl.range(PRE, SPAN, BLOCK_W, num_stages=STAGES):
-            acc += tl.load(ptrs + s)
-        tl.store(out_ptr + tl.program_id(1) * N + rows, tl.sum(acc, axis=1), mask=rows < N)
-
-    return read_span
+PARTS = ("none", "half", "all")  # how much of a program's span it reads before its wait
 
 
-class SpanReads:
-    """The span-reading kernel over rotating copies past L2 of an [n, row_bytes] buffer (int32 words)."""
+def check(reads: ReadPass, cfg: dict) -> bool:
+    """The pass's row sums (its splits added) equal torch's, int32 wrapping as the kernel's adds do."""
+    reads.launch(cfg["BLOCK_N"], cfg["BLOCK_W"], cfg["num_warps"], cfg["STAGES"], 0, split=cfg["SPLIT"], pre=cfg["PRE"])
+    got = reads.out[: cfg["SPLIT"] * reads.n].view(cfg["SPLIT"], reads.n).to(torch.int64).sum(dim=0).to(torch.int32)
+    return bool(torch.equal(got, reads.bufs[0].sum(dim=1, dtype=torch.int64).to(torch.int32)))
 
-    def __init__(self, n: int, row_bytes: int, device, l2_bytes: int | None):
-        self.kernel, self.n, self.words, self.device = _split_kernel(), n, row_bytes // 4, device
-        self.copies = sets_past_l2(n * row_bytes, l2_bytes)
-        self.bufs = [torch.randint(-2**31, 2**31 - 1, (n, self.words), dtype=torch.int32, device=device) for _ in range(self.copies)]
-        self.out = torch.empty(8 * n, dtype=torch.int32, device=device)
-        self.expected = [b.sum(dim=1, dtype=torch.int64).to(torch.int32) for b in self.bufs[:1]]  # wraps as int32 adds do
 
-    def launch(self, cfg: dict, i: int, pdl: bool) -> None:
-        span = self.words // cfg["SPLIT"]
-        extra = {"PDL": PDL_TRIGGERS["wait"], "launch_pdl": True} if pdl else {}
-        self.kernel[(-(-self.n // cfg["BLOCK_N"]), cfg["SPLIT"])](
-            self.bufs[i % self.copies], self.out, self.n, self.words, span, cfg["PRE"], BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_W"],
-            STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], **extra)
-
-    def check(self, cfg: dict) -> bool:
-        self.launch(cfg, 0, pdl=False)
-        split = cfg["SPLIT"]
-        got = self.out[: split * self.n].view(split, self.n).to(torch.int64).sum(dim=0).to(torch.int32)
-        return bool(torch.equal(got, self.expected[0]))
-
-    def time(self, cfg: dict, runs: int, pdl: bool) -> float:
-        for i in range(3):
-            self.launch(cfg, i, pdl)
-        return float(np.median(time_device_calls(lambda i: self.launch(cfg, i, pdl), runs, self.device)))
+def time_pass(reads: ReadPass, cfg: dict, runs: int, pdl: bool) -> float:
+    return reads.time(cfg["BLOCK_N"], cfg["BLOCK_W"], cfg["num_warps"], cfg["STAGES"], runs, pdl, cfg["SPLIT"], cfg["PRE"])
 
 
 def family(words: int) -> list[dict]:
     out = []
-    for bn, bw, split, warps, stages, part in itertools.product((2, 4, 8, 16), (64, 128, 256, 512), (1, 2, 4, 8), (4, 8), (1, 3), PARTS):
+    for bn, bw, split, warps, stages, part in itertools.product((2, 4, 8, 16), (64, 128, 256, 512), (1, 2, 4, 8), (4, 8), (1, 3), PARTS):  # split <= ReadPass.MAX_SPLIT
         span = words // split
         if words % split or span % bw or not 512 <= bn * bw <= 4096:
             continue
@@ -98,14 +61,14 @@ def family(words: int) -> list[dict]:
 
 
 def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, sms: int) -> dict:
-    reads = SpanReads(n, row_bytes, device, l2_bytes)
+    reads = ReadPass(n, row_bytes, device, l2_bytes)
     trials, failed = [], []
     for cfg in family(reads.words):
         try:
-            if not reads.check(cfg):
+            if not check(reads, cfg):
                 failed.append({**cfg, "reason": "wrong sums"})
                 continue
-            ms = reads.time(cfg, runs, pdl=True)
+            ms = time_pass(reads, cfg, runs, pdl=True)
         except Exception as exc:  # noqa: BLE001 - out of resources: recorded, skipped
             failed.append({**cfg, "reason": str(exc).splitlines()[0][:160]})
             continue
@@ -118,7 +81,7 @@ def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: floa
         mine = [t for t in trials if t["part"] == part]
         if mine:
             top = dict(mine[0])
-            top["ms_without_pdl"] = reads.time(top, runs, pdl=False)
+            top["ms_without_pdl"] = time_pass(reads, top, runs, pdl=False)
             best[part] = top
     return {"rows": n, "row_bytes": row_bytes, "bytes": n * row_bytes, "copies": reads.copies, "best_by_part": best,
             "top": trials[:15], "tried": len(trials), "failed": failed[:10], "failed_count": len(failed)}
