@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -302,6 +302,12 @@ ncu_gemv() {
     overlap)  # does a chain of PDL GEMVs overlap? the read-only floor with part of its reads after the wait (overlap_floor.py), and tc int4 configs of one or two programs an SM at both trigger points
       timeout 300 python3 benchmarks/overlap_floor.py --sizes 4096x2048,4096x4096,14336x2048 --out-file "$OUT/overlap-floor.json"
       timeout 260 python3 benchmarks/explore_gemv.py --shapes 4096x4096,14336x4096,4096x14336 --only int4 --int4-configs benchmarks/int4-tc-overlap.json --runs 20 --out-file "$OUT/gemv-explore-tc-overlap.json"
+      ;;
+    fixup)  # what the split-K fix-up costs: split configs of the int8 (4096x4096) and int4 tc GEMVs with the fix-up as it is (relaxed counter reset), fence-and-flags, none
+      timeout 560 python3 benchmarks/fixup_cost.py --shapes 4096x4096,14336x4096,4096x14336 --kernels int8_gemv@4096x4096,int4_gemv --runs 20 --out-file "$OUT/fixup-cost.json"
+      ;;
+    relaxed)  # the int8 (cached tuning) and int4 (tuned afresh, TPE 24 trials) GEMV rows at llama-8b shapes with the relaxed split-K counter reset, peers in the same run
+      timeout 560 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv,int4_gemv --shapes 8b --max-trials 24 --runs 30 --out-file "$OUT/kernels-gemv-relaxed-8b.json" 2>&1 | grep -v "^ "
       ;;
     early)  # (EARLY not kept: apply benchmarks/experiments/int8-early-2d.patch first; the first runs used a 3-D early tile) int8 GEMV EARLY (half the steps read before the PDL wait): GPU numerics, then the int8 rows tuned afresh with EARLY in the space, peers head to head (SHAPES, default 8b)
       AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "int8" 2>&1 | tail -3

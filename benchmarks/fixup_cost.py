@@ -1,0 +1,226 @@
+"""What the split-K fix-up costs the decode GEMVs: each split config timed with its fix-up as it is,
+with a cheaper one, and with none, head to head.
+
+    PYTHONPATH=src python benchmarks/fixup_cost.py --shapes 4096x4096,14336x4096 --out-file fixup.json
+
+The GEMVs that split K sum their programs' partials in the kernel (`quant_matmul._split_k_total`):
+each program stores its fp32 partial, counts its arrival on an atomic counter (after a CTA barrier,
+with release/acquire ordering), and the last to arrive loads the SPLIT_K partials and stores the
+output: three memory round trips after the main loop for the last program of every block. Variants,
+swapped in for `_split_k_total` before the kernels compile (none is used by Agnitra):
+- `count`: the fix-up as it is (the counter reset by a relaxed exchange; in the committed run's file
+  `count` is the fix-up before that, whose acq_rel reset put a fence and the exchange's reply before
+  the output's store, a fourth round trip, and `count_relaxed` is today's);
+- `flags`: each program stores its partial, fences (fence.sc.gpu: of any two programs at least one
+  sees the other's partial) and loads every split's partial; all write the output here. A partial
+  still unwritten would read as a sentinel in the real thing, so the program that sees none is a last
+  one: two round trips and no CTA barrier or atomic;
+- `wait` (not in the default list: it HANGS): the block's program SPLIT_K - 1 waits for its siblings'
+  partials, read until none is a sentinel NaN; the others store and finish: one round trip. Three
+  eager launches were bitwise right, and it timed 17-24% faster than the acq_rel fix-up at three
+  int8 split configs at 4096x4096, but the GPU hung in the timing's back-to-back launches at the
+  next config, and at the first one when timed alone, with and without PDL (cause not found:
+  log-fixup-wait-*.txt);
+- `none`: no fix-up, each program stores its own partial as the output (wrong sums): the bound.
+Configs: the tuned winners' shapes (`FAMILIES`) at every split their space allows, timed in a chain
+of 20 under PDL over copies past L2 (`autotune.head_to_head`).
+Writes one JSON file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from agnitra import api
+from agnitra.device import resolve_device
+from agnitra.kernels import quant_matmul as qm
+from agnitra.kernels._triton import tl
+from agnitra.kernels.autotune import head_to_head, input_sets
+from agnitra.kernels.spec import get_kernel
+from agnitra.report.schema import to_dict
+from agnitra.telemetry.signature import software_versions
+
+GROUP = 128
+COUNT = qm._split_k_total
+BUFFERS = qm._split_k_buffers
+
+
+def _fixup_flags(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
+    """Store, fence, load every split's partial (see the module's docstring); every program writes."""
+    tl.store(p_ptrs + pid_k * split_stride, acc, mask=mask)
+    fenced = tl.inline_asm_elementwise("fence.sc.gpu;\nmov.b32 $0, $1;", "=r,r", [pid_k], dtype=tl.int32, is_pure=False, pack=1)
+    total = tl.zeros_like(acc)
+    for split in tl.static_range(SPLIT_K):
+        total += tl.load(p_ptrs + split * split_stride + (fenced - pid_k), mask=mask, other=0.0, cache_modifier=".cg")
+    return total, True
+
+
+SENTINEL = 0x7FF0DEAD  # a NaN no arithmetic makes (the GPU's NaN results are canonical, 0x7FFFFFFF): "not written yet"
+_SENTINEL = tl.constexpr(SENTINEL)
+
+
+def _fixup_wait(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
+    """Programs 0 .. SPLIT_K - 2 of a block store their partials and are done; the block's program
+    SPLIT_K - 1 (dispatched after them: grid order) loads theirs until none reads as the sentinel, sums
+    all in split order with its own, and writes the sentinel back: one round trip after its loop, no
+    fence, atomic or CTA barrier. The partials buffer holds the sentinel between launches (`_wait_buffers`)."""
+    last = pid_k == SPLIT_K - 1
+    total = tl.zeros_like(acc)
+    if last:
+        waiting = tl.full([], 1, tl.int32)
+        while waiting > 0:  # every split's loads issued at once, one block-wide count of the sentinels a round
+            total = tl.zeros_like(acc)
+            unset = tl.zeros(acc.shape, tl.int32)
+            for split in tl.static_range(SPLIT_K - 1):
+                v = tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, volatile=True)
+                unset += (v.to(tl.int32, bitcast=True) == _SENTINEL).to(tl.int32)
+                total += v
+            waiting = tl.sum(unset)
+        total += acc
+        sentinel = tl.full(acc.shape, _SENTINEL, tl.int32).to(tl.float32, bitcast=True)
+        for split in tl.static_range(SPLIT_K - 1):
+            tl.store(p_ptrs + split * split_stride, sentinel, mask=mask)
+    else:
+        tl.store(p_ptrs + pid_k * split_stride, acc, mask=mask)
+    return total, last
+
+
+_WAIT_PARTIALS: dict = {}
+
+
+def _wait_buffers(split_k, m, n, blocks, y):
+    """`_split_k_buffers` for `_fixup_wait`: a partials buffer filled with the sentinel once, kept per size."""
+    import torch
+
+    if split_k == 1:
+        return y, y
+    key = (y.device, split_k * m * n)
+    if key not in _WAIT_PARTIALS:
+        _WAIT_PARTIALS[key] = torch.full((split_k * m * n,), SENTINEL, dtype=torch.int32, device=y.device).view(torch.float32)
+    return _WAIT_PARTIALS[key].view(split_k, m, n), y
+
+
+def _fixup_none(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
+    """No fix-up: every program's partial is its output (a lower bound on time, not a sum)."""
+    return acc, True
+
+
+VARIANTS = {"count": COUNT, "wait": _fixup_wait, "flags": _fixup_flags, "none": _fixup_none}
+
+
+def compiled_launch(spec, config: dict, sets, variant: str):
+    """A launch of `config` whose kernels use fix-up `variant`: compiled now (quant_matmul's jitted
+    kernels swapped in for each call, so the variants can be timed head to head)."""
+    buffers = _wait_buffers if variant == "wait" else BUFFERS
+    qm._split_k_total, qm._split_k_buffers = VARIANTS[variant], buffers
+    qm._JITTED.clear()
+    first = spec.launch(*sets[0], config=config).clone()  # compiles
+    jitted = dict(qm._JITTED)
+    qm._split_k_total, qm._split_k_buffers = COUNT, BUFFERS
+
+    def launch(j):
+        saved = dict(qm._JITTED)
+        qm._JITTED.clear()
+        qm._JITTED.update(jitted)
+        qm._split_k_buffers = buffers
+        qm._split_k_total = VARIANTS[variant]  # the interpreter looks the helper up at run time
+        try:
+            return spec.launch(*sets[j % len(sets)], config=config)
+        finally:
+            qm._JITTED.clear()
+            qm._JITTED.update(saved)
+            qm._split_k_buffers = BUFFERS
+            qm._split_k_total = COUNT
+
+    launch.first = first
+    return launch
+
+
+# the config families timed at every split the space allows: the tuned winners' shapes (int8: 8 rows x
+# 1 KB steps at 4096x4096, kernels-gemv-int8-early-3d-tpe-fixed-8b-*.json; int4 tc: 128 rows on 8 warps,
+# steps of 128 features capped at 128 registers or 256 with X_NOW, and 64 rows on 4 warps)
+FAMILIES = {
+    "int8_gemv": [{"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 4, "num_stages": 1, "STAGES": 3}
+                  for bn, bk in ((4, 512), (4, 1024), (8, 512), (8, 1024), (16, 256), (16, 512))],
+    "int4_gemv": [{"KERNEL": "tc", "BLOCK_N": 128, "BLOCK_K": 128, "num_warps": 8, "num_stages": 1, "PREFETCH": True, "maxnreg": 128},
+                  {"KERNEL": "tc", "BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 8, "num_stages": 1, "PREFETCH": True, "maxnreg": 128, "X_NOW": True},
+                  {"KERNEL": "tc", "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 1, "PREFETCH": True, "maxnreg": 128}],
+}
+
+
+def split_configs(name: str, shape, dtype) -> list[dict]:
+    """Each family (`FAMILIES`) at every SPLIT_K its kernel's space allows at `shape` (int4), or up to 8
+    with two steps a split at least (int8: its space keeps ~8 programs an SM at most; the read-only
+    floor's best at 16.8 MB ran 31, overlap-floor-*.json)."""
+    space = get_kernel(name).configs(shape, dtype)
+    out = []
+    for family in FAMILIES[name]:
+        for split in (1, 2, 4, 8, 16):
+            config = {**family, "SPLIT_K": split}
+            bare = {k: v for k, v in config.items() if k not in ("maxnreg", "X_NOW")}
+            if name == "int8_gemv" and shape[2] // family["BLOCK_K"] >= 2 * split or any(
+                    {k: v for k, v in c.items() if k not in ("maxnreg", "X_NOW")} == bare for c in space):
+                out.append(config)
+    return out
+
+
+def measure(name: str, shape, configs: list[dict], dtype, device, l2, runs: int, split_variants: tuple[str, ...]) -> list[dict]:
+    spec = get_kernel(name)
+    sets = input_sets(spec, shape, dtype, device, l2)
+    rows = []
+    for config in configs:
+        variants = split_variants if config["SPLIT_K"] > 1 else ("count",)
+        try:
+            calls = [compiled_launch(spec, config, sets, v) for v in variants]
+            # the wait fix-up sums in the same order as the counter: bitwise equal, on the first launch and after the timed ones
+            same = {v: bool(torch.equal(c.first, calls[0].first)) for v, c in zip(variants, calls) if v == "wait"}
+            times = head_to_head(calls, runs, device)
+            same_after = {v: bool(torch.equal(c(0), calls[0](0))) for v, c in zip(variants, calls) if v in same}
+        except Exception as exc:  # noqa: BLE001 - a config that cannot run here: recorded
+            rows.append({"config": config, "error": str(exc).splitlines()[0][:200]})
+            continue
+        rows.append({"config": config, **{f"{v}_us": round(t * 1000, 3) for v, t in zip(variants, times)}, "same_as_count": same, "same_after_timing": same_after})
+        print(name, shape, config, rows[-1], flush=True)
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336", help="NxK at batch 1, comma-separated")
+    parser.add_argument("--kernels", default="int8_gemv,int4_gemv", help="KERNEL@NxK,... to limit a kernel to some shapes, e.g. int8_gemv@4096x4096,int4_gemv")
+    parser.add_argument("--variants", default="count,flags,none", help="the fix-ups timed on split configs (the interpreter runs no PTX: count,none)")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--out-file", required=True)
+    args = parser.parse_args()
+    device = resolve_device(args.device)
+    report = api.describe_device(device)
+    l2 = report.signature.get("l2_bytes")
+    rows = []
+    path = Path(args.out_file)
+    for key in args.shapes.split(","):
+        n, k = map(int, key.split("x"))
+        for name in args.kernels.split(","):
+            name, _, only = name.partition("@")
+            if only and only != key:
+                continue
+            shape = (1, n, k, GROUP) if name == "int4_gemv" else (1, n, k)
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
+            configs = split_configs(name, shape, dtype)
+            rows.append({"kernel": name, "shape": list(shape), "configs": measure(name, shape, configs, dtype, device, l2, args.runs, tuple(args.variants.split(",")))})
+            path.write_text(json.dumps({"schema": "agnitra.fixup-cost/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
+                                        "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs,
+                                        "timing": "CUDA graphs of 20 calls under PDL, copies past L2, variants head to head, median",
+                                        "rows": rows}, indent=2, default=str))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
