@@ -30,6 +30,7 @@ Writes one JSON file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -96,8 +97,6 @@ _WAIT_PARTIALS: dict = {}
 
 def _wait_buffers(split_k, m, n, blocks, y):
     """`_split_k_buffers` for `_fixup_wait`: a partials buffer filled with the sentinel once, kept per size."""
-    import torch
-
     if split_k == 1:
         return y, y
     key = (y.device, split_k * m * n)
@@ -114,29 +113,32 @@ def _fixup_none(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl
 VARIANTS = {"count": COUNT, "wait": _fixup_wait, "flags": _fixup_flags, "none": _fixup_none}
 
 
-def compiled_launch(spec, config: dict, sets, variant: str):
-    """A launch of `config` whose kernels use fix-up `variant`: compiled now (quant_matmul's jitted
-    kernels swapped in for each call, so the variants can be timed head to head)."""
-    buffers = _wait_buffers if variant == "wait" else BUFFERS
-    qm._split_k_total, qm._split_k_buffers = VARIANTS[variant], buffers
+@contextlib.contextmanager
+def _variant(variant: str, jitted: dict | None = None):
+    """quant_matmul with fix-up `variant` (its helper and buffers, and the kernels `jitted` with it when
+    given: the interpreter looks the helper up at run time, the compiler binds it once), restored after."""
+    saved = dict(qm._JITTED)
+    qm._split_k_total, qm._split_k_buffers = VARIANTS[variant], _wait_buffers if variant == "wait" else BUFFERS
     qm._JITTED.clear()
-    first = spec.launch(*sets[0], config=config).clone()  # compiles
-    jitted = dict(qm._JITTED)
-    qm._split_k_total, qm._split_k_buffers = COUNT, BUFFERS
+    qm._JITTED.update(jitted or {})
+    try:
+        yield
+    finally:
+        qm._split_k_total, qm._split_k_buffers = COUNT, BUFFERS
+        qm._JITTED.clear()
+        qm._JITTED.update(saved)
+
+
+def compiled_launch(spec, config: dict, sets, variant: str):
+    """A launch of `config` whose kernels use fix-up `variant`, compiled now (its first output kept as
+    `.first`), each call run with them swapped in, so the variants can be timed head to head."""
+    with _variant(variant):
+        first = spec.launch(*sets[0], config=config).clone()  # compiles
+        jitted = dict(qm._JITTED)
 
     def launch(j):
-        saved = dict(qm._JITTED)
-        qm._JITTED.clear()
-        qm._JITTED.update(jitted)
-        qm._split_k_buffers = buffers
-        qm._split_k_total = VARIANTS[variant]  # the interpreter looks the helper up at run time
-        try:
+        with _variant(variant, jitted):
             return spec.launch(*sets[j % len(sets)], config=config)
-        finally:
-            qm._JITTED.clear()
-            qm._JITTED.update(saved)
-            qm._split_k_buffers = BUFFERS
-            qm._split_k_total = COUNT
 
     launch.first = first
     return launch
@@ -158,14 +160,13 @@ def split_configs(name: str, shape, dtype) -> list[dict]:
     """Each family (`FAMILIES`) at every SPLIT_K its kernel's space allows at `shape` (int4), or up to 8
     with two steps a split at least (int8: its space keeps ~8 programs an SM at most; the read-only
     floor's best at 16.8 MB ran 31, overlap-floor-*.json)."""
-    space = get_kernel(name).configs(shape, dtype)
+    bare = lambda c: json.dumps({k: v for k, v in c.items() if k not in ("maxnreg", "X_NOW", "SPLIT_K")}, sort_keys=True) + f"/{c['SPLIT_K']}"  # noqa: E731
+    in_space = {bare(c) for c in get_kernel(name).configs(shape, dtype)}
     out = []
     for family in FAMILIES[name]:
         for split in (1, 2, 4, 8, 16):
             config = {**family, "SPLIT_K": split}
-            bare = {k: v for k, v in config.items() if k not in ("maxnreg", "X_NOW")}
-            if name == "int8_gemv" and shape[2] // family["BLOCK_K"] >= 2 * split or any(
-                    {k: v for k, v in c.items() if k not in ("maxnreg", "X_NOW")} == bare for c in space):
+            if name == "int8_gemv" and shape[2] // family["BLOCK_K"] >= 2 * split or bare(config) in in_space:
                 out.append(config)
     return out
 
@@ -195,13 +196,14 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336", help="NxK at batch 1, comma-separated")
     parser.add_argument("--kernels", default="int8_gemv,int4_gemv", help="KERNEL@NxK,... to limit a kernel to some shapes, e.g. int8_gemv@4096x4096,int4_gemv")
-    parser.add_argument("--variants", default="count,flags,none", help="the fix-ups timed on split configs (the interpreter runs no PTX: count,none)")
+    parser.add_argument("--variants", default="count,flags,none", help="the fix-ups timed on split configs (the interpreter runs no PTX: count,none; wait hangs the GPU)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
     device = resolve_device(args.device)
     report = api.describe_device(device)
     l2 = report.signature.get("l2_bytes")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float16  # the interpreter's bf16 tl.dot is wrong
     rows = []
     path = Path(args.out_file)
     for key in args.shapes.split(","):
@@ -211,7 +213,6 @@ def main() -> int:
             if only and only != key:
                 continue
             shape = (1, n, k, GROUP) if name == "int4_gemv" else (1, n, k)
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
             configs = split_configs(name, shape, dtype)
             rows.append({"kernel": name, "shape": list(shape), "configs": measure(name, shape, configs, dtype, device, l2, args.runs, tuple(args.variants.split(",")))})
             path.write_text(json.dumps({"schema": "agnitra.fixup-cost/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
