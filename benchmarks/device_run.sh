@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -305,6 +305,21 @@ ncu_gemv() {
       ;;
     fixup)  # what the split-K fix-up costs: split configs of the int8 (4096x4096) and int4 tc GEMVs with the fix-up as it is (relaxed counter reset), fence-and-flags, none
       timeout 560 python3 benchmarks/fixup_cost.py --shapes 4096x4096,14336x4096,4096x14336 --kernels int8_gemv@4096x4096,int4_gemv --runs 20 --out-file "$OUT/fixup-cost.json"
+      ;;
+    warpk)  # (WARP_K not kept: apply benchmarks/experiments/int4-tc-warp-k.patch first) the int4 tc GEMV with WARP_K (the warps split each step's features, summed in shared memory) against the tuned winners at llama-8b shapes, head to head
+      AGNITRA_GPU_TESTS=1 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core" 2>&1 | tail -3
+      wk() { echo "{\"WARP_K\": true, \"BLOCK_N\": $1, \"BLOCK_K\": $2, \"num_warps\": $3, \"SPLIT_K\": $4, \"PREFETCH\": $5, \"X_NOW\": ${6:-false}, \"maxnreg\": ${7:-0}}"; }
+      ab() { local shape=$1; shift; local vs=(); for v in "$@"; do vs+=(--variant "$v"); done
+        timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes "$shape" --runs 20 "${vs[@]}" --out-file "$OUT/ab-int4-tc-warp-k-$shape.json"; }
+      ab 4096x4096 "$(wk 16 4096 8 1 false)" "$(wk 16 2048 8 1 true)" "$(wk 16 2048 4 1 true)" "$(wk 16 1024 4 1 true)" "$(wk 32 2048 8 1 true)" "$(wk 16 2048 8 2 false)" "$(wk 16 2048 4 1 false)"
+      ab 14336x4096 "$(wk 16 2048 8 1 true)" "$(wk 32 2048 8 1 true)" "$(wk 64 1024 4 1 true)" "$(wk 32 1024 4 1 true)" "$(wk 16 1024 4 1 true)" "$(wk 16 4096 8 1 false)" "$(wk 32 1024 8 1 true)"
+      ab 4096x14336 "$(wk 16 2048 8 1 true)" "$(wk 16 1024 4 1 true)" "$(wk 16 1024 8 1 true)" "$(wk 32 2048 8 2 true)" "$(wk 16 2048 8 1 true true 128)" "$(wk 16 2048 4 1 true)" "$(wk 16 1024 4 2 true)"
+      ;;
+    waitdebug)  # the one-round-trip 'wait' split-K fix-up (bounded spin or not) in back-to-back launches and the timing harness: give-ups, slots left off the sentinel, wrong outputs
+      timeout 150 python3 benchmarks/fixup_wait_debug.py --variant "${2:-wait}" --batches 3 --launches 40 --out-file "$OUT/fixup-wait-debug-${2:-wait}.json" 2>&1 | tail -12
+      ;;
+    waitcost)  # the wait fix-up (with the CTA barrier before its reset) against the counter fix-up on the split configs, head to head
+      timeout 420 python3 benchmarks/fixup_cost.py --shapes 4096x4096,14336x4096,4096x14336 --kernels int8_gemv@4096x4096,int4_gemv --variants count,wait --runs 20 --out-file "$OUT/fixup-cost-wait.json" 2>&1 | grep -v "^ "
       ;;
     relaxed)  # the int8 (cached tuning) and int4 (tuned afresh, TPE 24 trials) GEMV rows at llama-8b shapes with the relaxed split-K counter reset, peers in the same run
       timeout 560 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv,int4_gemv --shapes 8b --max-trials 24 --runs 30 --out-file "$OUT/kernels-gemv-relaxed-8b.json" 2>&1 | grep -v "^ "

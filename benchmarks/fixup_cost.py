@@ -15,12 +15,15 @@ swapped in for `_split_k_total` before the kernels compile (none is used by Agni
   sees the other's partial) and loads every split's partial; all write the output here. A partial
   still unwritten would read as a sentinel in the real thing, so the program that sees none is a last
   one: two round trips and no CTA barrier or atomic;
-- `wait` (not in the default list: it HANGS): the block's program SPLIT_K - 1 waits for its siblings'
-  partials, read until none is a sentinel NaN; the others store and finish: one round trip. Three
-  eager launches were bitwise right, and it timed 17-24% faster than the acq_rel fix-up at three
-  int8 split configs at 4096x4096, but the GPU hung in the timing's back-to-back launches at the
-  next config, and at the first one when timed alone, with and without PDL (cause not found:
-  log-fixup-wait-*.txt);
+- `wait` (not in the default list): the block's program SPLIT_K - 1 waits for its siblings' partials,
+  read until none is a sentinel NaN, then (after a CTA barrier) writes the sentinel back; the others
+  store and finish: one round trip. Without that barrier it hung the GPU (log-fixup-wait-*.txt,
+  log-fixup-wait-no-barrier-*.txt): where the sentinel count is whole in every warp (a replicated
+  layout, int8 at 8 rows a block), each warp left the spin on its own and the first to leave reset
+  the slots while another still polled them. With it, bitwise equal to `count` and 0.1-2.5 us faster
+  at most split configs, slower at some (fixup-cost-wait-*.json); not in Agnitra: its progress rests
+  on the GPU starting a grid's programs in order (the waiter after its siblings), which CUDA does not
+  promise;
 - `none`: no fix-up, each program stores its own partial as the output (wrong sums): the bound.
 Configs: the tuned winners' shapes (`FAMILIES`) at every split their space allows, timed in a chain
 of 20 under PDL over copies past L2 (`autotune.head_to_head`).
@@ -41,7 +44,7 @@ import torch
 from agnitra import api
 from agnitra.device import resolve_device
 from agnitra.kernels import quant_matmul as qm
-from agnitra.kernels._triton import tl
+from agnitra.kernels._triton import tl, triton
 from agnitra.kernels.autotune import head_to_head, input_sets
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
@@ -66,27 +69,45 @@ SENTINEL = 0x7FF0DEAD  # a NaN no arithmetic makes (the GPU's NaN results are ca
 _SENTINEL = tl.constexpr(SENTINEL)
 
 
+@triton.jit
+def read_partials(p_ptrs, split_stride, mask, acc, SPLIT_K: tl.constexpr):
+    """One round of the wait fix-up's reads: the sum of the block's SPLIT_K - 1 siblings' partials, and
+    how many slots still read as the sentinel (a count whole in each warp, not always block-wide)."""
+    total = tl.zeros_like(acc)
+    unset = tl.zeros(acc.shape, tl.int32)
+    for split in tl.static_range(SPLIT_K - 1):  # every split's loads issued at once
+        v = tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, volatile=True)
+        unset += (v.to(tl.int32, bitcast=True) == _SENTINEL).to(tl.int32)
+        total += v
+    return total, tl.sum(unset)
+
+
+@triton.jit
+def reset_partials(p_ptrs, split_stride, mask, acc, SPLIT_K: tl.constexpr, BARRIER: tl.constexpr = True):
+    """The siblings' slots back to the sentinel, once every warp is past the spin (a CTA barrier, unless
+    the caller placed it): a warp leaves the spin on its own where its count is whole, and without the
+    barrier the first to leave reset slots another still polled, which then waited forever
+    (log-fixup-wait-no-barrier-*.txt)."""
+    if BARRIER:
+        tl.debug_barrier()
+    sentinel = tl.full(acc.shape, _SENTINEL, tl.int32).to(tl.float32, bitcast=True)
+    for split in tl.static_range(SPLIT_K - 1):
+        tl.store(p_ptrs + split * split_stride, sentinel, mask=mask)
+
+
 def _fixup_wait(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
     """Programs 0 .. SPLIT_K - 2 of a block store their partials and are done; the block's program
     SPLIT_K - 1 (dispatched after them: grid order) loads theirs until none reads as the sentinel, sums
-    all in split order with its own, and writes the sentinel back: one round trip after its loop, no
-    fence, atomic or CTA barrier. The partials buffer holds the sentinel between launches (`_wait_buffers`)."""
+    all in split order with its own, and writes the sentinel back (`reset_partials`): one round trip
+    after its loop, no fence or atomic. The partials buffer holds the sentinel between launches (`_wait_buffers`)."""
     last = pid_k == SPLIT_K - 1
     total = tl.zeros_like(acc)
     if last:
         waiting = tl.full([], 1, tl.int32)
-        while waiting > 0:  # every split's loads issued at once, one block-wide count of the sentinels a round
-            total = tl.zeros_like(acc)
-            unset = tl.zeros(acc.shape, tl.int32)
-            for split in tl.static_range(SPLIT_K - 1):
-                v = tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, volatile=True)
-                unset += (v.to(tl.int32, bitcast=True) == _SENTINEL).to(tl.int32)
-                total += v
-            waiting = tl.sum(unset)
+        while waiting > 0:
+            total, waiting = read_partials(p_ptrs, split_stride, mask, acc, SPLIT_K)
+        reset_partials(p_ptrs, split_stride, mask, acc, SPLIT_K)
         total += acc
-        sentinel = tl.full(acc.shape, _SENTINEL, tl.int32).to(tl.float32, bitcast=True)
-        for split in tl.static_range(SPLIT_K - 1):
-            tl.store(p_ptrs + split * split_stride, sentinel, mask=mask)
     else:
         tl.store(p_ptrs + pid_k * split_stride, acc, mask=mask)
     return total, last
@@ -111,6 +132,7 @@ def _fixup_none(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl
 
 
 VARIANTS = {"count": COUNT, "wait": _fixup_wait, "flags": _fixup_flags, "none": _fixup_none}
+VARIANT_BUFFERS = {"wait": _wait_buffers}  # a variant's partials and counters, where not `_split_k_buffers`'s
 
 
 @contextlib.contextmanager
@@ -118,7 +140,7 @@ def _variant(variant: str, jitted: dict | None = None):
     """quant_matmul with fix-up `variant` (its helper and buffers, and the kernels `jitted` with it when
     given: the interpreter looks the helper up at run time, the compiler binds it once), restored after."""
     saved = dict(qm._JITTED)
-    qm._split_k_total, qm._split_k_buffers = VARIANTS[variant], _wait_buffers if variant == "wait" else BUFFERS
+    qm._split_k_total, qm._split_k_buffers = VARIANTS[variant], VARIANT_BUFFERS.get(variant, BUFFERS)
     qm._JITTED.clear()
     qm._JITTED.update(jitted or {})
     try:
@@ -196,7 +218,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336", help="NxK at batch 1, comma-separated")
     parser.add_argument("--kernels", default="int8_gemv,int4_gemv", help="KERNEL@NxK,... to limit a kernel to some shapes, e.g. int8_gemv@4096x4096,int4_gemv")
-    parser.add_argument("--variants", default="count,flags,none", help="the fix-ups timed on split configs (the interpreter runs no PTX: count,none; wait hangs the GPU)")
+    parser.add_argument("--variants", default="count,flags,none", help="the fix-ups timed on split configs (the interpreter runs no PTX: count,none; also: wait)")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
