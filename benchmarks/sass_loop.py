@@ -133,7 +133,7 @@ def _tc_call(args) -> tuple:
     consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, "ASM": qm.INT4_TC_BF16 if bf16 else qm.INT4_TC_FP16,
               "XSUM_ASM": qm.INT4_TC_XSUM_BF16 if bf16 else qm.INT4_TC_XSUM_FP16, "HALF": tl.bfloat16 if bf16 else tl.float16,
               "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages,
-              **({"X_NOW": True} if args.prefetch == 3 else {})}
+              **({"X_NOW": True} if args.prefetch == 3 else {}), "FLIP": qm.tc_flip() if args.flip is None else args.flip == "on"}
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
@@ -185,6 +185,7 @@ def main() -> int:
     parser.add_argument("--prefetch", type=int, default=0, help="1: load the next step's words before this step's arithmetic; 2: its x, scales and zeros too")
     parser.add_argument("--stages", type=int, default=1, help="STAGES and num_stages (Triton streams the loop's loads through shared memory when > 1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
+    parser.add_argument("--flip", choices=("on", "off"), help="tc: FLIP, its loads with dims 0 and 2 swapped (default: as Agnitra picks for the installed Triton)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     parser.add_argument("--pdl-order", action="store_true", help="compile with PDL; print the global loads before the grid-dependency wait and stop")

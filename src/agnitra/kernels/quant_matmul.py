@@ -741,19 +741,28 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
     return tl.reshape(c, (TILES, 128)), tl.reshape(tl.broadcast_to(sums, (1, 8, 4, 2, 2)), (1, 128))
 
 
-def _tc_weights(w_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr):
+def _tc_load(ptrs, FLIP: tl.constexpr, EVICT: tl.constexpr):
+    """A load of a [WARPS, ., ., lanes] tensor of the tensor-core GEMV with its warps on dim 0: FLIP (Triton
+    3.9, which breaks ties between equally contiguous dims from the last one) loads it with dims 0 and 2
+    swapped and swaps them back, so the warps never land on dim 2 (the chunks, summed in registers)."""
+    if FLIP:
+        return tl.permute(tl.load(tl.permute(ptrs, (2, 1, 0, 3)), eviction_policy=EVICT), (2, 1, 0, 3))
+    return tl.load(ptrs, eviction_policy=EVICT)
+
+
+def _tc_weights(w_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr, FLIP: tl.constexpr = False):
     """The tensor-core GEMV's weight reads for the step at feature k (< K): its words, read once (evicted
     first), and (s, z) pairs, read again by other steps of the group (evicted last). Written by nobody
     during a model's run: under PDL they may be read before the wait."""
-    words = tl.load(w_ptrs + (k // 64) * 128, eviction_policy="evict_first")  # k // 64 times 128: a multiple the compiler sees (16-byte loads)
-    sz = tl.load(sz_ptrs + (k // GROUP_SIZE) * 16, eviction_policy="evict_last")
+    words = _tc_load(w_ptrs + (k // 64) * 128, FLIP, "evict_first")  # k // 64 times 128: a multiple the compiler sees (16-byte loads)
+    sz = _tc_load(sz_ptrs + (k // GROUP_SIZE) * 16, FLIP, "evict_last")
     return words, sz
 
 
-def _tc_x(x_ptrs, k):
+def _tc_x(x_ptrs, k, FLIP: tl.constexpr = False):
     """x's B fragments for the step at feature k (read by every program: evicted last, 0.2-8 us less on the H100)."""
     chunk = k // 64
-    return tl.load(x_ptrs + chunk * 32, eviction_policy="evict_last"), tl.load(x_ptrs + (chunk * 32 + 4), eviction_policy="evict_last")
+    return _tc_load(x_ptrs + chunk * 32, FLIP, "evict_last"), _tc_load(x_ptrs + (chunk * 32 + 4), FLIP, "evict_last")
 
 
 def _tc_step(acc, words, b0, b1, sz, ASM: tl.constexpr, XSUM_ASM: tl.constexpr, HALF: tl.constexpr, TILES: tl.constexpr, WARPS: tl.constexpr,
@@ -810,6 +819,7 @@ def _int4_gemv_tc_kernel(
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
     X_NOW: tl.constexpr = False,  # with PREFETCH: x read in the step that uses it instead of a step ahead
+    FLIP: tl.constexpr = False,  # Triton breaks ties between equally contiguous dims from the last one (3.9): loads flipped (`_tc_load`)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -848,10 +858,10 @@ def _int4_gemv_tc_kernel(
     k_first = pid_k * 64 * CHUNKS
     k_last = k_first + (K - 64 * CHUNKS - k_first) // step * step  # the program's last step (K % (64 CHUNKS) == 0)
     if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps); under PDL, x's after the wait
-        words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_first, GROUP_SIZE)
+        words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_first, GROUP_SIZE, FLIP)
         _pdl_wait(PDL)
         if not X_NOW:
-            b0_n, b1_n = _tc_x(x_ptrs, k_first)
+            b0_n, b1_n = _tc_x(x_ptrs, k_first, FLIP)
     else:
         _pdl_wait(PDL)
     for k0 in tl.range(k_first, K, step, num_stages=STAGES):
@@ -860,15 +870,15 @@ def _int4_gemv_tc_kernel(
             # a step than masked reads, 1.4-2.8% faster at the six tensor-core shapes on the H100, ab-int4-tc-clamp-*.json)
             k_next = tl.minimum(k0 + step, k_last)
             words, sz = words_n, sz_n
-            words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_next, GROUP_SIZE)
+            words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_next, GROUP_SIZE, FLIP)
             if X_NOW:  # x read for the step that uses it (cache hits), not held a step: fewer registers across the loop
-                b0, b1 = _tc_x(x_ptrs, k0)
+                b0, b1 = _tc_x(x_ptrs, k0, FLIP)
             else:
                 b0, b1 = b0_n, b1_n
-                b0_n, b1_n = _tc_x(x_ptrs, k_next)
+                b0_n, b1_n = _tc_x(x_ptrs, k_next, FLIP)
         else:
-            words, sz = _tc_weights(w_ptrs, sz_ptrs, k0, GROUP_SIZE)
-            b0, b1 = _tc_x(x_ptrs, k0)
+            words, sz = _tc_weights(w_ptrs, sz_ptrs, k0, GROUP_SIZE, FLIP)
+            b0, b1 = _tc_x(x_ptrs, k0, FLIP)
         acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN)
     _pdl_trigger(PDL, 3)
     cols = 2 * t + c % 2
@@ -1023,7 +1033,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32", "_tc_words_tile", "_tiled_group")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_tc_load", "_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32", "_tc_words_tile", "_tiled_group")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1438,8 +1448,21 @@ def _int4_tc_gemv(x, n, group_size, bias, y, cfg, operands) -> None:
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
         GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
         TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg),
-        **pdl_options(x, cfg), **_tc_x_now(cfg),
+        **pdl_options(x, cfg), **_tc_x_now(cfg), FLIP=tc_flip(),
     )
+
+
+@functools.lru_cache(maxsize=None)
+def tc_flip() -> bool:
+    """Whether the tensor-core GEMV loads with dims 0 and 2 swapped (`_tc_load`): where Triton breaks
+    ties between equally contiguous dims from the last one (3.7 and 3.9 checked; 3.9 is torch 2.13's)
+    rather than the first (3.6), so that the warps stay off the chunk dim. Compiled for sm_90
+    (sass-loop-tc-warps-*.jsonl), the llama-8b winners' loops take 363 and 183 instructions a step
+    with it under 3.9, no CTA barrier, against 544 and 266 with 52 and 20 barriers without it (3.6,
+    unflipped: 379 and 193, unchanged)."""
+    import triton
+
+    return tuple(int(part) for part in triton.__version__.split(".")[:2]) > (3, 6)
 
 
 def _tc_x_now(cfg: dict[str, Any]) -> dict[str, bool]:
