@@ -532,26 +532,33 @@ def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "X_NOW": True})
 
 
-def test_int4_tc_asm_layout():
-    """The inline PTX runs whole MMAs, so it is right only where each lane holds four consecutive
-    elements of dim 2 and the 32 lanes span it (the words' 16-byte load layout): compiled for
-    sm_90 with the installed Triton (no GPU needed; a process without the interpreter), the asm's
-    operands are in exactly that layout, for bf16 and fp16 and several warp counts."""
+def _sass_loop(*args: str) -> str:
+    """`benchmarks/sass_loop.py` with `args`, compiled for sm_90 in a process without the interpreter,
+    with this process's Triton (no GPU needed): its stdout; skips where Triton cannot compile for sm_90."""
     pytest.importorskip("triton")
     import subprocess
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=str(ROOT / "src"), TRITON_DEFAULT_FP_FUSION="1")
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])), TRITON_DEFAULT_FP_FUSION="1")
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), *args], capture_output=True, text=True, env=env, timeout=300)
+    if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
+        pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
+    assert run.returncode == 0, run.stderr[-2000:]
+    return run.stdout
+
+
+def test_int4_tc_asm_layout():
+    """The inline PTX runs whole MMAs, so it is right only where each lane holds four consecutive
+    elements of dim 2 and the 32 lanes span it (the words' 16-byte load layout): compiled for
+    sm_90 with the installed Triton (no GPU needed; a process without the interpreter), the asm's
+    operands are in exactly that layout, for bf16 and fp16 and several warp counts."""
     for block_n, block_k, warps, dtype, prefetch in ((128, 128, 4, "bf16", 1), (64, 64, 2, "fp16", 0), (256, 128, 8, "bf16", 1)):
-        run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", "tc", "--block-n", str(block_n), "--block-k", str(block_k),
-                              "--warps", str(warps), "--dtype", dtype, "--prefetch", str(prefetch), "--asm-layout"], capture_output=True, text=True, env=env, timeout=300)
-        if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
-            pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
-        assert run.returncode == 0, run.stderr[-2000:]
-        layouts = [line for line in run.stdout.splitlines() if line.startswith("asm layout:")]
+        stdout = _sass_loop("--kernel", "tc", "--block-n", str(block_n), "--block-k", str(block_k), "--warps", str(warps), "--dtype", dtype,
+                            "--prefetch", str(prefetch), "--asm-layout")
+        layouts = [line for line in stdout.splitlines() if line.startswith("asm layout:")]
         lanes_hold_four = re.compile(r"sizePerThread = \[(1, )+4\], threadsPerWarp = \[(1, )+32\]")
-        assert len(layouts) == 2 and all(lanes_hold_four.search(line) for line in layouts), run.stdout
+        assert len(layouts) == 2 and all(lanes_hold_four.search(line) for line in layouts), stdout
 
 
 def test_int4_tc_loop_keeps_its_sums_within_warps():
@@ -559,24 +566,15 @@ def test_int4_tc_loop_keeps_its_sums_within_warps():
     with the installed Triton (no GPU needed), the loop of the llama-8b winners has no CTA barrier
     and no shared-memory traffic: under Triton 3.6 as written, under 3.9 with its loads flipped
     (`quant_matmul.tc_flip`; unflipped, 20-52 barriers a step)."""
-    pytest.importorskip("triton")
     import json
-    import subprocess
-    import sys
     import tempfile
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])), TRITON_DEFAULT_FP_FUSION="1")  # this process's Triton
     cases = (["--block-n", "128", "--block-k", "256", "--warps", "8", "--prefetch", "3", "--maxnreg", "128", "--k", "14336", "--n", "4096"],
              ["--block-n", "64", "--block-k", "128", "--warps", "4", "--prefetch", "1", "--maxnreg", "128", "--split-k", "8", "--k", "4096", "--n", "4096"])
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "loops.jsonl"
         for flags in cases:
-            run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", "tc", *flags, "--json", str(out)],
-                                 capture_output=True, text=True, env=env, timeout=300)
-            if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
-                pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
-            assert run.returncode == 0, run.stderr[-2000:]
+            _sass_loop("--kernel", "tc", *flags, "--json", str(out))
         loops = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(loops) == 2 and all(loop["loop_instructions"] > 100 for loop in loops), loops  # the loop was found
     assert [(loop["barriers"], loop["shared"]) for loop in loops] == [(0, 0), (0, 0)], [loop["mix"] for loop in loops]
@@ -872,22 +870,12 @@ def test_pdl_kernels_wait_before_reading_x():
     next kernel let in once this one runs), after its first weight reads and before every read of x: the int8 GEMV reads only its scales before it (x comes in
     the loop); the row kernel its bias and step 0's words; the tensor-core kernel its bias, step
     0's (s, z) pairs (8-byte) and words (16-byte loads) and no x pair (4-byte loads)."""
-    pytest.importorskip("triton")
     import json
-    import subprocess
-    import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env.update(PYTHONPATH=str(ROOT / "src"), TRITON_DEFAULT_FP_FUSION="1")
     cases = {"int8": ["--block-n", "8", "--block-k", "512"], "rows": ["--block-n", "8", "--block-k", "256", "--prefetch", "1"],
              "tc": ["--block-n", "64", "--block-k", "128", "--prefetch", "1"]}
     for kernel, flags in cases.items():
-        run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), "--kernel", kernel, *flags, "--n", "4096", "--k", "4096", "--pdl-order", "--pdl-trigger", "wait"],
-                             capture_output=True, text=True, env=env, timeout=300)
-        if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
-            pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
-        assert run.returncode == 0, run.stderr[-2000:]
-        order = json.loads(run.stdout.strip().splitlines()[-1])
+        order = json.loads(_sass_loop("--kernel", kernel, *flags, "--n", "4096", "--k", "4096", "--pdl-order", "--pdl-trigger", "wait").strip().splitlines()[-1])
         before = order["loads_before_wait"]
         assert order["waits"] == 1 and order["triggers"] == 1 and 0 < order["trigger_after_wait"] < 64, (kernel, order)
         if kernel == "int8":

@@ -743,8 +743,8 @@ def _int4_tc_emulated(words, b0, b1, HALF: tl.constexpr, TILES: tl.constexpr):
 
 def _tc_load(ptrs, FLIP: tl.constexpr, EVICT: tl.constexpr):
     """A load of a [WARPS, ., ., lanes] tensor of the tensor-core GEMV with its warps on dim 0: FLIP (Triton
-    3.9, which breaks ties between equally contiguous dims from the last one) loads it with dims 0 and 2
-    swapped and swaps them back, so the warps never land on dim 2 (the chunks, summed in registers)."""
+    3.7+, which breaks ties between equally contiguous dims from the last one: `tc_flip`) loads it with
+    dims 0 and 2 swapped and swaps them back, so the warps never land on dim 2 (the chunks, summed in registers)."""
     if FLIP:
         return tl.permute(tl.load(tl.permute(ptrs, (2, 1, 0, 3)), eviction_policy=EVICT), (2, 1, 0, 3))
     return tl.load(ptrs, eviction_policy=EVICT)
@@ -819,7 +819,7 @@ def _int4_gemv_tc_kernel(
     STAGES: tl.constexpr = 1,  # > 1: Triton streams the loop's loads through shared memory (cp.async), STAGES - 1 steps ahead
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
     X_NOW: tl.constexpr = False,  # with PREFETCH: x read in the step that uses it instead of a step ahead
-    FLIP: tl.constexpr = False,  # Triton breaks ties between equally contiguous dims from the last one (3.9): loads flipped (`_tc_load`)
+    FLIP: tl.constexpr = False,  # Triton breaks ties between equally contiguous dims from the last one (3.7+, `tc_flip`): loads flipped (`_tc_load`)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
