@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|cluster|clusterx [SHAPES]|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -317,6 +317,21 @@ ncu_gemv() {
       ;;
     waitdebug)  # the one-round-trip 'wait' split-K fix-up (bounded spin or not) in back-to-back launches and the timing harness: give-ups, slots left off the sentinel, wrong outputs
       timeout 150 python3 benchmarks/fixup_wait_debug.py --variant "${2:-wait}" --batches 3 --launches 40 --out-file "$OUT/fixup-wait-debug-${2:-wait}.json" 2>&1 | tail -12
+      ;;
+    rawpair)  # (ran with a Q_EXACT key since dropped) tc GEMV with MMA operands MAGIC + q (no packed FMA) and B fragments as loaded register pairs: GPU numerics; the cached int4 winners head to head with Q_EXACT (the FMA back), and HEAD before the change (.before/src: carry it) right after
+      AGNITRA_GPU_TESTS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "gpu or tc or tensor_core" 2>&1 | tail -3
+      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,128256x4096 --variant '{"Q_EXACT": true}' --out-file "$OUT/ab-int4-tc-raw-pairs.json" 2>&1 | tail -8
+      [ -d .before/src ] && PYTHONPATH=.before/src:/tmp/site timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,128256x4096 --variant '{}' --out-file "$OUT/ab-int4-tc-raw-pairs-before.json" 2>&1 | tail -8
+      ;;
+    lowreg)  # tc GEMV configs of at most 80 registers a thread (X_NOW), so that under PDL the next kernel's programs fit beside this one's, at both trigger points, beside the tuned winners (SHAPES, default the three open llama-8b rows)
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x4096,14336x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-lowreg.json --runs 20 --out-file "$OUT/gemv-explore-tc-lowreg-${3:-all}.json"
+      ;;
+    cluster)  # (CLUSTER not kept: apply benchmarks/experiments/int4-tc-cluster.patch first) tc GEMV split-K fix-up in distributed shared memory (CLUSTER: a block's splits one thread-block cluster): GPU numerics (bitwise against the counter fix-up), then the tuned winners with CLUSTER head to head
+      AGNITRA_GPU_TESTS=1 timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "cluster or tensor_core_rows_kernel or gpu_kernels_match" 2>&1 | tail -4
+      timeout 250 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336 --variant '{"CLUSTER": true}' --variant '{"CLUSTER": true, "PDL": "wait"}' --out-file "$OUT/ab-int4-tc-cluster.json" 2>&1 | tail -6
+      ;;
+    clusterx)  # (needs benchmarks/experiments/int4-tc-cluster.patch) tc GEMV configs with CLUSTER over block sizes, steps and splits 2-8, at both trigger points, beside the tuned winners (SHAPES)
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-cluster.json --runs 20 --out-file "$OUT/gemv-explore-tc-cluster.json"
       ;;
     waitcost)  # the wait fix-up (with the CTA barrier before its reset) against the counter fix-up on the split configs, head to head
       timeout 420 python3 benchmarks/fixup_cost.py --shapes 4096x4096,14336x4096,4096x14336 --kernels int8_gemv@4096x4096,int4_gemv --variants count,wait --runs 20 --out-file "$OUT/fixup-cost-wait.json" 2>&1 | grep -v "^ "

@@ -317,7 +317,7 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
 
 def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
     """Word (tile, chunk, lane = 4g + t, j), nibble i = 4p + 2e + h holds the code of row
-    16 tile + 2g + h, feature 64 chunk + 16t + 8e + 2j + p (rows past N are 0); cached per weight;
+    16 tile + 2g + h, feature 64 chunk + 16t + 4j + 2e + p (rows past N are 0); cached per weight;
     the scales and zeros as (s, z) pairs tile by tile."""
     gen = torch.Generator(device="cpu").manual_seed(3)
     q = torch.randint(0, 16, (40, 128), generator=gen, device="cpu")
@@ -326,7 +326,7 @@ def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
     assert words.shape == (3, 2, 32, 4) and words.dtype == torch.int32
     for tile, chunk, lane, j, i in ((0, 0, 0, 0, 0), (1, 1, 13, 2, 5), (2, 0, 31, 3, 7), (0, 1, 6, 1, 2), (2, 1, 9, 0, 3)):
         g, t, p, e, h = lane // 4, lane % 4, i // 4, (i // 2) % 2, i % 2
-        row, feature = 16 * tile + 2 * g + h, 64 * chunk + 16 * t + 8 * e + 2 * j + p
+        row, feature = 16 * tile + 2 * g + h, 64 * chunk + 16 * t + 4 * j + 2 * e + p
         code = (int(words[tile, chunk, lane, j]) >> (4 * i)) & 0xF
         assert code == (int(q[row, feature]) if row < 40 else 0), (tile, chunk, lane, j, i)
     assert qm._int4_tc_words(packed) is qm._int4_tc_words(packed), "shuffled once per weight"
