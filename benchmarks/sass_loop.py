@@ -4,6 +4,7 @@
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel words --block-n 64 --block-k 128 --warps 4 --json out.json
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel tc --block-n 128 --warps 4 --asm-layout
     PYTHONPATH=src python benchmarks/sass_loop.py --kernel int8 --block-n 8 --block-k 2048 --warps 8 --k 2048 [--no-prmt]
+    PYTHONPATH=src python benchmarks/sass_loop.py --kernel tiled --block-m 64 --block-n 128 --block-k 128 --warps 4 --stages 2
 
 Compiles the kernel for CUDA arch 90 with the installed Triton (`triton.compile` on an ASTSource,
 pointer arguments declared 16-byte aligned, unit strides constant, as the launcher specialises
@@ -148,10 +149,22 @@ def _int8_call(args) -> tuple:
     return qm._int8_gemv_kernel, types, {**consts, **shape}, args.block_n * args.block_k // (32 * args.warps)
 
 
+def _tiled_call(args) -> tuple:
+    """The tiled int4 kernel (batch > 8) reading the tensor-core words (`_int4_tiled_kernel`, TC_WORDS): BLOCK_M x BLOCK_N tiles."""
+    act = {"bf16": "*bf16", "fp16": "*fp16", "fp32": "*fp32"}[args.dtype]
+    types = {"x_ptr": act, "w_ptr": "*i32", "s_ptr": act, "z_ptr": act, "b_ptr": act, "y_ptr": act, "M": "i32", "N": "i32", "K": "i32",
+             "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_zn": "i32", "stride_ym": "i32"}
+    consts = {"stride_xk": 1, "stride_wk": 1, "stride_sg": 1, "stride_zg": 1, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": False,
+              "DOT_PRECISION": "ieee", "BLOCK_M": args.block_m, "BLOCK_N": args.block_n, "BLOCK_K": args.block_k, "GROUP_M": 8, "TC_WORDS": True}
+    return qm._int4_tiled_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
+
+
 def _kernel_call(args) -> tuple:
     """(kernel, argument types, constexprs, codes per thread per loop step)."""
     if args.kernel == "tc":
         return _tc_call(args)
+    if args.kernel == "tiled":
+        return _tiled_call(args)
     if args.kernel == "int8":
         return _int8_call(args)
     block_w = args.block_k // 8
@@ -171,7 +184,8 @@ def _kernel_call(args) -> tuple:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--kernel", choices=("rows", "words", "tc", "int8"), default="rows")
+    parser.add_argument("--kernel", choices=("rows", "words", "tc", "int8", "tiled"), default="rows")
+    parser.add_argument("--block-m", type=int, default=64, help="tiled: BLOCK_M")
     parser.add_argument("--block-n", type=int, default=256)
     parser.add_argument("--block-k", type=int, default=128)
     parser.add_argument("--warps", type=int, default=4)
