@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|cluster|clusterx [SHAPES]|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|cluster|clusterx [SHAPES]|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -332,6 +332,9 @@ ncu_gemv() {
       ;;
     clusterx)  # (needs benchmarks/experiments/int4-tc-cluster.patch) tc GEMV configs with CLUSTER over block sizes, steps and splits 2-8, at both trigger points, beside the tuned winners (SHAPES)
       timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-cluster.json --runs 20 --out-file "$OUT/gemv-explore-tc-cluster.json"
+      ;;
+    int4rows)  # the int4 GEMV rows at llama-8b shapes with cached tunings (the committed kernel), peers in the same run
+      timeout 500 python3 benchmarks/kernels.py --only gemv --gemv-kernels int4_gemv --shapes 8b --runs 30 --out-file "$OUT/kernels-gemv-int4-8b.json" 2>&1 | grep -v "^ "
       ;;
     waitcost)  # the wait fix-up (with the CTA barrier before its reset) against the counter fix-up on the split configs, head to head
       timeout 420 python3 benchmarks/fixup_cost.py --shapes 4096x4096,14336x4096,4096x14336 --kernels int8_gemv@4096x4096,int4_gemv --variants count,wait --runs 20 --out-file "$OUT/fixup-cost-wait.json" 2>&1 | grep -v "^ "
