@@ -50,11 +50,11 @@ KernelSpec):
 * int4 on tensor cores for M <= 8 ("tc", 16-bit activations, the default at batch 1 from 1024
   outputs): the weight pre-shuffled once (`shuffle_int4_for_tc`, cached on the weight tensor) so
   that each lane's 16-byte load is its A fragments of four mma.m16n8k16; inline PTX
-  (`_INT4_TC_TILE`) turns code pairs into exact 16-bit q - 8 (lop3 + one packed FMA) and issues
-  the MMAs with x as B (batch rows padded to the MMA's 8 columns); the group's scale and zero
-  (pre-arranged as (s, z) pairs so a lane's two C rows are one 8-byte load) apply to the fp32
-  sums, so the weight is never rounded. No shared memory in the loop; about 2.5 instructions a
-  code. The asm is right only in the words' load layout: `test_int4_tc_asm_layout` compiles it
+  (`_INT4_TC_TILE`) turns code pairs into exact 16-bit MAGIC + q (one lop3) and issues the MMAs
+  with x as B (batch rows padded to the MMA's 8 columns; a lane's x pairs are its B fragments as
+  loaded); the group's scale and zero (pre-arranged as (s, z) pairs so a lane's two C rows are one
+  8-byte load) apply to the fp32 sums, MAGIC + 8 taken off through the x sums, so the weight is
+  never rounded. No shared memory in the loop; about 2.1-2.6 instructions a code. The asm is right only in the words' load layout: `test_int4_tc_asm_layout` compiles it
   for sm_90 and checks; under the interpreter the MMAs are emulated from the PTX ISA's fragment
   layouts (`_int4_tc_emulated`).
 * int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
