@@ -125,14 +125,10 @@ def load_placement(body: list[str]) -> dict:
 
 def _tc_call(args) -> tuple:
     """The tensor-core GEMV (`_int4_gemv_tc_kernel`): BLOCK_N / 16 tiles, 64 features a step."""
-    import triton.language as tl
-
     half = {"bf16": "*bf16", "fp16": "*fp16"}[args.dtype]
     types = {"x_ptr": "*i32", "w_ptr": "*i32", "sz_ptr": "*i32", "b_ptr": half, "y_ptr": half, "p_ptr": "*fp32", "c_ptr": "*i32",
              "M": "i32", "stride_xm": "i32", "stride_ym": "i32"}
-    bf16 = args.dtype == "bf16"
-    consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, "ASM": qm.INT4_TC_BF16 if bf16 else qm.INT4_TC_FP16, "Q_BIAS": qm.tc_q_bias(args.dtype),
-              "XSUM_ASM": qm.INT4_TC_XSUM_BF16 if bf16 else qm.INT4_TC_XSUM_FP16, "HALF": tl.bfloat16 if bf16 else tl.float16,
+    consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, **qm.tc_constants(args.dtype),
               "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages,
               **({"X_NOW": True} if args.prefetch == 3 else {}), "FLIP": qm.tc_flip() if args.flip is None else args.flip == "on"}
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)

@@ -54,8 +54,8 @@ KernelSpec):
   with x as B (batch rows padded to the MMA's 8 columns; a lane's x pairs are its B fragments as
   loaded); the group's scale and zero (pre-arranged as (s, z) pairs so a lane's two C rows are one
   8-byte load) apply to the fp32 sums, MAGIC + 8 taken off through the x sums, so the weight is
-  never rounded. No shared memory in the loop; about 2.1-2.6 instructions a code. The asm is right only in the words' load layout: `test_int4_tc_asm_layout` compiles it
-  for sm_90 and checks; under the interpreter the MMAs are emulated from the PTX ISA's fragment
+  never rounded. No shared memory in the loop; about 2.1-2.6 instructions a code. The asm is right
+  only in the words' load layout: `test_int4_tc_asm_layout` compiles it for sm_90 and checks; under the interpreter the MMAs are emulated from the PTX ISA's fragment
   layouts (`_int4_tc_emulated`).
 * int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
   inline PTX (prmt / lop3 / fma.rn.x2: `INT4_ASM_BF16`, `INT4_ASM_FP16`; arithmetic under the
@@ -667,7 +667,7 @@ def _int4_gemv_mma_kernel(
 # pair as loaded, so none is moved into place. Code pairs (r, r + 4) =
 # (w >> 4r) & 0x000F000F | MAGIC are MAGIC + q exactly (bf16 128 + q, fp16 1024 + q): the MMA sums
 # x (MAGIC + q) in fp32, and the group's scale and zero apply to the fp32 sums with MAGIC + 8 times
-# the x sums taken off (`tc_q_bias`), so the weight is never rounded. Eight instructions per eight
+# the x sums taken off (`_TC_HALVES`), so the weight is never rounded. Eight instructions per eight
 # codes, the MMA included (twelve with a packed FMA to q - 8 first, as before: 15-30% fewer
 # instructions a step, 2.4% faster at 128256x4096 and no change at the smaller llama-8b shapes on
 # the H100, ab-int4-tc-raw-pairs-*.json).
@@ -702,21 +702,27 @@ mov.b32 $3, 0;
 """ for i in range(4)) + "}\n"
 
 
+# per 16-bit activation dtype: MAGIC (128 bf16 / 1024 fp16, twice), ONE (1.0 twice), the MMA's type,
+# and MAGIC + 8: what the MMA operands (MAGIC + q) hold over q - 8, taken off through the x sums
+_TC_HALVES = {"bf16": ("0x43004300", "0x3F803F80", "bf16", 136.0), "fp16": ("0x64006400", "0x3C003C00", "f16", 1032.0)}
+
+
 def _tc_asm(template: str, half: str) -> str:
-    """`template` for 16-bit activations `half` ("bf16" or "fp16"): MAGIC 128 (bf16) or 1024 (fp16), ONE 1.0 twice."""
-    if half == "bf16":
-        return template.replace("MAGIC", "0x43004300").replace("ONE", "0x3F803F80").replace("MMA", "bf16")
-    return template.replace("MAGIC", "0x64006400").replace("ONE", "0x3C003C00").replace("MMA", "f16")
+    """`template` for 16-bit activations `half` ("bf16" or "fp16")."""
+    magic, one, mma, _ = _TC_HALVES[half]
+    return template.replace("MAGIC", magic).replace("ONE", one).replace("MMA", mma)
 
 
 INT4_TC_BF16, INT4_TC_FP16 = _tc_asm(_INT4_TC_TILE, "bf16"), _tc_asm(_INT4_TC_TILE, "fp16")
 INT4_TC_XSUM_BF16, INT4_TC_XSUM_FP16 = _tc_asm(_INT4_TC_XSUM, "bf16"), _tc_asm(_INT4_TC_XSUM, "fp16")
 
 
-def tc_q_bias(half: str) -> float:
-    """What the tensor-core GEMV's MMA operands hold over q - 8 (`_INT4_TC_TILE`): MAGIC + 8, 136 for bf16, 1032 for fp16."""
-    return {"bf16": 136.0, "fp16": 1032.0}[half]
-
+def tc_constants(half: str) -> dict[str, Any]:
+    """The tensor-core GEMV's dtype constexprs for 16-bit activations `half` ("bf16" or "fp16"): its
+    PTX (ASM, XSUM_ASM), x's dtype (HALF) and Q_BIAS, what the PTX's MMA operands hold over q - 8."""
+    bf16 = half == "bf16"
+    return {"ASM": INT4_TC_BF16 if bf16 else INT4_TC_FP16, "XSUM_ASM": INT4_TC_XSUM_BF16 if bf16 else INT4_TC_XSUM_FP16,
+            "HALF": tl.bfloat16 if bf16 else tl.float16, "Q_BIAS": _TC_HALVES[half][3]}
 
 
 def _tc_x_matrix(b0, b1, HALF: tl.constexpr):
@@ -779,9 +785,7 @@ def _tc_step(acc, words, b0, b1, sz, ASM: tl.constexpr, XSUM_ASM: tl.constexpr, 
     s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TILES / WARPS, SPAN, 64]: rows 2g, 2g + 1
     z_half = (sz >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
     scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TILES // WARPS, SPAN, 128))  # C element c: row 2g + c // 2
-    zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, SPAN, 128))
-    if Q_BIAS != 0.0:
-        zero = zero - Q_BIAS * scale
+    zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, SPAN, 128)) - Q_BIAS * scale
     if ASM == "":
         ch = tl.arange(0, CHUNKS)[None, None, :, None]
         span = tl.arange(0, SPAN)[None, None, :, None]
@@ -820,7 +824,7 @@ def _int4_gemv_tc_kernel(
     ASM: tl.constexpr,  # INT4_TC_BF16 / INT4_TC_FP16, or "" (the interpreter: `_int4_tc_emulated`)
     XSUM_ASM: tl.constexpr,  # INT4_TC_XSUM_BF16 / INT4_TC_XSUM_FP16 (unused under the interpreter)
     HALF: tl.constexpr,  # x's 16-bit dtype
-    Q_BIAS: tl.constexpr,  # the MMAs' operands are q - 8 + Q_BIAS (`tc_q_bias`: what ASM makes of the codes; the emulation follows it)
+    Q_BIAS: tl.constexpr,  # the MMAs' operands are q - 8 + Q_BIAS (`tc_constants`: what ASM makes of the codes; the emulation follows it)
     TILES: tl.constexpr,  # 16-row tiles per program, a multiple of WARPS
     WARPS: tl.constexpr,  # num_warps
     CHUNKS: tl.constexpr,  # 64-feature chunks a step (within a group, or whole groups)
@@ -1451,14 +1455,13 @@ def _int4_tc_gemv(x, n, group_size, bias, y, cfg, operands) -> None:
     split_k = cfg["SPLIT_K"]
     grid = (_cdiv(_cdiv(n, 16), tiles), split_k)
     partials, counters = _split_k_buffers(split_k, m, n, grid[0], y)
-    bf16 = x.dtype == torch.bfloat16
-    asm, xsum = (_ptx(INT4_TC_BF16), _ptx(INT4_TC_XSUM_BF16)) if bf16 else (_ptx(INT4_TC_FP16), _ptx(INT4_TC_XSUM_FP16))
+    dtype = tc_constants("bf16" if x.dtype == torch.bfloat16 else "fp16")
+    dtype.update(ASM=_ptx(dtype["ASM"]), XSUM_ASM=_ptx(dtype["XSUM_ASM"]))  # "" under the interpreter: the emulated MMAs
     _jit(_int4_gemv_tc_kernel)[grid](
         pairs, *operands, bias if bias is not None else y, y, partials, counters,
         m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
-        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, ASM=asm, XSUM_ASM=xsum, HALF=tl.bfloat16 if bf16 else tl.float16,
-        Q_BIAS=tc_q_bias("bf16" if bf16 else "fp16"), TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)), SPLIT_K=split_k,
-        STAGES=_stages(cfg), **_launch_options(cfg), **pdl_options(x, cfg), **_tc_x_now(cfg), FLIP=tc_flip(),
+        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, **dtype, TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)),
+        SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg), **pdl_options(x, cfg), **_tc_x_now(cfg), FLIP=tc_flip(),
     )
 
 
