@@ -33,6 +33,8 @@ def main() -> int:
     parser.add_argument("--variant", action="append", required=True, help="a JSON object merged over the tuned configuration (repeatable)")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--max-trials", type=int, default=100)
+    parser.add_argument("--time-failed", action="store_true",
+                        help="time the variants that fail the check as well (a decomposition: kernels doing part of the work; listed under failed)")
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
     context = gemv_context()
@@ -47,7 +49,7 @@ def main() -> int:
         reference = spec.reference(*to_float64(sets[0]))
         errors = {label: check(spec, c, sets, reference, dtype) for label, c in configs.items()}
         bad = {label: trial.reason for label, trial in errors.items() if not trial.ok}
-        timed = {label: c for label, c in configs.items() if label not in bad}
+        timed = {label: c for label, c in configs.items() if label not in bad or (args.time_failed and bad[label].startswith("wrong result"))}
         times = dict(zip(timed, head_to_head([lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in timed.values()], args.runs, device)))
         rows.append({"shape": list(shape), "config": best, "ms": times, "failed": bad, "relative_error": {label: t.error for label, t in errors.items()}})
         print(args.kernel, shape, {label: round(ms * 1e3, 2) for label, ms in times.items()}, bad or "", flush=True)

@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|cluster|clusterx [SHAPES]|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|narrows16 [SHAPES]|cluster|clusterx [SHAPES]|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -322,6 +322,30 @@ ncu_gemv() {
       AGNITRA_GPU_TESTS=1 timeout 200 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "gpu or tc or tensor_core" 2>&1 | tail -3
       timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,128256x4096 --variant '{"Q_EXACT": true}' --out-file "$OUT/ab-int4-tc-raw-pairs.json" 2>&1 | tail -8
       [ -d .before/src ] && PYTHONPATH=.before/src:/tmp/site timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,128256x4096 --variant '{}' --out-file "$OUT/ab-int4-tc-raw-pairs-before.json" 2>&1 | tail -8
+      ;;
+    parts)  # (ran with benchmarks/experiments/int4-tc-parts.patch and int4-tc-ahead.patch applied to 1030066; AHEAD not kept) where the tc GEMV's time goes under PDL: the cached winners beside themselves without the split-K fix-up (PART 1), without the MMAs (2), neither (3), and 3 without the (s, z) reads (5); then AHEAD (weights read steps ahead into registers, the first before the wait): GPU numerics, the winners with AHEAD, and one-program-an-SM grids at 4096x4096
+      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "gpu or tensor_core" 2>&1 | tail -3
+      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336 --time-failed \
+        --variant '{"PART": 1}' --variant '{"PART": 2}' --variant '{"PART": 3}' --variant '{"PART": 5}' --out-file "$OUT/ab-int4-tc-parts.json" 2>&1 | tail -4
+      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096,14336x4096,4096x14336,128256x4096 \
+        --variant '{"AHEAD": 2}' --variant '{"AHEAD": 4}' --variant '{"AHEAD": 64}' --variant '{"AHEAD": 64, "PDL": "wait"}' --variant '{"AHEAD": 64, "maxnreg": 0}' --out-file "$OUT/ab-int4-tc-ahead.json" 2>&1 | tail -5
+      one='"BLOCK_N": 128, "SPLIT_K": 4, "num_warps": 8, "X_NOW": true, "maxnreg": 0'
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 30 --shapes 4096x4096 \
+        --variant "{$one, \"BLOCK_K\": 128, \"AHEAD\": 8}" --variant "{$one, \"BLOCK_K\": 128, \"AHEAD\": 8, \"PDL\": \"wait\"}" --variant "{$one, \"BLOCK_K\": 256, \"AHEAD\": 4}" \
+        --variant "{$one, \"BLOCK_K\": 256, \"AHEAD\": 4, \"PDL\": \"wait\"}" --variant "{$one, \"BLOCK_K\": 128, \"maxnreg\": 128}" --out-file "$OUT/ab-int4-tc-ahead-one-an-sm.json" 2>&1 | tail -3
+      ;;
+    narrow)  # tc GEMV configs of one or two 16-row tiles a program (1-2 warps), split 1-4: many small programs, little or no split-K fix-up (SHAPES, default the three open llama-8b rows)
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-14336x4096,4096x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-narrow.json --runs 20 --out-file "$OUT/gemv-explore-tc-narrow.json"
+      ;;
+    narrowwait)  # tc GEMV configs of 1-4 tiles a warp on 1-2 warps, split 2-8, the next kernel let in at the wait (SHAPES, default the three open llama-8b rows); GPU tests of the tc kernel first, failures named
+      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -rf -p no:cacheprovider tests/test_kernels_quant.py -k "gpu or tensor_core" 2>&1 | tail -6
+      timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-14336x4096,4096x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-narrow-wait.json --runs 20 --out-file "$OUT/gemv-explore-tc-narrow-wait.json"
+      ;;
+    retune13)  # the int4 GEMV rows at llama-8b shapes tuned afresh (bucket v13: small tensor-core programs let the next kernel in at the wait), exhaustively, peers in the same run (SHAPES TAG)
+      timeout 560 python3 benchmarks/kernels.py --only gemv --gemv-kernels int4_gemv --shapes "${2:-14336x4096,4096x4096}" --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv-int4-v13-${3:-a}.json" 2>&1 | grep -v "^ "
+      ;;
+    narrows16)  # the small-program tc configs (PDL wait) at split 16 (SHAPES, default 4096x14336,4096x4096)
+      timeout 300 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x14336,4096x4096}" --only int4 --int4-configs benchmarks/int4-tc-narrow-s16.json --runs 20 --out-file "$OUT/gemv-explore-tc-narrow-s16.json"
       ;;
     lowreg)  # tc GEMV configs of at most 80 registers a thread (X_NOW), so that under PDL the next kernel's programs fit beside this one's, at both trigger points, beside the tuned winners (SHAPES, default the three open llama-8b rows)
       timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x4096,14336x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-lowreg.json --runs 20 --out-file "$OUT/gemv-explore-tc-lowreg-${3:-all}.json"

@@ -208,8 +208,10 @@ def main() -> int:
             print("asm layout:", layout)
         return 0
     if args.pdl_order:
-        sass, _ = compile_sass(fn, types, {**consts, "PDL": pdl.PDL_TRIGGERS[args.pdl_trigger]}, args.warps, args.maxnreg, args.stages, divisible)
-        print(json.dumps(pdl_order(sass)))
+        sass, registers = compile_sass(fn, types, {**consts, "PDL": pdl.PDL_TRIGGERS[args.pdl_trigger]}, args.warps, args.maxnreg, args.stages, divisible)
+        lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
+        spills = sum(1 for line in lines if re.search(r"\b(LDL|STL)\b", line))
+        print(json.dumps({**pdl_order(sass), "registers": registers, "spills": spills, "kernel_instructions": len(lines)}))
         return 0
     sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible)
     body = loop_body(sass)
@@ -217,14 +219,16 @@ def main() -> int:
     total = len(body)
     import triton
 
-    kernel_total = len([line for line in sass.splitlines() if _ADDRESS.search(line)])
+    kernel_lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
+    kernel_total = len(kernel_lines)
+    spills = sum(1 for line in kernel_lines if re.search(r"\b(LDL|STL)\b", line))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None  # the kernels' source
     result = {"kernel": args.kernel, "config": vars(args), "commit": commit, "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
-              "codes_per_thread_step": codes, "registers": registers, "placement": load_placement(body), "per_code": round(total / codes, 3) if codes else None,
+              "codes_per_thread_step": codes, "registers": registers, "spills": spills, "placement": load_placement(body), "per_code": round(total / codes, 3) if codes else None,
               "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
     print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} vec={args.vec}"
           f" prefetch={args.prefetch} stages={args.stages} maxnreg={args.maxnreg} {args.dtype}: {registers} registers,"
-          f" {total} instructions a step ({kernel_total} in the kernel), {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
+          f" {total} instructions a step ({kernel_total} in the kernel, {spills} spill loads/stores), {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
           f" loads {result['placement']['loads']} math {result['placement']['math']}; {mix.most_common(8)}")
     if args.json:
         with open(args.json, "a") as out:
