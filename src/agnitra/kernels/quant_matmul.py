@@ -56,7 +56,9 @@ KernelSpec):
   8-byte load) apply to the fp32 sums, MAGIC + 8 taken off through the x sums, so the weight is
   never rounded. No shared memory in the loop; about 2.1-2.6 instructions a code. The asm is right
   only in the words' load layout: `test_int4_tc_asm_layout` compiles it for sm_90 and checks; under the interpreter the MMAs are emulated from the PTX ISA's fragment
-  layouts (`_int4_tc_emulated`).
+  layouts (`_int4_tc_emulated`). One 16-row tile a warp on 4-8 warps, or small programs (1-4
+  tiles on one or two warps, `_TC_NARROW`) in multi-wave grids that let the next kernel in at
+  their PDL wait, so its programs take the slots theirs free.
 * int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
   inline PTX (prmt / lop3 / fma.rn.x2: `INT4_ASM_BF16`, `INT4_ASM_FP16`; arithmetic under the
   interpreter) and tl.dot sums W_chunk @ x^T with M padded to 16. On the H100 it did not beat the
@@ -1829,6 +1831,10 @@ def _int4_gemv_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]
 # the tensor-core GEMV's shapes (BLOCK_N, BLOCK_K, num_warps) that won on the H100 at llama shapes
 # (gemv-explore-tc-chunks-*.json: one 16-row tile a warp, steps of 2 to 8 chunks, split along K)
 _TC_SHAPES = ((64, 128, 4), (64, 256, 4), (64, 512, 4), (64, 512, 2), (128, 128, 8), (128, 256, 8))
+# and small programs (one or two warps, 1-4 tiles a warp) in multi-wave grids, the next kernel let in at the wait (PDL
+# "wait": its programs take the slots ours free): at 14336x4096 on the H100, BN16 BK128 S4 on 1 warp took 12.75 us and
+# BN32 BK256 S4 on 1 warp 12.93 at the wait against 14.11 after the loop, the tuned 13.33 (gemv-explore-tc-narrow*-*.json)
+_TC_NARROW = ((16, 128, 1), (32, 256, 1), (64, 256, 2))
 
 
 def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
@@ -1847,6 +1853,12 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
                 for cap in (0, 128) if bk == 128 else (0,):
                     out.append({"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": True,
                                 **({"maxnreg": cap} if cap else {})})
+    for bn, bk, nw in _TC_NARROW:  # split 2-8 (unsplit, 14.7-15.0 us at 14336x4096), up to 32 one-warp (16 two-warp) programs an SM
+        if _groups_a_step(bk, group, k):
+            for split in [s for s in (2, 4, 8) if _cdiv(n, bn) * s * nw <= 32 * _SMS and k // bk >= s]:
+                for x_now in (False, True) if bn > 16 else (False,):
+                    out.append({"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": True,
+                                "PDL": "wait", **({"X_NOW": True} if x_now else {})})
     return out
 
 
@@ -2037,9 +2049,10 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v12" since the row kernel's whole-row steps through cp.async (STAGES 3) and 1 row on 8 warps
-    joined the space (v11: whole-row steps of 2048 features; v10: the row and tensor-core kernels compile K in)."""
-    return _bucket(shape) + "_v12"
+    """int4 GEMV: "v13" since tensor-core configs of small programs let the next kernel in at the wait (`_TC_NARROW`;
+    v12: the row kernel's whole-row steps through cp.async (STAGES 3) and 1 row on 8 warps; v11: whole-row steps of 2048
+    features; v10: the row and tensor-core kernels compile K in)."""
+    return _bucket(shape) + "_v13"
 
 
 def _int4_tiled_bucket(shape: tuple[int, ...]) -> str:
