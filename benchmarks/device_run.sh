@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|narrows16 [SHAPES]|cluster|clusterx [SHAPES]|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|narrows16 [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -346,6 +346,18 @@ ncu_gemv() {
       ;;
     narrows16)  # the small-program tc configs (PDL wait) at split 16 (SHAPES, default 4096x14336,4096x4096)
       timeout 300 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x14336,4096x4096}" --only int4 --int4-configs benchmarks/int4-tc-narrow-s16.json --runs 20 --out-file "$OUT/gemv-explore-tc-narrow-s16.json"
+      ;;
+    parts13)  # (needs benchmarks/experiments/int4-tc-parts.patch) the v13 winners' decomposition (as parts), and more small-program shapes against the 14336x4096 winner, head to head
+      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 128 --shapes 14336x4096,4096x4096 --time-failed \
+        --variant '{"PART": 1}' --variant '{"PART": 3}' --out-file "$OUT/ab-int4-tc-parts-v13.json" 2>&1 | tail -3
+      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 128 --shapes 14336x4096 \
+        --variant '{"BLOCK_K": 64}' --variant '{"BLOCK_K": 64, "SPLIT_K": 8}' --variant '{"BLOCK_N": 32, "num_warps": 2}' --variant '{"maxnreg": 64}' \
+        --variant '{"SPLIT_K": 2}' --variant '{"BLOCK_K": 256}' --out-file "$OUT/ab-int4-tc-small-14336x4096.json" 2>&1 | tail -3
+      ;;
+    atomicfix)  # (ATOMIC_FIXUP not kept: apply benchmarks/experiments/int4-tc-atomic-fixup.patch to 3990e9f first) the tc GEMV's split-K fix-up by one fixed-point atomic an output (ATOMIC_FIXUP) against the counter fix-up, head to head at the v13 winners (GPU tests first)
+      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -rf -p no:cacheprovider tests/test_kernels_quant.py -k "gpu or tensor_core" 2>&1 | tail -4
+      timeout 300 python3 benchmarks/ab_config.py --kernel int4_gemv --max-trials 128 --shapes 14336x4096,4096x4096,4096x14336 \
+        --variant '{"ATOMIC_FIXUP": true}' --out-file "$OUT/ab-int4-tc-atomic-fixup.json" 2>&1 | tail -3
       ;;
     lowreg)  # tc GEMV configs of at most 80 registers a thread (X_NOW), so that under PDL the next kernel's programs fit beside this one's, at both trigger points, beside the tuned winners (SHAPES, default the three open llama-8b rows)
       timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x4096,14336x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-lowreg.json --runs 20 --out-file "$OUT/gemv-explore-tc-lowreg-${3:-all}.json"
