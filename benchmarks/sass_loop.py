@@ -80,6 +80,11 @@ def compile_sass(fn, types: dict[str, str], constants: dict, num_warps: int, max
     return sass, int(registers.group(1)) if registers else -1
 
 
+def spill_count(sass: str) -> int:
+    """Local-memory loads and stores (LDL, STL) in a kernel's SASS: registers spilled."""
+    return sum(1 for line in sass.splitlines() if _ADDRESS.search(line) and re.search(r"\b(LDL|STL)\b", line))
+
+
 def loop_body(sass: str) -> list[str]:
     """The opcodes of the longest loop, in order: from a label to the farthest branch back to it."""
     lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
@@ -209,9 +214,8 @@ def main() -> int:
         return 0
     if args.pdl_order:
         sass, registers = compile_sass(fn, types, {**consts, "PDL": pdl.PDL_TRIGGERS[args.pdl_trigger]}, args.warps, args.maxnreg, args.stages, divisible)
-        lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
-        spills = sum(1 for line in lines if re.search(r"\b(LDL|STL)\b", line))
-        print(json.dumps({**pdl_order(sass), "registers": registers, "spills": spills, "kernel_instructions": len(lines)}))
+        kernel_total = len([line for line in sass.splitlines() if _ADDRESS.search(line)])
+        print(json.dumps({**pdl_order(sass), "registers": registers, "spills": spill_count(sass), "kernel_instructions": kernel_total}))
         return 0
     sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible)
     body = loop_body(sass)
@@ -219,9 +223,8 @@ def main() -> int:
     total = len(body)
     import triton
 
-    kernel_lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
-    kernel_total = len(kernel_lines)
-    spills = sum(1 for line in kernel_lines if re.search(r"\b(LDL|STL)\b", line))
+    kernel_total = len([line for line in sass.splitlines() if _ADDRESS.search(line)])
+    spills = spill_count(sass)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None  # the kernels' source
     result = {"kernel": args.kernel, "config": vars(args), "commit": commit, "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
               "codes_per_thread_step": codes, "registers": registers, "spills": spills, "placement": load_placement(body), "per_code": round(total / codes, 3) if codes else None,

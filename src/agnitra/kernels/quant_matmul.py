@@ -55,8 +55,9 @@ KernelSpec):
   loaded); the group's scale and zero (pre-arranged as (s, z) pairs so a lane's two C rows are one
   8-byte load) apply to the fp32 sums, MAGIC + 8 taken off through the x sums, so the weight is
   never rounded. No shared memory in the loop; about 2.1-2.6 instructions a code. The asm is right
-  only in the words' load layout: `test_int4_tc_asm_layout` compiles it for sm_90 and checks; under the interpreter the MMAs are emulated from the PTX ISA's fragment
-  layouts (`_int4_tc_emulated`). One 16-row tile a warp on 4-8 warps, or small programs (1-4
+  only in the words' load layout: `test_int4_tc_asm_layout` compiles it for sm_90 and checks;
+  under the interpreter the MMAs are emulated from the PTX ISA's fragment layouts
+  (`_int4_tc_emulated`). One 16-row tile a warp on 4-8 warps, or small programs (1-4
   tiles on one or two warps, `_TC_NARROW`) in multi-wave grids that let the next kernel in at
   their PDL wait, so its programs take the slots theirs free.
 * int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
@@ -1847,18 +1848,18 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     out = []
     if m > 8 or k % 64 or group % 64:
         return out
+    tc = lambda bn, bk, split, nw, **extra: {"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1,
+                                             "PREFETCH": True, **extra}
     for bn, bk, nw in _TC_SHAPES:
         if _groups_a_step(bk, group, k):
             for split in [s for s in (1, 2, 4, 8) if s == 1 or (_cdiv(n, bn) * s <= 8 * _SMS and k // bk >= s)]:  # a split may take one step
                 for cap in (0, 128) if bk == 128 else (0,):
-                    out.append({"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": True,
-                                **({"maxnreg": cap} if cap else {})})
+                    out.append(tc(bn, bk, split, nw, **({"maxnreg": cap} if cap else {})))
     for bn, bk, nw in _TC_NARROW:  # split 2-8 (unsplit, 14.7-15.0 us at 14336x4096), up to 32 one-warp (16 two-warp) programs an SM
         if _groups_a_step(bk, group, k):
             for split in [s for s in (2, 4, 8) if _cdiv(n, bn) * s * nw <= 32 * _SMS and k // bk >= s]:
                 for x_now in (False, True) if bn > 16 else (False,):
-                    out.append({"KERNEL": "tc", "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "PREFETCH": True,
-                                "PDL": "wait", **({"X_NOW": True} if x_now else {})})
+                    out.append(tc(bn, bk, split, nw, PDL="wait", **({"X_NOW": True} if x_now else {})))
     return out
 
 
