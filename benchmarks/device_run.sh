@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|narrows16 [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|narrows16 [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -375,6 +375,17 @@ ncu_gemv() {
         --variant "{$small, \"SPLIT_K\": 4, \"CLUSTER\": true}" --variant "{$small, \"SPLIT_K\": 8, \"BLOCK_K\": 256, \"CLUSTER\": true}" --out-file "$OUT/ab-int4-tc-cluster-small-4096x14336.json" 2>&1 | tail -3
       timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant '{"CLUSTER": true}' --variant "{$small, \"SPLIT_K\": 8, \"CLUSTER\": true}" \
         --variant "{$small, \"SPLIT_K\": 4, \"CLUSTER\": true}" --variant '{"CLUSTER": true, "BLOCK_N": 32, "num_warps": 2, "SPLIT_K": 4, "maxnreg": null}' --out-file "$OUT/ab-int4-tc-cluster-small-4096x4096.json" 2>&1 | tail -3
+      ;;
+    stagess1)  # small tensor-core programs streamed through shared memory (STAGES: cp.async, STAGES - 1 steps ahead) unsplit (no split-K fix-up) or lightly split, head to head against the v13 winners, per shape
+      small='"BLOCK_N": 16, "num_warps": 1, "BLOCK_K": 128, "X_NOW": false, "maxnreg": null, "PDL": "wait", "PREFETCH": false'
+      v() { echo "{$small, $1}"; }
+      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant "$(v '"SPLIT_K": 1, "STAGES": 3')" --variant "$(v '"SPLIT_K": 1, "STAGES": 4')" --variant "$(v '"SPLIT_K": 1, "STAGES": 6')" \
+        --variant "$(v '"SPLIT_K": 1, "STAGES": 8')" --variant "$(v '"SPLIT_K": 1, "STAGES": 4, "BLOCK_K": 256')" --variant "$(v '"SPLIT_K": 1, "STAGES": 6, "BLOCK_K": 256')" \
+        --variant "$(v '"SPLIT_K": 2, "STAGES": 4')" --variant "$(v '"SPLIT_K": 4, "STAGES": 3')" --variant "$(v '"SPLIT_K": 1, "STAGES": 6, "PDL": true')" --out-file "$OUT/ab-int4-tc-stages-small-14336x4096.json" 2>&1 | tail -3
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 --variant "$(v '"SPLIT_K": 2, "STAGES": 6, "BLOCK_K": 256')" --variant "$(v '"SPLIT_K": 4, "STAGES": 4')" \
+        --variant "$(v '"SPLIT_K": 8, "STAGES": 3')" --variant "$(v '"SPLIT_K": 4, "STAGES": 4, "BLOCK_K": 256')" --out-file "$OUT/ab-int4-tc-stages-small-4096x14336.json" 2>&1 | tail -3
+      timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant "$(v '"SPLIT_K": 2, "STAGES": 4')" --variant "$(v '"SPLIT_K": 4, "STAGES": 3')" \
+        --variant "$(v '"SPLIT_K": 1, "STAGES": 6')" --out-file "$OUT/ab-int4-tc-stages-small-4096x4096.json" 2>&1 | tail -3
       ;;
     clusterx)  # (needs benchmarks/experiments/int4-tc-cluster.patch) tc GEMV configs with CLUSTER over block sizes, steps and splits 2-8, at both trigger points, beside the tuned winners (SHAPES)
       timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-cluster.json --runs 20 --out-file "$OUT/gemv-explore-tc-cluster.json"
