@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|narrows16 [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -344,6 +344,14 @@ ncu_gemv() {
     retune13)  # the int4 GEMV rows at llama-8b shapes tuned afresh (bucket v13: small tensor-core programs let the next kernel in at the wait), exhaustively, peers in the same run (SHAPES TAG)
       timeout 560 python3 benchmarks/kernels.py --only gemv --gemv-kernels int4_gemv --shapes "${2:-14336x4096,4096x4096}" --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv-int4-v13-${3:-a}.json" 2>&1 | grep -v "^ "
       ;;
+    retune14)  # GPU tests of the tc kernel's fix-ups (the waiting one cooperative), then the int4 GEMV rows at llama-8b shapes tuned afresh (bucket v14: the finalists refined with the waiting fix-up too), exhaustively, peers in the same run (SHAPES TAG)
+      [ "${4:-tests}" = tests ] && { AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -v -p no:cacheprovider tests/test_kernels_quant.py -k "waiting or slots or tensor_core_rows_kernel or gpu_kernels_match or chain" > "$OUT/gpu-tests-retune14.txt" 2>&1; echo "pytest rc $?"; grep -E "FAILED|ERROR|passed|failed" "$OUT/gpu-tests-retune14.txt" | tail -6; }
+      timeout 440 python3 benchmarks/kernels.py --only gemv --gemv-kernels int4_gemv --shapes "${2:-14336x4096,4096x4096}" --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv-int4-v14-${3:-a}.json" 2>&1 | grep -v "^ "
+      ;;
+    waitab)  # the v14 winner at 14336x4096 (FIXUP wait) against its neighbours, head to head (the winner twice: the run's noise)
+      timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{}' --variant '{"PDL": true}' --variant '{"BLOCK_K": 256}' --variant '{"SPLIT_K": 2}' \
+        --variant '{"SPLIT_K": 8}' --variant '{"FIXUP": "count"}' --variant '{"BLOCK_N": 32, "BLOCK_K": 256, "X_NOW": true}' --out-file "$OUT/ab-int4-tc-waiting-14336x4096.json" 2>&1 | tail -3
+      ;;
     narrows16)  # the small-program tc configs (PDL wait) at split 16 (SHAPES, default 4096x14336,4096x4096)
       timeout 300 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x14336,4096x4096}" --only int4 --int4-configs benchmarks/int4-tc-narrow-s16.json --runs 20 --out-file "$OUT/gemv-explore-tc-narrow-s16.json"
       ;;
@@ -386,6 +394,16 @@ ncu_gemv() {
         --variant "$(v '"SPLIT_K": 8, "STAGES": 3')" --variant "$(v '"SPLIT_K": 4, "STAGES": 4, "BLOCK_K": 256')" --out-file "$OUT/ab-int4-tc-stages-small-4096x14336.json" 2>&1 | tail -3
       timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant "$(v '"SPLIT_K": 2, "STAGES": 4')" --variant "$(v '"SPLIT_K": 4, "STAGES": 3')" \
         --variant "$(v '"SPLIT_K": 1, "STAGES": 6')" --out-file "$OUT/ab-int4-tc-stages-small-4096x4096.json" 2>&1 | tail -3
+      ;;
+    arrive)  # (VARIANTS, TAG: env) the arrive-first split-K fix-up (fixup_cost.py arrive: relaxed atomic first, the last arrival polls its siblings' sentinel slots) against the counter fix-up and none, head to head, on the v13 winners and their small-program neighbours, per shape
+      tc='"KERNEL": "tc", "num_stages": 1, "PREFETCH": true'
+      fc() { timeout 180 python3 benchmarks/fixup_cost.py --shapes "$1" --kernels int4_gemv --variants "${VARIANTS:-count,arrive,none}" --runs 20 --configs "$2" --out-file "$OUT/fixup-cost-${TAG:-arrive}-$1.json" 2>&1 | grep -v "^ " | tail -8; }
+      fc 14336x4096 "[{$tc, \"BLOCK_N\": 16, \"BLOCK_K\": 128, \"num_warps\": 1, \"PDL\": \"wait\", \"SPLIT_K\": 4}, {$tc, \"BLOCK_N\": 16, \"BLOCK_K\": 128, \"num_warps\": 1, \"PDL\": \"wait\", \"SPLIT_K\": 8},
+        {$tc, \"BLOCK_N\": 16, \"BLOCK_K\": 128, \"num_warps\": 1, \"PDL\": \"wait\", \"SPLIT_K\": 2}, {$tc, \"BLOCK_N\": 32, \"BLOCK_K\": 256, \"num_warps\": 1, \"X_NOW\": true, \"PDL\": \"wait\", \"SPLIT_K\": 4}]"
+      fc 4096x14336 "[{$tc, \"BLOCK_N\": 128, \"BLOCK_K\": 256, \"num_warps\": 8, \"X_NOW\": true, \"maxnreg\": 128, \"SPLIT_K\": 8}, {$tc, \"BLOCK_N\": 128, \"BLOCK_K\": 256, \"num_warps\": 8, \"X_NOW\": true, \"maxnreg\": 128, \"SPLIT_K\": 8, \"PDL\": \"wait\"},
+        {$tc, \"BLOCK_N\": 16, \"BLOCK_K\": 128, \"num_warps\": 1, \"PDL\": \"wait\", \"SPLIT_K\": 8}, {$tc, \"BLOCK_N\": 32, \"BLOCK_K\": 256, \"num_warps\": 1, \"X_NOW\": true, \"PDL\": \"wait\", \"SPLIT_K\": 8}]"
+      fc 4096x4096 "[{$tc, \"BLOCK_N\": 64, \"BLOCK_K\": 128, \"num_warps\": 4, \"maxnreg\": 128, \"PDL\": \"wait\", \"SPLIT_K\": 8}, {$tc, \"BLOCK_N\": 16, \"BLOCK_K\": 128, \"num_warps\": 1, \"PDL\": \"wait\", \"SPLIT_K\": 8},
+        {$tc, \"BLOCK_N\": 16, \"BLOCK_K\": 128, \"num_warps\": 1, \"PDL\": \"wait\", \"SPLIT_K\": 4}, {$tc, \"BLOCK_N\": 32, \"BLOCK_K\": 512, \"num_warps\": 2, \"PDL\": \"wait\", \"SPLIT_K\": 4}]"
       ;;
     clusterx)  # (needs benchmarks/experiments/int4-tc-cluster.patch) tc GEMV configs with CLUSTER over block sizes, steps and splits 2-8, at both trigger points, beside the tuned winners (SHAPES)
       timeout 560 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x4096,4096x14336}" --only int4 --int4-configs benchmarks/int4-tc-cluster.json --runs 20 --out-file "$OUT/gemv-explore-tc-cluster.json"

@@ -24,6 +24,15 @@ swapped in for `_split_k_total` before the kernels compile (none is used by Agni
   at most split configs, slower at some (fixup-cost-wait-*.json); not in Agnitra: its progress rests
   on the GPU starting a grid's programs in order (the waiter after its siblings), which CUDA does not
   promise;
+- `arrive`: each program counts its arrival first (a relaxed atomic, no fence); the last to arrive
+  reads its siblings' slots until none is the sentinel (they have arrived, so they run and store:
+  no dependence on dispatch order), the others store after their count. Bitwise `count`, but slower
+  on every tuned winner on the H100 (fixup-cost-arrive-*.json);
+- `publish`: `arrive` with the partial stored before the count: 12.64 -> 12.37 us on 14336x4096's
+  one-warp winner, far slower on multi-warp configs (fixup-cost-publish-*.json);
+- NAME_coop: fix-up NAME with the grid launched cooperatively (all programs resident, or the launch
+  fails), which makes `wait` safe: that is Agnitra's FIXUP "wait" (`quant_matmul._split_k_total_waiting`;
+  fixup-cost-coop-*.json: 12.67 -> 12.01 us on that winner);
 - `none`: no fix-up, each program stores its own partial as the output (wrong sums): the bound.
 Configs: the tuned winners' shapes (`FAMILIES`) at every split their space allows, timed in a chain
 of 20 under PDL over copies past L2 (`autotune.head_to_head`).
@@ -126,27 +135,117 @@ def _wait_buffers(split_k, m, n, blocks, y):
     return _WAIT_PARTIALS[key].view(split_k, m, n), y
 
 
+@triton.jit
+def read_siblings(p_ptrs, split_stride, mask, acc, pid_k, SPLIT_K: tl.constexpr):
+    """One round of the arrive fix-up's reads: the sum in split order of the block's partials (this
+    program's own, `acc`, at its split; its siblings' loaded) and how many sibling slots still read
+    as the sentinel (a count whole in each warp, not always block-wide)."""
+    total = tl.zeros_like(acc)
+    unset = tl.zeros(acc.shape, tl.int32)
+    for split in tl.static_range(SPLIT_K):  # every sibling's loads issued at once
+        sibling = mask & (tl.full(mask.shape, split, tl.int32) != pid_k)  # (mask & scalar fails in the interpreter)
+        v = tl.load(p_ptrs + split * split_stride, mask=sibling, other=0.0, volatile=True)
+        unset += (sibling & (v.to(tl.int32, bitcast=True) == _SENTINEL)).to(tl.int32)
+        total += tl.where(pid_k == split, acc, v)
+    return total, tl.sum(unset)
+
+
+@triton.jit
+def store_partial(p_ptrs, split_stride, mask, acc, pid_k):
+    """This program's partial in its slot (a NaN equal to the sentinel stored as the canonical NaN)."""
+    bits = acc.to(tl.int32, bitcast=True)
+    tl.store(p_ptrs + pid_k * split_stride, tl.where(bits == _SENTINEL, 0x7FC00000, bits).to(tl.float32, bitcast=True), mask=mask)
+
+
+@triton.jit
+def gather_arrived(p_ptrs, split_stride, mask, acc, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
+    """The block's last arrival (`arrive`, `publish`): its siblings' slots read until none is the
+    sentinel, summed in split order with its own partial (bitwise `count`'s sum); after a CTA barrier
+    every slot back to the sentinel and the counter to zero, for the next launch."""
+    total = tl.zeros_like(acc)
+    waiting = tl.full([], 1, tl.int32)
+    while waiting > 0:
+        total, waiting = read_siblings(p_ptrs, split_stride, mask, acc, pid_k, SPLIT_K)
+    tl.debug_barrier()  # every warp past the spin before any slot is reset
+    sentinel = tl.full(acc.shape, _SENTINEL, tl.int32).to(tl.float32, bitcast=True)
+    for split in tl.static_range(SPLIT_K):
+        tl.store(p_ptrs + split * split_stride, sentinel, mask=mask)
+    tl.atomic_xchg(counter_ptr, 0, sem="relaxed")
+    return total
+
+
+def _fixup_arrive(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
+    """Arrive first, publish after: each program counts its arrival (a relaxed atomic: nothing of its
+    own is published yet, so no fence or barrier before it). The block's last to arrive reads its
+    siblings' slots until none reads as the sentinel (they have all arrived, so they are running and
+    store without waiting on anything: no dependence on the order the GPU starts programs in, unlike
+    `wait`) and sums them with its own (`gather_arrived`); the others store their partial and are
+    done. The last's path: the atomic's round trip and one round of reads (two with `count`'s fence,
+    atomic and reads)."""
+    arrived = tl.atomic_add(counter_ptr, 1, sem="relaxed")
+    last = arrived == SPLIT_K - 1
+    total = tl.zeros_like(acc)
+    if last:
+        total = gather_arrived(p_ptrs, split_stride, mask, acc, counter_ptr, pid_k, SPLIT_K)
+    else:
+        store_partial(p_ptrs, split_stride, mask, acc, pid_k)
+    return total, last
+
+
+def _fixup_publish(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
+    """`arrive` with each program's partial stored before its arrival is counted (no CTA barrier or
+    fence between: the last to arrive reads until no sibling slot reads as the sentinel, so what
+    orders the store before the count is not needed for a right sum, only for a first read that
+    finds every partial there)."""
+    store_partial(p_ptrs, split_stride, mask, acc, pid_k)
+    arrived = tl.atomic_add(counter_ptr, 1, sem="relaxed")
+    last = arrived == SPLIT_K - 1
+    total = tl.zeros_like(acc)
+    if last:
+        total = gather_arrived(p_ptrs, split_stride, mask, acc, counter_ptr, pid_k, SPLIT_K)
+    return total, last
+
+
+def _arrive_buffers(split_k, m, n, blocks, y):
+    """`_split_k_buffers` for `_fixup_arrive`: the sentinel partials (as `wait`'s) and the counters."""
+    if split_k == 1:
+        return y, y
+    return _wait_buffers(split_k, m, n, blocks, y)[0], qm.reserve_split_k_counters(y.device, blocks)
+
+
 def _fixup_none(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
     """No fix-up: every program's partial is its output (a lower bound on time, not a sum)."""
     return acc, True
 
 
-VARIANTS = {"count": COUNT, "wait": _fixup_wait, "flags": _fixup_flags, "none": _fixup_none}
-VARIANT_BUFFERS = {"wait": _wait_buffers}  # a variant's partials and counters, where not `_split_k_buffers`'s
+VARIANTS = {"count": COUNT, "wait": _fixup_wait, "flags": _fixup_flags, "arrive": _fixup_arrive, "publish": _fixup_publish, "none": _fixup_none}
+VARIANT_BUFFERS = {"wait": _wait_buffers, "arrive": _arrive_buffers, "publish": _arrive_buffers}  # a variant's partials and counters, where not `_split_k_buffers`'s
+
+
+PDL_OPTIONS = qm.pdl_options
+
+
+def _cooperative_options(x, cfg):
+    """`pdl_options` plus a cooperative launch (every program of the grid resident at once, or the launch fails)."""
+    return {**PDL_OPTIONS(x, cfg), "launch_cooperative_grid": True}
 
 
 @contextlib.contextmanager
 def _variant(variant: str, jitted: dict | None = None):
     """quant_matmul with fix-up `variant` (its helper and buffers, and the kernels `jitted` with it when
-    given: the interpreter looks the helper up at run time, the compiler binds it once), restored after."""
+    given: the interpreter looks the helper up at run time, the compiler binds it once), restored after.
+    A variant named NAME_coop is fix-up NAME with the grid launched cooperatively."""
     saved = dict(qm._JITTED)
-    qm._split_k_total, qm._split_k_buffers = VARIANTS[variant], VARIANT_BUFFERS.get(variant, BUFFERS)
+    base = variant.removesuffix("_coop")
+    qm._split_k_total, qm._split_k_buffers = VARIANTS[base], VARIANT_BUFFERS.get(base, BUFFERS)
+    if variant != base:
+        qm.pdl_options = _cooperative_options
     qm._JITTED.clear()
     qm._JITTED.update(jitted or {})
     try:
         yield
     finally:
-        qm._split_k_total, qm._split_k_buffers = COUNT, BUFFERS
+        qm._split_k_total, qm._split_k_buffers, qm.pdl_options = COUNT, BUFFERS, PDL_OPTIONS
         qm._JITTED.clear()
         qm._JITTED.update(saved)
 
@@ -199,16 +298,21 @@ def measure(name: str, shape, configs: list[dict], dtype, device, l2, runs: int,
     rows = []
     for config in configs:
         variants = split_variants if config["SPLIT_K"] > 1 else ("count",)
-        try:
-            calls = [compiled_launch(spec, config, sets, v) for v in variants]
-            # the wait fix-up sums in the same order as the counter: bitwise equal, on the first launch and after the timed ones
-            same = {v: bool(torch.equal(c.first, calls[0].first)) for v, c in zip(variants, calls) if v == "wait"}
-            times = head_to_head(calls, runs, device)
-            same_after = {v: bool(torch.equal(c(0), calls[0](0))) for v, c in zip(variants, calls) if v in same}
-        except Exception as exc:  # noqa: BLE001 - a config that cannot run here: recorded
-            rows.append({"config": config, "error": str(exc).splitlines()[0][:200]})
+        calls, errors = {}, {}
+        for v in variants:  # a variant that cannot run here (a cooperative grid too large to be resident at once): recorded
+            try:
+                calls[v] = compiled_launch(spec, config, sets, v)
+            except Exception as exc:  # noqa: BLE001
+                errors[v] = str(exc).splitlines()[0][:200]
+        if "count" not in calls:
+            rows.append({"config": config, "error": errors.get("count", "count not timed")})
             continue
-        rows.append({"config": config, **{f"{v}_us": round(t * 1000, 3) for v, t in zip(variants, times)}, "same_as_count": same, "same_after_timing": same_after})
+        # the fix-ups that sum in the counter's order: bitwise equal, on the first launch and after the timed ones
+        same = {v: bool(torch.equal(c.first, calls["count"].first)) for v, c in calls.items() if v.removesuffix("_coop") in ("count", "wait", "arrive", "publish") and v != "count"}
+        times = head_to_head(list(calls.values()), runs, device)
+        same_after = {v: bool(torch.equal(calls[v](0), calls["count"](0))) for v in same}
+        rows.append({"config": config, **{f"{v}_us": round(t * 1000, 3) for v, t in zip(calls, times)}, "same_as_count": same, "same_after_timing": same_after,
+                     **({"errors": errors} if errors else {})})
         print(name, shape, config, rows[-1], flush=True)
     return rows
 
@@ -219,6 +323,7 @@ def main() -> int:
     parser.add_argument("--shapes", default="4096x4096,14336x4096,4096x14336", help="NxK at batch 1, comma-separated")
     parser.add_argument("--kernels", default="int8_gemv,int4_gemv", help="KERNEL@NxK,... to limit a kernel to some shapes, e.g. int8_gemv@4096x4096,int4_gemv")
     parser.add_argument("--variants", default="count,flags,none", help="the fix-ups timed on split configs (the interpreter runs no PTX: count,none; also: wait)")
+    parser.add_argument("--configs", help="a JSON list of configs (SPLIT_K included) timed at every shape instead of the families at every split")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
@@ -235,7 +340,7 @@ def main() -> int:
             if only and only != key:
                 continue
             shape = (1, n, k, GROUP) if name == "int4_gemv" else (1, n, k)
-            configs = split_configs(name, shape, dtype)
+            configs = json.loads(args.configs) if args.configs else split_configs(name, shape, dtype)
             rows.append({"kernel": name, "shape": list(shape), "configs": measure(name, shape, configs, dtype, device, l2, args.runs, tuple(args.variants.split(",")))})
             path.write_text(json.dumps({"schema": "agnitra.fixup-cost/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
                                         "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs,

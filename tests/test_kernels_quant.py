@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
@@ -315,6 +316,56 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 2, 1, True), (3, 4, 2, "X_NOW"), (8, 8, 1, True), (2, 4, 1, False)])
+def test_int4_tensor_core_waiting_fixup_matches_the_counter(dtype, m, split_k, warps, prefetch):
+    """FIXUP "wait" (split SPLIT_K - 1 waits for its siblings' partials in the slots; on a GPU the grid
+    is launched cooperatively): the reference, and the counter fix-up's sum bit for bit (same order),
+    launch after launch; every slot is marked empty again afterwards and no counter is touched."""
+    for shape in ((m, 40, 512, 64), (m, 100, 1024, 128)):  # N not a multiple of the block, splits <= steps
+        (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
+        cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 16 * warps, "BLOCK_K": 64, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": bool(prefetch),
+               "X_NOW": prefetch == "X_NOW"}
+        waiting = qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "wait"}, out=_poisoned(m, shape[1], dtype))
+        _check(waiting, ref, dtype)
+        assert torch.equal(waiting, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "the counter fix-up's sum, bit for bit"
+        assert torch.equal(waiting, qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "wait"})), "repeatable: the slots were emptied"
+    slots = qm.reserve_split_k_slots(x.device)
+    assert bool((slots.view(torch.int32) == qm.SLOT_EMPTY).all()), "every slot marked empty between launches"
+    assert _counters_zero()
+
+
+def test_int4_tensor_core_waiting_fixup_refusals_and_refinements():
+    """A FIXUP other than "count" or "wait" is refused with the values it takes; the waiting fix-up is
+    a refinement of split tensor-core configs on a GPU only (the cooperative launch), also at the
+    other PDL trigger point, and never of unsplit ones or of other kernels."""
+    (x, w, s, z, g, b), _ = _int4_case((1, 40, 512, 64), torch.float16)
+    cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 1, "PREFETCH": True}
+    with pytest.raises(ValueError, match="FIXUP must be 'count' or 'wait'"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "atomic"})
+    tc = {k: v for k, v in cfg.items() if k != "path"}
+    with mock.patch("agnitra.kernels.pdl.pdl_supported", lambda device: True):
+        gpu = qm._int4_refinements(tc, torch.device("cuda"))
+    assert {**tc, "FIXUP": "wait"} in gpu and {**tc, "PDL": "wait", "FIXUP": "wait"} in gpu
+    assert not any(c.get("FIXUP") for c in qm._int4_refinements(tc, torch.device("cpu"))), "no cooperative launch without a GPU"
+    assert not any(c.get("FIXUP") for c in qm._int4_refinements({**tc, "SPLIT_K": 1}, torch.device("cuda")))
+    assert not any(c.get("FIXUP") for c in qm._int4_refinements({**tc, "KERNEL": "rows"}, torch.device("cuda")))
+
+
+def test_split_k_slots_grow_outside_a_capture_and_refuse_inside_one():
+    """The slots are made on first use, grown when a launch needs more (the old buffer kept alive: CUDA
+    graphs hold its address), and marked empty; inside a CUDA graph capture a shortfall is an error
+    that names the fix instead of an allocation of the graph's pool."""
+    device = torch.device("cpu")
+    first = qm.reserve_split_k_slots(device)
+    grown = qm.reserve_split_k_slots(device, first.numel() + 1)
+    assert grown.numel() > first.numel() and first in qm._SLOTS[device] and bool((grown.view(torch.int32) == qm.SLOT_EMPTY).all())
+    assert qm.reserve_split_k_slots(device, 5) is grown
+    fake_cuda = torch.device("cuda", 99)
+    with mock.patch("torch.cuda.is_current_stream_capturing", lambda: True), pytest.raises(RuntimeError, match="reserve_split_k_slots\\(device, 7\\) before capturing"):
+        qm.reserve_split_k_slots(fake_cuda, 7)
+
+
 def test_int4_tensor_core_small_programs_let_the_next_kernel_in_at_the_wait():
     """The space holds small tensor-core programs (one warp, one or two tiles) split 2-8 with PDL
     "wait" (their H100 winner at 14336x4096), capped at 32 one-warp programs an SM; such a config
@@ -514,6 +565,28 @@ def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):
     monkeypatch.setattr(qm, "_COUNTERS", {})
     int4.to(CPU)  # moved (here onto the same device): reserved where it now lives
     assert len(qm._COUNTERS[dev]) == 1
+
+
+def test_int4_modules_reserve_the_waiting_fixup_slots_their_tuned_configs_need(monkeypatch):
+    """Where a layer's tuned GEMV (any batch bucket 1-8) takes FIXUP "wait", building the layer reserves
+    (SPLIT_K - 1) x batch x N slots, so its first call inside a CUDA graph capture allocates nothing;
+    no slots where none does."""
+    from agnitra.kernels import modules as km
+    from agnitra.kernels import ops
+
+    dev = torch.empty(0, device=CPU).device
+    tuned = {"KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 4, "num_warps": 1, "PREFETCH": True}
+    lookup = lambda kernel, shape, dtype, device_type: {**tuned, **({"FIXUP": "wait"} if shape[0] == 2 else {})}  # noqa: E731
+    monkeypatch.setattr(qm, "_SLOTS", {})
+    monkeypatch.setattr(ops, "config_for", lambda *a: {**tuned})
+    km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40, device=CPU).to(torch.float16), 64)
+    assert dev not in qm._SLOTS, "no layer GEMV waits: nothing reserved"
+    monkeypatch.setattr(ops, "config_for", lookup)
+    layer = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40_000, device=CPU).to(torch.float16), 64)
+    assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "batch bucket 2's (SPLIT_K - 1) x 2 x N"
+    monkeypatch.setattr(qm, "_SLOTS", {})
+    layer.to(CPU)
+    assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "reserved again where the layer now lives"
 
 
 def test_int4_tensor_core_shuffle_in_passes_matches_one_pass():
@@ -762,7 +835,7 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
     assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v4"  # versioned: the GEMV kernels changed
-    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v13"
+    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v14"
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128_v2"  # tiles over the tensor-core words joined the space
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):

@@ -19,9 +19,10 @@ def _flat(x: torch.Tensor, k: int) -> torch.Tensor:
 
 
 class _SplitKLinear(nn.Module):
-    """A kernel-backed Linear whose GEMVs may split K: the split-K arrival counters of the device its
-    weight lives on are reserved when it is built and whenever it moves (`.to()`), never on a first
-    call, which may run inside a CUDA graph capture whose pool refuses allocations that outlive it."""
+    """A kernel-backed Linear whose GEMVs may split K: the split-K arrival counters (and slots, where
+    its GEMVs take them) of the device its weight lives on are reserved when it is built and whenever
+    it moves (`.to()`), never on a first call, which may run inside a CUDA graph capture whose pool
+    refuses allocations that outlive it."""
 
     def _reserve_counters(self) -> None:
         from agnitra.kernels.quant_matmul import reserve_split_k_counters
@@ -72,6 +73,17 @@ def _batch1_reads_packed(n: int, k: int, group_size: int, dtype: torch.dtype, de
     return ops.config_for("int4_gemv", (1, n, k, group_size), dtype, device.type).get("KERNEL") != "tc"
 
 
+def _waiting_fixup_slots(n: int, k: int, group_size: int, dtype: torch.dtype, device: torch.device) -> int:
+    """The split-K slots a layer's GEMVs need where their tuned configs (batch buckets 1 to 8) take the
+    one-round-trip fix-up (FIXUP "wait"): (SPLIT_K - 1) x batch x N at most, 0 where none does."""
+    need = 0
+    for m in (1, 2, 4, 8):
+        config = ops.config_for("int4_gemv", (m, n, k, group_size), dtype, device.type)
+        if config.get("FIXUP") == "wait":
+            need = max(need, (config["SPLIT_K"] - 1) * m * n)
+    return need
+
+
 class TritonInt4Linear(_SplitKLinear):
     """Group-wise asymmetric int4 weights; GEMV or tiled kernel.
 
@@ -81,6 +93,15 @@ class TritonInt4Linear(_SplitKLinear):
     `weight` [N, K/2] beside the words; fp32 layers keep only the packed bytes. The state dict
     always holds the packed bytes as "weight", and loading one remakes the words and (s, z) pairs.
     """
+
+    def _reserve_counters(self) -> None:
+        """The counters, and the slots of the one-round-trip fix-up where the layer's tuned GEMVs take it."""
+        from agnitra.kernels.quant_matmul import reserve_split_k_slots
+
+        super()._reserve_counters()
+        slots = _waiting_fixup_slots(self.out_features, self.in_features, self.group_size, self.scales.dtype, self.scales.device)
+        if slots:
+            reserve_split_k_slots(self.scales.device, slots)
 
     def __init__(self, weight, scales, zeros, bias, in_features: int, out_features: int, group_size: int) -> None:
         super().__init__()

@@ -92,7 +92,7 @@ from typing import Any
 import torch
 
 from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options, pdl_trigger_refinements  # noqa: F401 - _pdl_*: device helpers the kernels call (_DEVICE_HELPERS)
-from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel, triton_available
+from agnitra.kernels.spec import KernelSpec, interpreting, pow2_bucket, register_kernel, triton_available
 
 from agnitra.kernels._triton import tl  # the kernels' bodies refer to `tl`; compiled only with Triton
 
@@ -126,6 +126,41 @@ def _split_k_total(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K:
         for split in tl.static_range(SPLIT_K):
             total += tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, cache_modifier=".cg")
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed")  # ready for the next launch
+    return total, last
+
+
+def _split_k_total_waiting(acc, p_ptrs, split_stride, mask, pid_k, SPLIT_K: tl.constexpr):
+    """Split-K fix-up in one memory round trip (config FIXUP "wait"), for a grid launched
+    cooperatively: every program is resident at once, so a program may wait on its siblings.
+
+    Programs 0 .. SPLIT_K - 2 of a block store their partials in the block's slots and are done; the
+    block's program SPLIT_K - 1 reads those slots until none holds the empty mark (a NaN no
+    arithmetic makes, 0x7FF0DEAD; a partial with those bits is stored as the canonical NaN), sums
+    them in split order with its own (the counter fix-up's sum, bit for bit), and marks them empty
+    again for the next launch after a CTA barrier (without it a warp that left the wait first
+    emptied slots another still read: it waited forever). No fence, atomic or counter. The slots
+    hold the mark between launches (`reserve_split_k_slots`). Returns (total, True) to the waiting
+    program and (zeros, False) to the others."""
+    last = pid_k == SPLIT_K - 1
+    total = tl.zeros_like(acc)
+    if last:
+        empty = tl.full([], 1, tl.int32)
+        while empty > 0:  # the siblings' loads issued at once, again until every slot is written
+            total = tl.zeros_like(acc)
+            marks = tl.zeros(acc.shape, tl.int32)
+            for split in tl.static_range(SPLIT_K - 1):
+                part = tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, volatile=True)
+                marks += (part.to(tl.int32, bitcast=True) == 0x7FF0DEAD).to(tl.int32)
+                total += part
+            empty = tl.sum(marks)
+        total += acc
+        tl.debug_barrier()  # every warp past the wait before a slot is emptied
+        mark = tl.full(acc.shape, 0x7FF0DEAD, tl.int32).to(tl.float32, bitcast=True)
+        for split in tl.static_range(SPLIT_K - 1):
+            tl.store(p_ptrs + split * split_stride, mark, mask=mask)
+    else:
+        bits = acc.to(tl.int32, bitcast=True)
+        tl.store(p_ptrs + pid_k * split_stride, tl.where(bits == 0x7FF0DEAD, 0x7FC00000, bits).to(tl.float32, bitcast=True), mask=mask)
     return total, last
 
 
@@ -837,6 +872,7 @@ def _int4_gemv_tc_kernel(
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
     X_NOW: tl.constexpr = False,  # with PREFETCH: x read in the step that uses it instead of a step ahead
     FLIP: tl.constexpr = False,  # Triton breaks ties between equally contiguous dims from the last one (3.7+, `tc_flip`): loads flipped (`_tc_load`)
+    FIXUP_WAIT: tl.constexpr = False,  # SPLIT_K > 1, launched cooperatively: split SPLIT_K - 1 waits for its siblings' partials (`_split_k_total_waiting`; p_ptr: the slots)
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
@@ -902,7 +938,9 @@ def _int4_gemv_tc_kernel(
     valid = (own < n_tiles) & (rows < N) & (cols < M)
     p_ptrs = p_ptr + cols * N + rows
     last = True
-    if SPLIT_K > 1:
+    if FIXUP_WAIT:
+        acc, last = _split_k_total_waiting(acc, p_ptrs, M * N, valid, pid_k, SPLIT_K)
+    elif SPLIT_K > 1:
         acc, last = _split_k_total(acc, p_ptrs, M * N, valid, c_ptr + pid_n, pid_k, SPLIT_K)
     if last:
         if HAS_BIAS:
@@ -1050,7 +1088,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_tc_load", "_pdl_trigger", "_pdl_wait", "_split_k_total", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32", "_tc_words_tile", "_tiled_group")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_tc_load", "_pdl_trigger", "_pdl_wait", "_split_k_total", "_split_k_total_waiting", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32", "_tc_words_tile", "_tiled_group")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1203,6 +1241,36 @@ def reserve_split_k_counters(device: torch.device, blocks: int = 1) -> torch.Ten
     if not held or held[-1].numel() < blocks:
         held.append(torch.zeros(max(blocks, 1 << 16), device=device, dtype=torch.int32))
     return held[-1]
+
+
+SLOT_EMPTY = 0x7FF0DEAD  # `_split_k_total_waiting`'s empty mark: a NaN no arithmetic makes
+_SLOTS: dict[torch.device, list[torch.Tensor]] = {}  # every buffer ever handed out stays alive (CUDA graphs hold their addresses)
+
+
+def reserve_split_k_slots(device: torch.device, count: int = 1) -> torch.Tensor:
+    """The device's split-K slots of the one-round-trip fix-up (config FIXUP "wait"): at least `count`
+    fp32 (65536 by default), marked empty, made on first use; every launch leaves them empty again.
+    Kernel-backed modules whose tuned GEMVs wait reserve them when built (as the counters); made
+    on a call inside a CUDA graph capture they would be an allocation of the graph's pool, so there
+    a shortfall is an error that names the fix."""
+    device = torch.device(device)
+    held = _SLOTS.setdefault(device, [])
+    if not held or held[-1].numel() < count:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"the split-K fix-up FIXUP='wait' needs {count} slots on {device}, more than were reserved before this CUDA graph capture:"
+                               f" call agnitra.kernels.quant_matmul.reserve_split_k_slots(device, {count}) before capturing (kernel-backed Linears do when built)")
+        held.append(torch.full((max(count, 1 << 16),), SLOT_EMPTY, dtype=torch.int32, device=device).view(torch.float32))
+    return held[-1]
+
+
+def _tc_fixup_wait(cfg: dict[str, Any], split_k: int) -> bool:
+    """Config FIXUP: "count" (default: the last of a block's splits to arrive sums them, `_split_k_total`)
+    or "wait" (split SPLIT_K - 1 waits for its siblings, `_split_k_total_waiting`; the grid is launched
+    cooperatively so that all its programs are resident). True where the launch waits."""
+    fixup = cfg.get("FIXUP", "count")
+    if fixup not in ("count", "wait"):
+        raise ValueError(f"int4 GEMV KERNEL='tc' config FIXUP must be 'count' or 'wait', got {fixup!r}")
+    return fixup == "wait" and split_k > 1
 
 
 def int8_weight_only_matmul(
@@ -1457,15 +1525,24 @@ def _int4_tc_gemv(x, n, group_size, bias, y, cfg, operands) -> None:
     pairs = pairs.view(torch.int32)
     split_k = cfg["SPLIT_K"]
     grid = (_cdiv(_cdiv(n, 16), tiles), split_k)
-    partials, counters = _split_k_buffers(split_k, m, n, grid[0], y)
+    wait = _tc_fixup_wait(cfg, split_k)
+    partials, counters = (reserve_split_k_slots(y.device, (split_k - 1) * m * n), y) if wait else _split_k_buffers(split_k, m, n, grid[0], y)
     dtype = tc_constants("bf16" if x.dtype == torch.bfloat16 else "fp16")
     dtype.update(ASM=_ptx(dtype["ASM"]), XSUM_ASM=_ptx(dtype["XSUM_ASM"]))  # "" under the interpreter: the emulated MMAs
-    _jit(_int4_gemv_tc_kernel)[grid](
-        pairs, *operands, bias if bias is not None else y, y, partials, counters,
-        m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
-        GROUP_SIZE=group_size, HAS_BIAS=bias is not None, **dtype, TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)),
-        SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg), **pdl_options(x, cfg), **_tc_x_now(cfg), FLIP=tc_flip(),
-    )
+    # the interpreter runs a grid's programs one after another, splits in order: the waiting one last
+    cooperative = {"FIXUP_WAIT": True, **({} if interpreting() else {"launch_cooperative_grid": True})} if wait else {}
+    try:
+        _jit(_int4_gemv_tc_kernel)[grid](
+            pairs, *operands, bias if bias is not None else y, y, partials, counters,
+            m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
+            GROUP_SIZE=group_size, HAS_BIAS=bias is not None, **dtype, TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)),
+            SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg), **pdl_options(x, cfg), **_tc_x_now(cfg), FLIP=tc_flip(), **cooperative,
+        )
+    except RuntimeError as exc:
+        if wait and "cooperative" in str(exc):
+            raise ValueError(f"int4 GEMV KERNEL='tc' FIXUP='wait' launches its {grid[0] * split_k} programs cooperatively (all resident at once) and this GPU"
+                             f" cannot hold them: use FIXUP='count', or fewer programs (larger BLOCK_N, smaller SPLIT_K)") from exc
+        raise
 
 
 @functools.lru_cache(maxsize=None)
@@ -2050,10 +2127,11 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v13" since tensor-core configs of small programs let the next kernel in at the wait (`_TC_NARROW`;
+    """int4 GEMV: "v14" since the tensor-core configs' refinements hold the cooperative grid's one-round-trip split-K
+    fix-up (FIXUP "wait", `_int4_refinements`); v13: tensor-core configs of small programs let the next kernel in at the wait (`_TC_NARROW`;
     v12: the row kernel's whole-row steps through cp.async (STAGES 3) and 1 row on 8 warps; v11: whole-row steps of 2048
     features; v10: the row and tensor-core kernels compile K in)."""
-    return _bucket(shape) + "_v13"
+    return _bucket(shape) + "_v14"
 
 
 def _int4_tiled_bucket(shape: tuple[int, ...]) -> str:
@@ -2075,8 +2153,14 @@ def _int4_refinements(config: dict[str, Any], device: torch.device) -> list[dict
     also x read in the step that uses it over steps of at least 256 features with the register cap at
     128 (X_NOW: the registers x held a step ahead carry twice the words instead; on the H100 4.9-6.5%
     faster at 14336x4096, 4096x14336 and 32000x2048, slower at 4096x4096 and 128256x4096:
-    ab-int4-tc-x-now-*.json). A variant that cannot run at the shape fails its check and is skipped."""
+    ab-int4-tc-x-now-*.json). For a split tensor-core config on the GPU, also it and its trigger variant
+    with the one-round-trip fix-up of a cooperative grid (FIXUP "wait": on the H100 12.67 -> 12.01 us
+    for 14336x4096's BN16 S4 one-warp programs, 13.1 against 12.8 for 4096x14336's eight-warp ones,
+    fixup-cost-coop-*.json; a grid too large to be resident at once fails and is skipped). A variant
+    that cannot run at the shape fails its check and is skipped."""
     out = pdl_trigger_refinements(config, device) if config.get("KERNEL") in ("rows", "tc") else []
+    if config.get("KERNEL") == "tc" and config.get("SPLIT_K", 1) > 1 and config.get("FIXUP", "count") == "count" and device.type == "cuda":
+        out += [{**c, "FIXUP": "wait"} for c in (config, *out)]
     if config.get("KERNEL") == "tc" and config.get("PREFETCH") and not config.get("X_NOW") and device.type == "cuda":
         out.append({**config, "X_NOW": True, "BLOCK_K": max(256, config["BLOCK_K"]), "maxnreg": 128})
     return out
