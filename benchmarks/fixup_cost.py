@@ -55,6 +55,7 @@ from agnitra.device import resolve_device
 from agnitra.kernels import quant_matmul as qm
 from agnitra.kernels._triton import tl, triton
 from agnitra.kernels.autotune import head_to_head, input_sets
+from agnitra.kernels.quant_matmul import _split_k_total_waiting  # noqa: F401 - called by _fixup_wait (jitted alongside it)
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
@@ -74,65 +75,22 @@ def _fixup_flags(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: t
     return total, True
 
 
-SENTINEL = 0x7FF0DEAD  # a NaN no arithmetic makes (the GPU's NaN results are canonical, 0x7FFFFFFF): "not written yet"
-_SENTINEL = tl.constexpr(SENTINEL)
-
-
-@triton.jit
-def read_partials(p_ptrs, split_stride, mask, acc, SPLIT_K: tl.constexpr):
-    """One round of the wait fix-up's reads: the sum of the block's SPLIT_K - 1 siblings' partials, and
-    how many slots still read as the sentinel (a count whole in each warp, not always block-wide)."""
-    total = tl.zeros_like(acc)
-    unset = tl.zeros(acc.shape, tl.int32)
-    for split in tl.static_range(SPLIT_K - 1):  # every split's loads issued at once
-        v = tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, volatile=True)
-        unset += (v.to(tl.int32, bitcast=True) == _SENTINEL).to(tl.int32)
-        total += v
-    return total, tl.sum(unset)
-
-
-@triton.jit
-def reset_partials(p_ptrs, split_stride, mask, acc, SPLIT_K: tl.constexpr, BARRIER: tl.constexpr = True):
-    """The siblings' slots back to the sentinel, once every warp is past the spin (a CTA barrier, unless
-    the caller placed it): a warp leaves the spin on its own where its count is whole, and without the
-    barrier the first to leave reset slots another still polled, which then waited forever
-    (log-fixup-wait-no-barrier-*.txt)."""
-    if BARRIER:
-        tl.debug_barrier()
-    sentinel = tl.full(acc.shape, _SENTINEL, tl.int32).to(tl.float32, bitcast=True)
-    for split in tl.static_range(SPLIT_K - 1):
-        tl.store(p_ptrs + split * split_stride, sentinel, mask=mask)
+SENTINEL = qm.SLOT_EMPTY  # a NaN no arithmetic makes: "not written yet" (the slots of `qm.reserve_split_k_slots`)
+_SENTINEL = qm._SLOT_EMPTY
 
 
 def _fixup_wait(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K: tl.constexpr):
-    """Programs 0 .. SPLIT_K - 2 of a block store their partials and are done; the block's program
-    SPLIT_K - 1 (dispatched after them: grid order) loads theirs until none reads as the sentinel, sums
-    all in split order with its own, and writes the sentinel back (`reset_partials`): one round trip
-    after its loop, no fence or atomic. The partials buffer holds the sentinel between launches (`_wait_buffers`)."""
-    last = pid_k == SPLIT_K - 1
-    total = tl.zeros_like(acc)
-    if last:
-        waiting = tl.full([], 1, tl.int32)
-        while waiting > 0:
-            total, waiting = read_partials(p_ptrs, split_stride, mask, acc, SPLIT_K)
-        reset_partials(p_ptrs, split_stride, mask, acc, SPLIT_K)
-        total += acc
-    else:
-        tl.store(p_ptrs + pid_k * split_stride, acc, mask=mask)
-    return total, last
-
-
-_WAIT_PARTIALS: dict = {}
+    """Agnitra's FIXUP "wait" (`quant_matmul._split_k_total_waiting`: the block's program SPLIT_K - 1
+    reads its siblings' slots until none is the sentinel), here in a grid launched as any other: its
+    progress then rests on the GPU starting the waiting program after its siblings."""
+    return _split_k_total_waiting(acc, p_ptrs, split_stride, mask, pid_k, SPLIT_K)
 
 
 def _wait_buffers(split_k, m, n, blocks, y):
-    """`_split_k_buffers` for `_fixup_wait`: a partials buffer filled with the sentinel once, kept per size."""
+    """`_split_k_buffers` for `_fixup_wait`: the slots Agnitra's waiting fix-up reads (marked empty between launches)."""
     if split_k == 1:
         return y, y
-    key = (y.device, split_k * m * n)
-    if key not in _WAIT_PARTIALS:
-        _WAIT_PARTIALS[key] = torch.full((split_k * m * n,), SENTINEL, dtype=torch.int32, device=y.device).view(torch.float32)
-    return _WAIT_PARTIALS[key].view(split_k, m, n), y
+    return qm.reserve_split_k_slots(y.device, split_k * m * n), y
 
 
 @triton.jit
@@ -207,7 +165,7 @@ def _fixup_publish(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K:
 
 
 def _arrive_buffers(split_k, m, n, blocks, y):
-    """`_split_k_buffers` for `_fixup_arrive`: the sentinel partials (as `wait`'s) and the counters."""
+    """`_split_k_buffers` for `_fixup_arrive`: the sentinel slots (as `wait`'s) and the counters."""
     if split_k == 1:
         return y, y
     return _wait_buffers(split_k, m, n, blocks, y)[0], qm.reserve_split_k_counters(y.device, blocks)

@@ -3,7 +3,7 @@ bounded, launched back to back, the give-ups counted.
 
     PYTHONPATH=src python benchmarks/fixup_wait_debug.py --out-file wait-debug.json
 
-`_fixup_wait_bounded` is `fixup_cost._fixup_wait` whose waiting program gives up after MAX_ROUNDS
+`_fixup_wait_bounded` is `fixup_cost._fixup_wait` (Agnitra's FIXUP "wait") whose waiting program gives up after MAX_ROUNDS
 rounds of reads: it then counts the give-up on its block's counter and leaves the partial slots as
 they are (a sibling that stores late leaves a slot off the sentinel after the launch; one that never
 stores leaves it at the sentinel). Each config runs batches of eager launches back to back (PDL on
@@ -27,7 +27,9 @@ import fixup_cost as fc  # benchmarks/
 from agnitra import api
 from agnitra.device import resolve_device
 from agnitra.kernels._triton import tl
+from agnitra.kernels import quant_matmul as qm
 from agnitra.kernels.autotune import input_sets
+from agnitra.kernels.quant_matmul import _empty_slots, _read_slots  # the waiting fix-up's rounds (jitted alongside the variant)
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
@@ -44,13 +46,13 @@ def _fixup_wait_bounded(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPL
         waiting = tl.full([], 1, tl.int32)
         rounds = tl.full([], 0, tl.int32)
         while (waiting > 0) & (rounds < MAX_ROUNDS):
-            total, waiting = fc.read_partials(p_ptrs, split_stride, mask, acc, SPLIT_K)
+            total, waiting = _read_slots(p_ptrs, split_stride, mask, acc, SPLIT_K)
             rounds += 1
         tl.debug_barrier()  # before the branch: the warps may not agree on giving up
         if waiting > 0:
             tl.atomic_add(counter_ptr, 1)
         else:
-            fc.reset_partials(p_ptrs, split_stride, mask, acc, SPLIT_K, False)
+            _empty_slots(p_ptrs, split_stride, mask, acc, SPLIT_K)
         total += acc
     else:
         tl.store(p_ptrs + pid_k * split_stride, acc, mask=mask)
@@ -61,7 +63,7 @@ _GAVE_UP: dict = {}
 
 
 def _bounded_buffers(split_k, m, n, blocks, y):
-    """`fixup_cost._wait_buffers`'s partials, and a give-up counter a block (kept, zeroed by the caller)."""
+    """`fixup_cost._wait_buffers`'s slots, and a give-up counter a block (kept, zeroed by the caller)."""
     partials, _ = fc._wait_buffers(split_k, m, n, blocks, y)
     key = (y.device, blocks)
     if key not in _GAVE_UP:
@@ -77,15 +79,16 @@ def _state(device) -> dict:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     gave_up = sum(int((c != 0).sum()) for c in _GAVE_UP.values())
-    off = sum(int((p.view(torch.int32) != fc.SENTINEL).sum()) for p in fc._WAIT_PARTIALS.values())
+    off = sum(int((p.view(torch.int32) != qm.SLOT_EMPTY).sum()) for slots in qm._SLOTS.values() for p in slots)
     return {"blocks_gave_up": gave_up, "slots_off_sentinel": off}
 
 
 def _reset() -> None:
     for c in _GAVE_UP.values():
         c.zero_()
-    for p in fc._WAIT_PARTIALS.values():
-        p.view(torch.int32).fill_(fc.SENTINEL)
+    for slots in qm._SLOTS.values():
+        for p in slots:
+            p.view(torch.int32).fill_(qm.SLOT_EMPTY)
 
 
 def probe(spec, config: dict, sets, device, batches: int, launches: int, variant: str = "wait_bounded") -> dict:

@@ -567,26 +567,34 @@ def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):
     assert len(qm._COUNTERS[dev]) == 1
 
 
-def test_int4_modules_reserve_the_waiting_fixup_slots_their_tuned_configs_need(monkeypatch):
-    """Where a layer's tuned GEMV (any batch bucket 1-8) takes FIXUP "wait", building the layer reserves
-    (SPLIT_K - 1) x batch x N slots, so its first call inside a CUDA graph capture allocates nothing;
-    no slots where none does."""
+def test_int4_modules_reserve_the_waiting_fixup_slots_their_tuned_configs_need(tmp_path, monkeypatch):
+    """Where a layer's tuned GEMV (any batch bucket 1-8; this device's tuning cache, a real one in a
+    fresh cache dir) takes FIXUP "wait", building the layer reserves (SPLIT_K - 1) x batch x N slots,
+    so its first call inside a CUDA graph capture allocates nothing; no slots where none does."""
     from agnitra.kernels import modules as km
     from agnitra.kernels import ops
+    from agnitra.kernels.tuning_cache import TuningCache, cache_key
+    from agnitra.telemetry.signature import device_signature, signature_id
 
     dev = torch.empty(0, device=CPU).device
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(qm, "_SLOTS", {})
     tuned = {"KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 4, "num_warps": 1, "PREFETCH": True}
-    lookup = lambda kernel, shape, dtype, device_type: {**tuned, **({"FIXUP": "wait"} if shape[0] == 2 else {})}  # noqa: E731
-    monkeypatch.setattr(qm, "_SLOTS", {})
-    monkeypatch.setattr(ops, "config_for", lambda *a: {**tuned})
-    km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40, device=CPU).to(torch.float16), 64)
-    assert dev not in qm._SLOTS, "no layer GEMV waits: nothing reserved"
-    monkeypatch.setattr(ops, "config_for", lookup)
-    layer = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40_000, device=CPU).to(torch.float16), 64)
-    assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "batch bucket 2's (SPLIT_K - 1) x 2 x N"
-    monkeypatch.setattr(qm, "_SLOTS", {})
-    layer.to(CPU)
-    assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "reserved again where the layer now lives"
+    cache = TuningCache(tmp_path, signature_id(device_signature(dev)))
+    for m, n in ((1, 40), (1, 40_000), (2, 40_000)):
+        fixup = {"FIXUP": "wait"} if m == 2 else {}
+        cache.put(cache_key("int4_gemv", get_kernel("int4_gemv").bucket((m, n, 128, 64)), torch.float16), {"config": {**tuned, **fixup}})
+    ops._tuned_entries.cache_clear(), ops.config_for.cache_clear()
+    try:
+        km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40, device=CPU).to(torch.float16), 64)
+        assert dev not in qm._SLOTS, "no layer GEMV waits: nothing reserved"
+        layer = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40_000, device=CPU).to(torch.float16), 64)
+        assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "batch bucket 2's (SPLIT_K - 1) x 2 x N"
+        monkeypatch.setattr(qm, "_SLOTS", {})
+        layer.to(CPU)
+        assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "reserved again where the layer now lives"
+    finally:
+        ops._tuned_entries.cache_clear(), ops.config_for.cache_clear()  # the other tests read their own cache dir
 
 
 def test_int4_tensor_core_shuffle_in_passes_matches_one_pass():

@@ -129,38 +129,54 @@ def _split_k_total(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K:
     return total, last
 
 
+SLOT_EMPTY = 0x7FF0DEAD  # `_split_k_total_waiting`'s empty mark: a NaN no arithmetic makes (the GPU's NaNs are 0x7FFFFFFF)
+_SLOT_EMPTY = tl.constexpr(SLOT_EMPTY) if tl is not None else SLOT_EMPTY  # the kernels' globals must be constexpr
+
+
+def _read_slots(p_ptrs, split_stride, mask, acc, SPLIT_K: tl.constexpr):
+    """One round of the waiting fix-up's reads, all issued at once: the sum in split order of slots
+    0 .. SPLIT_K - 2, and how many still hold the empty mark (a count whole in each warp, not always
+    block-wide: the caller's CTA barrier comes before any slot is emptied)."""
+    total = tl.zeros_like(acc)
+    marks = tl.zeros(acc.shape, tl.int32)
+    for split in tl.static_range(SPLIT_K - 1):
+        part = tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, volatile=True)
+        marks += (part.to(tl.int32, bitcast=True) == _SLOT_EMPTY).to(tl.int32)
+        total += part
+    return total, tl.sum(marks)
+
+
+def _empty_slots(p_ptrs, split_stride, mask, acc, SPLIT_K: tl.constexpr):
+    """Slots 0 .. SPLIT_K - 2 marked empty again, for the next launch (after the caller's CTA barrier)."""
+    mark = tl.full(acc.shape, _SLOT_EMPTY, tl.int32).to(tl.float32, bitcast=True)
+    for split in tl.static_range(SPLIT_K - 1):
+        tl.store(p_ptrs + split * split_stride, mark, mask=mask)
+
+
 def _split_k_total_waiting(acc, p_ptrs, split_stride, mask, pid_k, SPLIT_K: tl.constexpr):
     """Split-K fix-up in one memory round trip (config FIXUP "wait"), for a grid launched
     cooperatively: every program is resident at once, so a program may wait on its siblings.
 
-    Programs 0 .. SPLIT_K - 2 of a block store their partials in the block's slots and are done; the
-    block's program SPLIT_K - 1 reads those slots until none holds the empty mark (a NaN no
-    arithmetic makes, 0x7FF0DEAD; a partial with those bits is stored as the canonical NaN), sums
-    them in split order with its own (the counter fix-up's sum, bit for bit), and marks them empty
-    again for the next launch after a CTA barrier (without it a warp that left the wait first
-    emptied slots another still read: it waited forever). No fence, atomic or counter. The slots
-    hold the mark between launches (`reserve_split_k_slots`). Returns (total, True) to the waiting
-    program and (zeros, False) to the others."""
+    Programs 0 .. SPLIT_K - 2 of a block store their partials in the block's slots and are done (a
+    partial with the empty mark's bits is stored as the canonical NaN); the block's program
+    SPLIT_K - 1 reads those slots until none holds the mark (`_read_slots`), sums them in split
+    order with its own (the counter fix-up's sum, bit for bit), and marks them empty again after a
+    CTA barrier (`_empty_slots`; without the barrier a warp that left the wait first emptied slots
+    another still read: it waited forever). No fence, atomic or counter. The slots hold the mark
+    between launches (`reserve_split_k_slots`). Returns (total, True) to the waiting program and
+    (zeros, False) to the others."""
     last = pid_k == SPLIT_K - 1
     total = tl.zeros_like(acc)
     if last:
         empty = tl.full([], 1, tl.int32)
-        while empty > 0:  # the siblings' loads issued at once, again until every slot is written
-            total = tl.zeros_like(acc)
-            marks = tl.zeros(acc.shape, tl.int32)
-            for split in tl.static_range(SPLIT_K - 1):
-                part = tl.load(p_ptrs + split * split_stride, mask=mask, other=0.0, volatile=True)
-                marks += (part.to(tl.int32, bitcast=True) == 0x7FF0DEAD).to(tl.int32)
-                total += part
-            empty = tl.sum(marks)
+        while empty > 0:
+            total, empty = _read_slots(p_ptrs, split_stride, mask, acc, SPLIT_K)
         total += acc
         tl.debug_barrier()  # every warp past the wait before a slot is emptied
-        mark = tl.full(acc.shape, 0x7FF0DEAD, tl.int32).to(tl.float32, bitcast=True)
-        for split in tl.static_range(SPLIT_K - 1):
-            tl.store(p_ptrs + split * split_stride, mark, mask=mask)
+        _empty_slots(p_ptrs, split_stride, mask, acc, SPLIT_K)
     else:
         bits = acc.to(tl.int32, bitcast=True)
-        tl.store(p_ptrs + pid_k * split_stride, tl.where(bits == 0x7FF0DEAD, 0x7FC00000, bits).to(tl.float32, bitcast=True), mask=mask)
+        tl.store(p_ptrs + pid_k * split_stride, tl.where(bits == _SLOT_EMPTY, 0x7FC00000, bits).to(tl.float32, bitcast=True), mask=mask)
     return total, last
 
 
@@ -1088,7 +1104,7 @@ def _int4_tiled_kernel(
 
 
 _JITTED: dict[tuple[str, bool], Any] = {}
-_DEVICE_HELPERS = ("_tc_load", "_pdl_trigger", "_pdl_wait", "_split_k_total", "_split_k_total_waiting", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32", "_tc_words_tile", "_tiled_group")  # plain functions the kernels call; jitted alongside them when compiling
+_DEVICE_HELPERS = ("_tc_load", "_pdl_trigger", "_pdl_wait", "_split_k_total", "_split_k_total_waiting", "_read_slots", "_empty_slots", "_gemv_bias", "_store_gemv_rows", "_store_gemv_vector", "_int4_rows_side_loads", "_int4_tc_emulated", "_tc_x_matrix", "_tc_weights", "_tc_x", "_tc_step", "_int8_to_f32", "_tc_words_tile", "_tiled_group")  # plain functions the kernels call; jitted alongside them when compiling
 
 
 def _jit(fn):
@@ -1243,7 +1259,6 @@ def reserve_split_k_counters(device: torch.device, blocks: int = 1) -> torch.Ten
     return held[-1]
 
 
-SLOT_EMPTY = 0x7FF0DEAD  # `_split_k_total_waiting`'s empty mark: a NaN no arithmetic makes
 _SLOTS: dict[torch.device, list[torch.Tensor]] = {}  # every buffer ever handed out stays alive (CUDA graphs hold their addresses)
 
 
