@@ -317,11 +317,13 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 2, 1, True), (3, 4, 2, "X_NOW"), (8, 8, 1, True), (2, 4, 1, False)])
+@pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 2, 1, True), (3, 4, 2, "X_NOW"), (8, 8, 1, True), (2, 4, 1, False), (1, 3, 1, True), (2, 7, 1, True)])
 def test_int4_tensor_core_waiting_fixup_matches_the_counter(dtype, m, split_k, warps, prefetch):
     """FIXUP "wait" (split SPLIT_K - 1 waits for its siblings' partials in the slots; on a GPU the grid
     is launched cooperatively): the reference, and the counter fix-up's sum bit for bit (same order),
-    launch after launch; every slot is marked empty again afterwards and no counter is touched."""
+    launch after launch; every slot is marked empty again afterwards and no counter is touched. Splits
+    that are no power of two (the tensor-core kernel takes any: 3 and 7 splits of 8 and 16 steps, some
+    splits a step short) as well."""
     for shape in ((m, 40, 512, 64), (m, 100, 1024, 128)):  # N not a multiple of the block, splits <= steps
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 16 * warps, "BLOCK_K": 64, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": bool(prefetch),
@@ -343,6 +345,11 @@ def test_int4_tensor_core_waiting_fixup_refusals_and_refinements():
     cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 1, "PREFETCH": True}
     with pytest.raises(ValueError, match="FIXUP must be 'count' or 'wait'"):
         qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "atomic"})
+    for bad in (0, 2.0, True):
+        with pytest.raises(ValueError, match="SPLIT_K must be a positive integer"):
+            qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "SPLIT_K": bad})
+    with pytest.raises(ValueError, match="SPLIT_K must be a positive power of two"):  # any split is the tensor-core kernel's alone
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "KERNEL": "rows", "SPLIT_K": 3})
     tc = {k: v for k, v in cfg.items() if k != "path"}
     with mock.patch("agnitra.kernels.pdl.pdl_supported", lambda device: True):
         gpu = qm._int4_refinements(tc, torch.device("cuda"))
@@ -840,8 +847,15 @@ def test_four_specs_registered_with_costs():
     assert {"int8_gemv", "int8_tiled", "int4_gemv", "int4_tiled"} <= set(KERNELS)
     m, n, k, g = 1, 4096, 4096, 128
     assert get_kernel("int8_gemv").flops((m, n, k)) == 2 * m * n * k
-    assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
-    assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
+    # the GEMVs are timed without a bias (llama's projections have none): weight, scales (and zeros), x, y
+    assert get_kernel("int8_gemv").bytes((m, n, k), torch.float16) == n * k + n * 2 + k * 2 + n * 2
+    assert get_kernel("int4_gemv").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + k * 2 + n * 2
+    assert get_kernel("int8_gemv").make_inputs((m, 8, 64), torch.float16, torch.device("cpu"), 0)[-1] is None
+    assert get_kernel("int4_gemv").make_inputs((m, 8, 64, 32), torch.float16, torch.device("cpu"), 0)[-1] is None
+    # the tiled kernels' inputs carry one, and their counts read it
+    assert get_kernel("int8_tiled").bytes((m, n, k), torch.float16) == n * k + 2 * n * 2 + k * 2 + n * 2
+    assert get_kernel("int4_tiled").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
+    assert get_kernel("int4_tiled").make_inputs((m, 8, 64, 32), torch.float16, torch.device("cpu"), 0)[-1] is not None
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v4"  # versioned: the GEMV kernels changed
     assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v14"
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"

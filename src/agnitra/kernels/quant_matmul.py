@@ -1219,6 +1219,12 @@ def _positive_pow2(cfg: dict[str, Any], *keys: str) -> None:
             raise ValueError(f"config {key} must be a positive power of two, got {v!r}")
 
 
+def _positive_int(cfg: dict[str, Any], key: str) -> None:
+    v = cfg[key]
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"config {key} must be a positive integer, got {v!r}")
+
+
 def _check_split_k_steps(cfg: dict[str, Any], k: int, kernel: str) -> None:
     """Every split has a step: the prefetching int4 GEMVs read a program's first step before their
     loop, which a split with no step would read past the end of x and the weight."""
@@ -1372,10 +1378,12 @@ def _check_int4_block_k(block_k: int, group_size: int, path: str, spans_k: int |
 
 def _check_int4_gemv_config(cfg: dict[str, Any], group_size: int, k: int) -> str:
     """An int4 GEMV config's blocks, kernel, step against the groups and split against K; its KERNEL."""
-    _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", "SPLIT_K")
     kernel = cfg.get("KERNEL", "bytes")
     if kernel not in ("rows", "words", "bytes", "mma", "tc"):
         raise ValueError(f"int4 GEMV KERNEL must be 'rows', 'words', 'bytes', 'mma' or 'tc', got {kernel!r}")
+    _positive_pow2(cfg, "BLOCK_N", "BLOCK_K", *(() if kernel == "tc" else ("SPLIT_K",)))
+    if kernel == "tc":  # any split: K = 14336 is 112 steps of 128, 8 a program in 14 splits
+        _positive_int(cfg, "SPLIT_K")
     _check_int4_block_k(cfg["BLOCK_K"], group_size, "gemv", spans_k=k if kernel in ("rows", "tc") else None)
     if kernel in ("rows", "words", "tc"):
         _check_split_k_steps(cfg, k, kernel)
@@ -2113,16 +2121,24 @@ def _elt(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-def _int8_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> float:
+def _int8_bytes(shape: tuple[int, ...], dtype: torch.dtype, bias: bool = True) -> float:
     m, n, k = shape[:3]
     e = _elt(dtype)
-    return float(n * k + 2 * n * e + m * k * e + m * n * e)  # weight, scales + bias, x, y
+    return float(n * k + n * e + bias * n * e + m * k * e + m * n * e)  # weight, scales, bias, x, y
 
 
-def _int4_bytes(shape: tuple[int, ...], dtype: torch.dtype) -> float:
+def _int4_bytes(shape: tuple[int, ...], dtype: torch.dtype, bias: bool = True) -> float:
     m, n, k, g = shape[:4]
     e = _elt(dtype)
-    return float(n * k // 2 + 2 * n * (k // g) * e + n * e + m * k * e + m * n * e)  # weight, scales + zeros, bias, x, y
+    return float(n * k // 2 + 2 * n * (k // g) * e + bias * n * e + m * k * e + m * n * e)  # weight, scales + zeros, bias, x, y
+
+
+def _without_bias(count_bytes):
+    """A byte count of the GEMV specs' inputs (`_decode_inputs`: no bias), which read none."""
+    def count(shape: tuple[int, ...], dtype: torch.dtype) -> float:
+        return count_bytes(shape, dtype, bias=False)
+
+    return count
 
 
 def _flops(shape: tuple[int, ...]) -> float:
@@ -2199,7 +2215,7 @@ for _path, _configs, _default in (("gemv", int8_gemv_configs, int8_gemv_default_
             reference=int8_reference,
             make_inputs=_decode_inputs(_make_int8_inputs) if _path == "gemv" else _make_int8_inputs,
             flops=_flops,
-            bytes=_int8_bytes,
+            bytes=_without_bias(_int8_bytes) if _path == "gemv" else _int8_bytes,
             bucket=_gemv_bucket if _path == "gemv" else _bucket,
             refinements=pdl_trigger_refinements if _path == "gemv" else None,
         )
@@ -2215,7 +2231,7 @@ for _path, _configs, _default in (("gemv", int4_gemv_configs, int4_gemv_default_
             reference=int4_reference,
             make_inputs=_decode_inputs(_make_int4_inputs) if _path == "gemv" else _make_int4_inputs,
             flops=_flops,
-            bytes=_int4_bytes,
+            bytes=_without_bias(_int4_bytes) if _path == "gemv" else _int4_bytes,
             bucket=_int4_gemv_bucket if _path == "gemv" else _int4_tiled_bucket,
             refinements=_int4_refinements if _path == "gemv" else None,
         )
