@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|splits14|splits14b|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -351,6 +351,35 @@ ncu_gemv() {
     waitab)  # the v14 winner at 14336x4096 (FIXUP wait) against its neighbours, head to head (the winner twice: the run's noise)
       timeout 200 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{}' --variant '{"PDL": true}' --variant '{"BLOCK_K": 256}' --variant '{"SPLIT_K": 2}' \
         --variant '{"SPLIT_K": 8}' --variant '{"FIXUP": "count"}' --variant '{"BLOCK_N": 32, "BLOCK_K": 256, "X_NOW": true}' --out-file "$OUT/ab-int4-tc-waiting-14336x4096.json" 2>&1 | tail -3
+      ;;
+    splits14)  # small one-warp tc programs (BN16, 8 steps of 128 each) at splits that are no power of two, FIXUP wait and count, against the tuned winners, head to head
+      small='"BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 1, "PDL": "wait", "X_NOW": false, "maxnreg": 0'
+      timeout 240 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 --variant '{}' \
+        --variant "{$small, \"SPLIT_K\": 14, \"FIXUP\": \"wait\"}" --variant "{$small, \"SPLIT_K\": 14, \"FIXUP\": \"count\"}" \
+        --variant "{$small, \"SPLIT_K\": 7, \"FIXUP\": \"wait\"}" --variant "{$small, \"SPLIT_K\": 8, \"FIXUP\": \"wait\"}" \
+        --variant "{$small, \"SPLIT_K\": 8, \"FIXUP\": \"count\"}" --variant "{$small, \"SPLIT_K\": 12, \"FIXUP\": \"wait\"}" \
+        --variant '{"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 1, "PDL": "wait", "X_NOW": true, "maxnreg": 0, "SPLIT_K": 14, "FIXUP": "wait"}' \
+        --out-file "$OUT/ab-int4-tc-splits14-4096x14336.json" 2>&1 | tail -3
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant '{}' \
+        --variant "{$small, \"SPLIT_K\": 8, \"FIXUP\": \"wait\"}" --variant "{$small, \"SPLIT_K\": 12, \"FIXUP\": \"wait\"}" --variant "{$small, \"SPLIT_K\": 14, \"FIXUP\": \"wait\"}" \
+        --out-file "$OUT/ab-int4-tc-splits14-4096x4096.json" 2>&1 | tail -3
+      timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{}' --variant '{"SPLIT_K": 3}' --variant '{"SPLIT_K": 5}' \
+        --out-file "$OUT/ab-int4-tc-splits14-14336x4096.json" 2>&1 | tail -3
+      ;;
+    splits14b)  # 4096x14336: S14 one-warp programs with FIXUP wait under register caps (resident), BK256 splits, against the tuned winner
+      small='"BLOCK_N": 16, "num_warps": 1, "PDL": "wait", "X_NOW": false, "FIXUP": "wait"'
+      timeout 240 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 --variant '{}' \
+        --variant "{$small, \"BLOCK_K\": 128, \"SPLIT_K\": 14, \"maxnreg\": 72}" --variant "{$small, \"BLOCK_K\": 128, \"SPLIT_K\": 14, \"maxnreg\": 80}" \
+        --variant "{$small, \"BLOCK_K\": 128, \"SPLIT_K\": 14, \"maxnreg\": 64}" --variant "{$small, \"BLOCK_K\": 128, \"SPLIT_K\": 12, \"maxnreg\": 0}" \
+        --variant "{$small, \"BLOCK_K\": 256, \"SPLIT_K\": 7, \"maxnreg\": 0}" --variant "{$small, \"BLOCK_K\": 256, \"SPLIT_K\": 14, \"maxnreg\": 80}" \
+        --variant "{$small, \"BLOCK_K\": 128, \"SPLIT_K\": 14, \"maxnreg\": 80, \"PDL\": true}" \
+        --out-file "$OUT/ab-int4-tc-splits14b-4096x14336.json" 2>&1 | tail -3
+      ;;
+    peerinf)  # the tuned int4 GEMV (SHAPES, default 14336x4096) head to head with each subset of kernels.py's contenders, twice
+      timeout 300 python3 benchmarks/peer_influence.py --shapes "${2:-14336x4096}" --out-file "$OUT/peer-influence-int4.json" 2>&1 | tail -12
+      ;;
+    peerdrift)  # the tuned int4 GEMV (SHAPES) alone before and after cuBLAS and idle pauses, with the GPU's clocks
+      timeout 300 python3 benchmarks/peer_influence.py --drift --shapes "${2:-14336x4096}" --out-file "$OUT/peer-drift-int4.json" 2>&1 | tail -12
       ;;
     narrows16)  # the small-program tc configs (PDL wait) at split 16 (SHAPES, default 4096x14336,4096x4096)
       timeout 300 python3 benchmarks/explore_gemv.py --shapes "${2:-4096x14336,4096x4096}" --only int4 --int4-configs benchmarks/int4-tc-narrow-s16.json --runs 20 --out-file "$OUT/gemv-explore-tc-narrow-s16.json"
