@@ -23,6 +23,7 @@ from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
 from pdl_trigger import gemv_context, tuned_gemv  # benchmarks/: the tuned GEMV and its inputs, as pdl_trigger.py times them
+from steady import settle
 
 
 def main() -> int:
@@ -39,6 +40,7 @@ def main() -> int:
     args = parser.parse_args()
     context = gemv_context()
     device, report = context[:2]
+    settled = settle(device)
     dtype = torch.bfloat16
     spec = get_kernel(args.kernel)
     rows = []
@@ -54,7 +56,7 @@ def main() -> int:
         rows.append({"shape": list(shape), "config": best, "ms": times, "failed": bad, "relative_error": {label: t.error for label, t in errors.items()}})
         print(args.kernel, shape, {label: round(ms * 1e3, 2) for label, ms in times.items()}, bad or "", flush=True)
         Path(args.out_file).write_text(json.dumps({"schema": "agnitra.ab-config/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                                   "versions": software_versions(), "command": " ".join(sys.argv), "kernel": args.kernel, "runs": args.runs,
+                                                   "versions": software_versions(), "command": " ".join(sys.argv), "kernel": args.kernel, "runs": args.runs, "settled": settled,
                                                    "timing": "CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds, median", "rows": rows},
                                                   indent=2, default=str))
     return 0

@@ -59,6 +59,7 @@ from agnitra.kernels.quant_matmul import _split_k_total_waiting  # noqa: F401 - 
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
+from steady import settle  # benchmarks/
 
 GROUP = 128
 COUNT = qm._split_k_total
@@ -287,6 +288,7 @@ def main() -> int:
     args = parser.parse_args()
     device = resolve_device(args.device)
     report = api.describe_device(device)
+    settled = settle(device)
     l2 = report.signature.get("l2_bytes")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16  # the interpreter's bf16 tl.dot is wrong
     rows = []
@@ -301,7 +303,7 @@ def main() -> int:
             configs = json.loads(args.configs) if args.configs else split_configs(name, shape, dtype)
             rows.append({"kernel": name, "shape": list(shape), "configs": measure(name, shape, configs, dtype, device, l2, args.runs, tuple(args.variants.split(",")))})
             path.write_text(json.dumps({"schema": "agnitra.fixup-cost/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                        "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs,
+                                        "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled,
                                         "timing": "CUDA graphs of 20 calls under PDL, copies past L2, variants head to head, median",
                                         "rows": rows}, indent=2, default=str))
     print(f"wrote {path}")

@@ -43,6 +43,7 @@ from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
 from agnitra.transforms.compile import inductor_pdl_unavailable
+from steady import settle  # benchmarks/
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
 LLAMA_1B = [(1, 2048, 2048), (1, 256, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 32000, 2048)]
@@ -258,6 +259,7 @@ def main() -> int:
     args = parser.parse_args()
     device = resolve_device(args.device)
     report = api.describe_device(device)
+    settled = settle(device)
     cache = TuningCache(load_settings().cache_path, report.signature["id"])
     l2 = report.signature.get("l2_bytes")
     dtype = torch.bfloat16
@@ -278,7 +280,7 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - one failing kernel must not lose the others
             rows.append({"kernel": name, "shape": list(problem), "status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
             print(f"{name} {problem} FAILED: {rows[-1]['error']}", flush=True)
-        path.write_text(json.dumps({"schema": "agnitra.kernels-bench/1", "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "rows": rows}, indent=2, default=str))
+        path.write_text(json.dumps({"schema": "agnitra.kernels-bench/1", "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled, "rows": rows}, indent=2, default=str))
 
     groups = set(args.only.split(","))
     if "matmul" in groups:
