@@ -357,7 +357,7 @@ ncu_gemv() {
       timeout 480 python3 benchmarks/kernels.py --only gemv --shapes 8b --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv-8b-settled.json" 2>&1 | grep -v "^ "
       ;;
     nextpf)  # (needs benchmarks/experiments/int4-tc-next-prefetch.patch) the tuned tc GEMVs asking L2 for the next call's first steps, head to head without, same shape and a decode step's chain (BUDGETS: caps); outputs checked bitwise
-      timeout 400 python3 benchmarks/next_prefetch.py --shapes "${2:-14336x4096,4096x4096,4096x14336}" --steps "${3:-1,2,4}" --chain "${4:-4096x4096,14336x4096,14336x4096,4096x14336}" --budgets "${BUDGETS:-0.05,0.1,0.2}" \
+      timeout 400 python3 benchmarks/next_prefetch.py --shapes "${2:-14336x4096,4096x4096,4096x14336}" --steps "${3:-1,2,4}" --chain "${4:-4096x4096,14336x4096,14336x4096,4096x14336}" --budgets "${BUDGETS:-0.05,0.1,0.2}" --askers "${ASKERS:-}" \
         --out-file "$OUT/next-prefetch-int4.json" 2>&1 | tail -5
       ;;
     splits14)  # small one-warp tc programs (BN16, 8 steps of 128 each) at splits that are no power of two, FIXUP wait and count, against the tuned winners, head to head

@@ -42,14 +42,16 @@ def chained(sets: list[tuple], config: dict, steps: int):
     return call
 
 
-def chain_calls(parts: list[tuple], steps: int, budget: float | None = None):
+def chain_calls(parts: list[tuple], steps: int, budget: float | None = None, askers: set[int] | None = None):
     """call(j): GEMV j of a chain cycling through `parts` ((sets, config, bytes) per shape), on its input set
     j // len(parts), asking L2 for the next GEMV's first `steps` steps (0: none), at most `budget` x its own bytes."""
     words = [[qm._int4_tc_words(s[1]) for s in sets] for sets, _, _ in parts]
 
-    def ask(i: int, w):  # what GEMV i - 1 of the chain asks for ahead of GEMV i
-        own = parts[(i - 1) % len(parts)][2]
-        return qm.next_prefetch(w, parts[i][1], steps, None if budget is None else int(budget * own)) if steps else None
+    def ask(i: int, w):  # what GEMV i - 1 of the chain asks for ahead of GEMV i (`askers`: only those positions ask)
+        asker = (i - 1) % len(parts)
+        if not steps or (askers is not None and asker not in askers):
+            return None
+        return qm.next_prefetch(w, parts[i][1], steps, None if budget is None else int(budget * parts[asker][2]))
 
     ahead = [[ask(i, w) for w in shape_words] for i, shape_words in enumerate(words)]
 
@@ -69,6 +71,7 @@ def main() -> int:
     parser.add_argument("--steps", default="1,2,4")
     parser.add_argument("--chain", help="also time this chain of shapes (NxK,NxK,...: a decode step's projections in order), each GEMV asking for the next's first step")
     parser.add_argument("--budgets", help="with --chain: also each GEMV asking for at most this fraction of its own bytes (comma-separated)")
+    parser.add_argument("--askers", help="with --chain: also only these chain positions asking (comma-separated groups, + within one: 0,1,1+2)")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
@@ -103,8 +106,9 @@ def main() -> int:
             bytes_ += parts[-1][2]
         # graphs of a whole number of chains (the harness captures 20 calls: 20 // len * len of them would split the chain; time per call instead)
         budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else []
-        labels = ["none", "next_steps_1", *(f"next_steps_1_budget_{b}" for b in budgets)]
-        calls = [chain_calls(parts, 0), chain_calls(parts, 1), *(chain_calls(parts, 1, b) for b in budgets)]
+        askers = [{int(p) for p in group.split("+")} for group in args.askers.split(",")] if args.askers else []
+        labels = ["none", "next_steps_1", *(f"next_steps_1_budget_{b}" for b in budgets), *("next_steps_1_from_" + "+".join(map(str, sorted(a))) for a in askers)]
+        calls = [chain_calls(parts, 0), chain_calls(parts, 1), *(chain_calls(parts, 1, b) for b in budgets), *(chain_calls(parts, 1, askers=a) for a in askers)]
         times = head_to_head(calls, args.runs, device)
         per_chain = [ms * len(parts) for ms in times]
         rows.append({"chain": args.chain, "configs": [c for _, c, _ in parts], "ms_per_call": dict(zip(labels, times)),
