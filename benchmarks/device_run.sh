@@ -354,7 +354,7 @@ ncu_gemv() {
       ;;
     record8b)  # the file of record for the llama-8b GEMV rows (int8 and int4), the GPU settled first (benchmarks/steady.py), cached tunings (the missing tuned exhaustively), peers in the same run; the 14336x4096 int4 winner head to head settled
       timeout 100 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{}' --out-file "$OUT/ab-int4-settled-14336x4096.json" 2>&1 | tail -2
-      timeout 480 python3 benchmarks/kernels.py --only gemv --shapes 8b --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv-8b-settled.json" 2>&1 | grep -v "^ "
+      timeout 480 python3 benchmarks/kernels.py --only gemv --shapes 8b --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv-8b-settled${TAG:+-$TAG}.json" 2>&1 | grep -v "^ "
       ;;
     nextpf)  # (needs benchmarks/experiments/int4-tc-next-prefetch.patch) the tuned tc GEMVs asking L2 for the next call's first steps, head to head without, same shape and a decode step's chain (BUDGETS: caps); outputs checked bitwise
       timeout 400 python3 benchmarks/next_prefetch.py --shapes "${2:-14336x4096,4096x4096,4096x14336}" --steps "${3:-1,2,4}" --chain "${4:-4096x4096,14336x4096,14336x4096,4096x14336}" --budgets "${BUDGETS:-0.05,0.1,0.2}" --askers "${ASKERS:-}" \

@@ -171,17 +171,22 @@ def add_recompiled_peers(row: dict, ours, sets, runs: int, device, compiles: int
             row["peers"].update(failed)
 
 
-def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int) -> None:
+def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int, ceilings: dict) -> None:
     """What only reading the weight bytes costs at this size (a read-only kernel's best time): the
-    row's time as a fraction of it beside the fraction of the large-buffer copy bandwidth."""
+    row's time as a fraction of it beside the fraction of the large-buffer copy bandwidth. Where the
+    row's kernel launched with PDL, also the floor of passes launched so, every read before the wait
+    (read_floor_pdl: the most a chain overlaps; the plain floor leaves out what PDL gives ours)."""
     from explore_gemv import read_floor
 
     m, n, k = shape
     row_bytes = k // 2 if int4 else k
-    floor = read_floor(n, row_bytes, device, l2, runs)
-    row["read_floor"] = floor
-    row["fraction_of_read_floor"] = floor["ms"] / row["ms"]
-    print(f"{'':22s} read floor {floor['ms'] * 1e3:.1f} us ({floor['gbps']:.0f} GB/s): kernel at {row['fraction_of_read_floor']:.0%} of it", flush=True)
+    copy = ceilings["copy_gbps"]
+    for key, pdl in (("read_floor", False), ("read_floor_pdl", True)) if row.get("pdl") else (("read_floor", False),):
+        floor = read_floor(n, row_bytes, device, l2, runs, pdl=pdl)
+        floor["fraction_of_copy"] = floor["gbps"] / copy
+        row[key] = floor
+        row[f"fraction_of_{key}"] = floor["ms"] / row["ms"]
+        print(f"{'':22s} {key} {floor['ms'] * 1e3:.1f} us ({floor['gbps']:.0f} GB/s, {floor['fraction_of_copy']:.1%} of copy): kernel at {row[f'fraction_of_{key}']:.0%} of it", flush=True)
 
 
 def gemv_peers(dtype, device=None):
@@ -292,7 +297,7 @@ def main() -> int:
         for shape in gemv_shapes:
             for name in args.gemv_kernels.split(","):
                 problem = shape if name.startswith("int8") else (*shape, 128)
-                floor = (lambda row, s=shape, i4=name.startswith("int4"): add_read_floor(row, s, i4, device, l2, args.runs)) if device.type == "cuda" else None
+                floor = (lambda row, s=shape, i4=name.startswith("int4"): add_read_floor(row, s, i4, device, l2, args.runs, report.ceilings)) if device.type == "cuda" else None
                 add(name, problem, gemv_peers(dtype, device) if name.startswith("int8") else (int4_peers(dtype) if device.type == "cuda" else {}), then=floor)
     if "decode" in groups:
         cases = [("decode_gemv", (1, 24, 96)), ("decode_gemv_gated", (2, 20, 64)), ("decode_attention", (1, 4, 16, 2, 40))] if args.smoke else [c for key in args.shapes.split(",") for c in DECODE.get(key, [])]
