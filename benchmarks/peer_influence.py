@@ -33,6 +33,7 @@ SUBSETS = (("tuned", "tuned_again"), ("tuned", "default", "no_pdl"), ("tuned", "
            ("tuned", "default", "no_pdl", "cublas_bf16_linear", "torch_tinygemm_int4"))
 
 
+DRIFT_LOAD_S = 0.15  # seconds of steady.settle's 1 GiB stream: about the 200 passes of the first drift runs
 GPU_STATE = "clocks.sm,clocks.mem,temperature.gpu,power.draw,clocks_event_reasons.active"
 
 
@@ -61,15 +62,11 @@ def drift(calls: dict, runs: int, device, shape) -> list[dict]:
         spare = torch.empty(256 * 1024**2, device=device)  # 1 GiB allocated, never touched
         del spare
         step("after a 1 GiB allocation, untouched")
-        subprocess.run([sys.executable, "-c", "import torch; b = torch.ones(256 * 1024**2, device='cuda')\nfor _ in range(200): b.mul_(1.0)\ntorch.cuda.synchronize()"],
-                       check=True, timeout=120)
-        step("after 1 GiB elementwise x200 in another process")
-    big = torch.ones(256 * 1024**2, device=device)  # 1 GiB: a long memory-bound load, no cuBLAS
-    for _ in range(200):
-        big.mul_(1.0)
-    torch.cuda.synchronize(device)
-    del big
-    step("after 1 GiB elementwise x200")
+        subprocess.run([sys.executable, "-c", f"import torch, steady; steady.settle(torch.device('cuda'), {DRIFT_LOAD_S})"],
+                       check=True, timeout=120, cwd=Path(__file__).parent)
+        step("after the 1 GiB stream (settle) in another process")
+    settle(device, DRIFT_LOAD_S)  # a long memory-bound load, no cuBLAS
+    step("after the 1 GiB stream (settle)")
     for i in range(600):  # cuBLAS eager, outside any graph
         calls["cublas_bf16_linear"](i)
     torch.cuda.synchronize(device)

@@ -2133,13 +2133,6 @@ def _int4_bytes(shape: tuple[int, ...], dtype: torch.dtype, bias: bool = True) -
     return float(n * k // 2 + 2 * n * (k // g) * e + bias * n * e + m * k * e + m * n * e)  # weight, scales + zeros, bias, x, y
 
 
-def _without_bias(count_bytes):
-    """A byte count of the GEMV specs' inputs (`_decode_inputs`: no bias), which read none."""
-    def count(shape: tuple[int, ...], dtype: torch.dtype) -> float:
-        return count_bytes(shape, dtype, bias=False)
-
-    return count
-
 
 def _flops(shape: tuple[int, ...]) -> float:
     m, n, k = shape[:3]
@@ -2215,7 +2208,7 @@ for _path, _configs, _default in (("gemv", int8_gemv_configs, int8_gemv_default_
             reference=int8_reference,
             make_inputs=_decode_inputs(_make_int8_inputs) if _path == "gemv" else _make_int8_inputs,
             flops=_flops,
-            bytes=_without_bias(_int8_bytes) if _path == "gemv" else _int8_bytes,
+            bytes=functools.partial(_int8_bytes, bias=False) if _path == "gemv" else _int8_bytes,  # `_decode_inputs`: no bias
             bucket=_gemv_bucket if _path == "gemv" else _bucket,
             refinements=pdl_trigger_refinements if _path == "gemv" else None,
         )
@@ -2231,7 +2224,7 @@ for _path, _configs, _default in (("gemv", int4_gemv_configs, int4_gemv_default_
             reference=int4_reference,
             make_inputs=_decode_inputs(_make_int4_inputs) if _path == "gemv" else _make_int4_inputs,
             flops=_flops,
-            bytes=_without_bias(_int4_bytes) if _path == "gemv" else _int4_bytes,
+            bytes=functools.partial(_int4_bytes, bias=False) if _path == "gemv" else _int4_bytes,
             bucket=_int4_gemv_bucket if _path == "gemv" else _int4_tiled_bucket,
             refinements=_int4_refinements if _path == "gemv" else None,
         )
