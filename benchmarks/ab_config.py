@@ -22,8 +22,7 @@ from agnitra.kernels.autotune import check, head_to_head, to_float64
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
-from pdl_trigger import gemv_context, tuned_gemv  # benchmarks/: the tuned GEMV and its inputs, as pdl_trigger.py times them
-from steady import settle
+from pdl_trigger import settled_gemv_context, tuned_gemv  # benchmarks/: the tuned GEMV and its inputs, as pdl_trigger.py times them
 
 
 def main() -> int:
@@ -38,9 +37,8 @@ def main() -> int:
                         help="time the variants that fail the check as well (a decomposition: kernels doing part of the work; listed under failed)")
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
-    context = gemv_context()
+    context, settled = settled_gemv_context()
     device, report = context[:2]
-    settled = settle(device)
     dtype = torch.bfloat16
     spec = get_kernel(args.kernel)
     rows = []

@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -382,6 +382,38 @@ ncu_gemv() {
         --variant "{$small, \"BLOCK_K\": 256, \"SPLIT_K\": 7, \"maxnreg\": 0}" --variant "{$small, \"BLOCK_K\": 256, \"SPLIT_K\": 14, \"maxnreg\": 80}" \
         --variant "{$small, \"BLOCK_K\": 128, \"SPLIT_K\": 14, \"maxnreg\": 80, \"PDL\": true}" \
         --out-file "$OUT/ab-int4-tc-splits14b-4096x14336.json" 2>&1 | tail -3
+      ;;
+    xnowreg)  # one-warp tc programs with x read in the step that uses it (X_NOW) under a 72-register cap: ptxas then issues the next step's weight reads before this step's MMAs (uncapped, or with x prefetched, it sinks them below) and 28 programs an SM stay resident; against the tuned winners head to head
+      small='"BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 1, "PDL": "wait", "FIXUP": "wait"'
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{}' --variant '{"X_NOW": true}' --variant '{"X_NOW": true, "maxnreg": 72}' \
+        --variant '{"maxnreg": 72}' --variant '{"X_NOW": true, "maxnreg": 72, "PDL": true}' --variant '{"X_NOW": true, "maxnreg": 64}' --out-file "$OUT/ab-int4-tc-xnowreg-14336x4096.json" 2>&1 | tail -3
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 --variant '{}' --variant "{$small, \"SPLIT_K\": 14, \"maxnreg\": 72}" \
+        --variant "{$small, \"SPLIT_K\": 14, \"X_NOW\": true, \"maxnreg\": 72}" --variant "{$small, \"SPLIT_K\": 8, \"X_NOW\": true, \"maxnreg\": 72}" \
+        --variant "{$small, \"SPLIT_K\": 14, \"X_NOW\": true, \"maxnreg\": 64}" --out-file "$OUT/ab-int4-tc-xnowreg-4096x14336.json" 2>&1 | tail -3
+      timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant '{}' --variant "{$small, \"SPLIT_K\": 4, \"X_NOW\": true, \"maxnreg\": 72}" \
+        --variant "{$small, \"SPLIT_K\": 8, \"X_NOW\": true, \"maxnreg\": 72}" --variant "{$small, \"SPLIT_K\": 8, \"maxnreg\": 72}" --out-file "$OUT/ab-int4-tc-xnowreg-4096x4096.json" 2>&1 | tail -3
+      ;;
+    smemdiag)  # why the tc GEMV streamed through shared memory (STAGES, cp.async) ran 20-70x slower (stagess1): the 14336x4096 winner with STAGES 3 under PDL, without PDL, with the counter fix-up, head to head; then ncu counters of one launch each (no graph, no PDL chain)
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{"PREFETCH": false, "STAGES": 3}' --variant '{"PREFETCH": false, "STAGES": 3, "PDL": false}' \
+        --variant '{"PREFETCH": false, "STAGES": 3, "FIXUP": "count"}' --variant '{"PREFETCH": false, "STAGES": 3, "FIXUP": "count", "PDL": false}' --variant '{"PDL": false}' \
+        --out-file "$OUT/ab-int4-tc-smem-diag-14336x4096.json" 2>&1 | tail -3
+      win='"KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 1, "PREFETCH": true'
+      ncu_gemv 14336 4096 "$OUT/ncu-gemv-tc-smem-diag.txt" "{$win}" "{$win, \"PREFETCH\": false, \"STAGES\": 3}"
+      grep -E "Duration|Registers Per|Shared Memory Config|Dynamic Shared|Achieved Occupancy|Theoretical Occupancy|Block Limit|Memory Throughput|L1/TEX Hit|Bank" "$OUT/ncu-gemv-tc-smem-diag.txt" | head -60
+      ;;
+    l2ahead)  # (L2_AHEAD not kept: apply benchmarks/experiments/int4-tc-l2-ahead.patch first) the tc GEMV asking L2 for its own later steps' lines before its PDL wait (L2_AHEAD steps after the first): GPU numerics, then the tuned winners with it, head to head
+      AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "l2_ahead or waiting_fixup_matches" 2>&1 | tail -2
+      for shape in 4096x4096 14336x4096 4096x14336; do
+        timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes $shape --variant '{}' --variant '{"L2_AHEAD": 1}' --variant '{"L2_AHEAD": 2}' \
+          --variant '{"L2_AHEAD": 4}' --variant '{"L2_AHEAD": 8}' --out-file "$OUT/ab-int4-tc-l2-ahead-$shape.json" 2>&1 | tail -1
+      done
+      ;;
+    l2chain)  # (needs benchmarks/experiments/int4-tc-l2-ahead.patch) L2_AHEAD 1 in a decode step's chain (o 4096x4096, gate and up 14336x4096, down 4096x14336) against the tuned chain, head to head (benchmarks/chain_ab.py); then the three rows again
+      timeout 200 python3 benchmarks/chain_ab.py --variant '{"L2_AHEAD": 1}' --variant '1,2,3:{"L2_AHEAD": 1}' --variant '1,2:{"L2_AHEAD": 1}' --variant '3:{"L2_AHEAD": 1}' \
+        --variant '{"L2_AHEAD": 2}' --out-file "$OUT/chain-int4-l2-ahead.json" 2>&1 | tail -2
+      for shape in 14336x4096 4096x14336; do
+        timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes $shape --variant '{}' --variant '{"L2_AHEAD": 1}' --out-file "$OUT/ab-int4-tc-l2-ahead-1-$shape.json" 2>&1 | tail -1
+      done
       ;;
     peerinf)  # the tuned int4 GEMV (SHAPES, default 14336x4096) head to head with each subset of kernels.py's contenders, twice
       timeout 300 python3 benchmarks/peer_influence.py --shapes "${2:-14336x4096}" --out-file "$OUT/peer-influence-int4.json" 2>&1 | tail -12

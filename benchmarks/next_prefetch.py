@@ -26,8 +26,8 @@ from agnitra.kernels.autotune import head_to_head
 from agnitra.kernels.spec import get_kernel
 from agnitra.report.schema import to_dict
 from agnitra.telemetry.signature import software_versions
-from pdl_trigger import gemv_context, tuned_gemv  # benchmarks/
-from steady import settle
+from chain_ab import tuned_chain  # benchmarks/
+from pdl_trigger import settled_gemv_context, tuned_gemv  # benchmarks/
 
 
 def chained(sets: list[tuple], config: dict, steps: int):
@@ -75,9 +75,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
-    context = gemv_context()
+    context, settled = settled_gemv_context()
     device, report = context[:2]
-    settled = settle(device)
     spec = get_kernel("int4_gemv")
     rows = []
     for text in args.shapes.split(","):
@@ -96,14 +95,11 @@ def main() -> int:
                                                    "timing": "CUDA graphs of 20 calls, call j on input set j prefetching set j + 1, sets rotated past L2, 3 interleaved rounds, median",
                                                    "rows": rows}, indent=2, default=str))
     if args.chain:
-        parts, bytes_ = [], 0.0
-        for text in args.chain.split(","):
-            n, k = map(int, text.split("x"))
-            shape, sets, best = tuned_gemv(spec, n, k, context, args.runs, 128)
+        parts = tuned_chain(spec, args.chain, context, args.runs)
+        for text, (_, best, _) in zip(args.chain.split(","), parts):
             if best.get("KERNEL") != "tc":
                 raise SystemExit(f"{text}: tuned to {best.get('KERNEL')}, not the tensor-core kernel")
-            parts.append((sets, best, spec.bytes(shape, torch.bfloat16)))
-            bytes_ += parts[-1][2]
+        bytes_ = sum(b for _, _, b in parts)
         # graphs of a whole number of chains (the harness captures 20 calls: 20 // len * len of them would split the chain; time per call instead)
         budgets = [float(b) for b in args.budgets.split(",")] if args.budgets else []
         askers = [{int(p) for p in group.split("+")} for group in args.askers.split(",")] if args.askers else []

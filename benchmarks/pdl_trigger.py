@@ -40,6 +40,14 @@ def gemv_context() -> tuple:
     return device, report, TuningCache(load_settings().cache_path, report.signature["id"]), report.signature.get("l2_bytes")
 
 
+def settled_gemv_context() -> tuple[tuple, dict | None]:
+    """(`gemv_context()`, what settling did): the device brought to its sustained-work state first (`steady.settle`)."""
+    from steady import settle  # benchmarks/
+
+    context = gemv_context()
+    return context, settle(context[0])
+
+
 def tuned_gemv(spec, n: int, k: int, context: tuple, runs: int, max_trials: int, m: int = 1) -> tuple:
     """(shape, input sets rotated past L2, tuned configuration) of `spec` at batch m (default 1: a GEMV), N x K (int4: groups
     of 128; the fused decode GEMVs: N outputs or pairs)."""

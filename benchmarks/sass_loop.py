@@ -85,8 +85,8 @@ def spill_count(sass: str) -> int:
     return sum(1 for line in sass.splitlines() if _ADDRESS.search(line) and re.search(r"\b(LDL|STL)\b", line))
 
 
-def loop_body(sass: str) -> list[str]:
-    """The opcodes of the longest loop, in order: from a label to the farthest branch back to it."""
+def loop_body(sass: str, full: bool = False) -> list[str]:
+    """The opcodes of the longest loop, in order: from a label to the farthest branch back to it (full: the whole instructions)."""
     lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
     address = {i: int(_ADDRESS.search(line).group(1), 16) for i, line in enumerate(lines)}
     best = None
@@ -104,7 +104,8 @@ def loop_body(sass: str) -> list[str]:
     if best is None:
         return []
     opcode = lambda line: re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split()[0].split(".")[0]
-    return [opcode(line) for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
+    instruction = lambda line: re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(" ;")[0].strip()
+    return [(instruction if full else opcode)(line) for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
 
 
 def pdl_order(sass: str) -> dict:
@@ -128,6 +129,11 @@ def load_placement(body: list[str]) -> dict:
             "loads_ahead_of_math": bool(loads and math and loads[-1] < math[0])}
 
 
+def weight_load_placement(lines: list[str]) -> list[int]:
+    """Where the loop's evict-first loads (the weights: read once) sit, by position in the loop (`loop_body(full=True)`)."""
+    return [i for i, line in enumerate(lines) if re.match(r"(@!?P\w+\s+)?LDG\.E\.EF", line)]
+
+
 def _tc_call(args) -> tuple:
     """The tensor-core GEMV (`_int4_gemv_tc_kernel`): BLOCK_N / 16 tiles, 64 features a step."""
     half = {"bf16": "*bf16", "fp16": "*fp16"}[args.dtype]
@@ -136,6 +142,8 @@ def _tc_call(args) -> tuple:
     consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, **qm.tc_constants(args.dtype),
               "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages,
               **({"X_NOW": True} if args.prefetch == 3 else {}), "FLIP": qm.tc_flip() if args.flip is None else args.flip == "on"}
+    if args.as_launched:  # as a tuned one-warp winner runs at llama shapes: no bias, next kernel let in at the wait, waiting fix-up
+        consts.update(HAS_BIAS=False, PDL=pdl.PDL_TRIGGERS["wait"], FIXUP_WAIT=args.split_k > 1)
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
@@ -201,6 +209,7 @@ def main() -> int:
     parser.add_argument("--stages", type=int, default=1, help="STAGES and num_stages (Triton streams the loop's loads through shared memory when > 1)")
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--flip", choices=("on", "off"), help="tc: FLIP, its loads with dims 0 and 2 swapped (default: as Agnitra picks for the installed Triton)")
+    parser.add_argument("--as-launched", action="store_true", help="tc: compile as the tuned one-warp winners launch (no bias, PDL at the wait, FIXUP wait when split)")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     parser.add_argument("--pdl-order", action="store_true", help="compile with PDL; print the global loads before the grid-dependency wait and stop")
@@ -228,11 +237,12 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None  # the kernels' source
     result = {"kernel": args.kernel, "config": vars(args), "commit": commit, "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
               "codes_per_thread_step": codes, "registers": registers, "spills": spills, "placement": load_placement(body), "per_code": round(total / codes, 3) if codes else None,
+              "weight_loads_at": weight_load_placement(loop_body(sass, full=True)),
               "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
     print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} vec={args.vec}"
           f" prefetch={args.prefetch} stages={args.stages} maxnreg={args.maxnreg} {args.dtype}: {registers} registers,"
           f" {total} instructions a step ({kernel_total} in the kernel, {spills} spill loads/stores), {result['per_code']} a code; barriers {result['barriers']}, shared {result['shared']};"
-          f" loads {result['placement']['loads']} math {result['placement']['math']}; {mix.most_common(8)}")
+          f" loads {result['placement']['loads']} (weights at {result['weight_loads_at']}) math {result['placement']['math']}; {mix.most_common(8)}")
     if args.json:
         with open(args.json, "a") as out:
             out.write(json.dumps(result) + "\n")

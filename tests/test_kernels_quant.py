@@ -682,6 +682,33 @@ def test_int4_tc_loop_keeps_its_sums_within_warps():
     assert [(loop["barriers"], loop["shared"]) for loop in loops] == [(0, 0), (0, 0)], [loop["mix"] for loop in loops]
 
 
+def test_sass_loop_finds_the_loop_and_where_its_weight_reads_sit():
+    """sass_loop.py's reading of a disassembly (no compiler needed): the longest loop is the span from
+    a label to the branch back to it, and the weight reads (evict-first) are placed within it, so a
+    prefetch sunk below the MMAs is seen as such."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sass_loop", ROOT / "benchmarks" / "sass_loop.py")
+    sass_loop = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sass_loop)
+    sass = """
+        /*0000*/                   LDG.E.EF.128 R28, desc[UR4][R4.64] ;
+.L_x_1:
+        /*0010*/                   LDG.E.EL.128 R12, desc[UR4][R50.64] ;
+        /*0020*/                   HMMA.16816.F32.BF16 R8, R4, R12, R8 ;
+        /*0030*/                   HMMA.16816.F32.BF16 R8, R4, R14, R8 ;
+        /*0040*/              @!P1 LDG.E.EF.128 R28, desc[UR8][R64.64] ;
+        /*0050*/                   LDG.E.EF.128 R20, desc[UR8][R64.64+0x200] ;
+        /*0060*/               @P0 BRA `(.L_x_1) ;
+        /*0070*/                   EXIT ;
+"""
+    body = sass_loop.loop_body(sass, full=True)
+    assert body[0].startswith("LDG.E.EL.128") and body[-1].startswith("@P0 BRA") and len(body) == 6  # the loop, not the load before it
+    assert sass_loop.loop_body(sass) == ["LDG", "HMMA", "HMMA", "LDG", "LDG", "BRA"]
+    assert sass_loop.weight_load_placement(body) == [3, 4]  # after both MMAs: sunk
+    assert sass_loop.load_placement(sass_loop.loop_body(sass))["loads_ahead_of_math"] is False
+
+
 def test_int4_row_kernel_refuses_what_it_cannot_read():
     (x, w, s, z, g, b), _ = _int4_case((1, 17, 256, 64), torch.float32)
     cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
