@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -414,6 +414,10 @@ ncu_gemv() {
       for shape in 14336x4096 4096x14336; do
         timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes $shape --variant '{}' --variant '{"L2_AHEAD": 1}' --out-file "$OUT/ab-int4-tc-l2-ahead-1-$shape.json" 2>&1 | tail -1
       done
+      ;;
+    chainrank)  # does a decode step's chain (o, gate, up, down) rank the tuned choices as the chain of one shape did? the tuned chain against its PDL trigger points and fix-ups changed per position, head to head (benchmarks/chain_ab.py)
+      timeout 250 python3 benchmarks/chain_ab.py --variant '{"PDL": false}' --variant '1,2:{"FIXUP": "count"}' --variant '1,2:{"PDL": true}' --variant '0:{"PDL": true}' \
+        --variant '3:{"PDL": "wait"}' --variant '1,2:{"PDL": true, "FIXUP": "count"}' --out-file "$OUT/chain-int4-rank.json" 2>&1 | tail -2
       ;;
     peerinf)  # the tuned int4 GEMV (SHAPES, default 14336x4096) head to head with each subset of kernels.py's contenders, twice
       timeout 300 python3 benchmarks/peer_influence.py --shapes "${2:-14336x4096}" --out-file "$OUT/peer-influence-int4.json" 2>&1 | tail -12

@@ -94,7 +94,7 @@ class ReadPass:
 def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int, pdl: bool = False) -> dict:
     """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over copies past L2: loads
     straight to registers (STAGES 1) or streamed through shared memory (cp.async, STAGES 3 and 5);
-    pdl: each pass launched with PDL, every read before its wait (the most a chain of GEMVs overlaps)."""
+    pdl: each pass launched with PDL, every read before its wait, the next pass let in after its loop (not the most a chain overlaps: overlap_floor.py, part of the reads after the wait, goes faster)."""
     reads = ReadPass(n, row_bytes, device, l2_bytes)
     best = None
     for bn in (1, 2, 4, 8, 16):

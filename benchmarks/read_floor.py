@@ -5,7 +5,7 @@
 For each N x row-bytes buffer (int4 llama-8b 4096x4096 is 4096x2048 bytes, int8 4096x4096): the
 fastest read-only Triton kernel of a family (`explore_gemv.read_floor`, rotating copies past L2,
 CUDA graphs of 20 calls), launched plainly and with programmatic dependent launch (every read
-before the wait, the next pass let in after its loop: the most a chain of GEMVs can overlap), as a
+before the wait, the next pass let in after its loop; `overlap_floor.py` lets it in sooner and goes faster), as a
 fraction of the large-buffer copy bandwidth the kernel rows are judged by.
 """
 
