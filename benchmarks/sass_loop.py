@@ -85,8 +85,17 @@ def spill_count(sass: str) -> int:
     return sum(1 for line in sass.splitlines() if _ADDRESS.search(line) and re.search(r"\b(LDL|STL)\b", line))
 
 
-def loop_body(sass: str, full: bool = False) -> list[str]:
-    """The opcodes of the longest loop, in order: from a label to the farthest branch back to it (full: the whole instructions)."""
+_PREDICATE = r"(@!?U?P\w+\s+)?"
+
+
+def opcode(instruction: str) -> str:
+    """An instruction's opcode without its modifiers or predicate ("@P0 LDG.E.EF.128 R2, ..." -> "LDG")."""
+    return re.sub(r"^" + _PREDICATE, "", instruction).split()[0].split(".")[0]
+
+
+def loop_body(sass: str) -> list[str]:
+    """The instructions of the longest loop, in order (predicate, opcode and operands, no address): from a
+    label to the farthest branch back to it."""
     lines = [line for line in sass.splitlines() if _ADDRESS.search(line)]
     address = {i: int(_ADDRESS.search(line).group(1), 16) for i, line in enumerate(lines)}
     best = None
@@ -103,9 +112,8 @@ def loop_body(sass: str, full: bool = False) -> list[str]:
             best = (start, end)
     if best is None:
         return []
-    opcode = lambda line: re.sub(r"^\s*/\*[0-9a-f]+\*/\s*(@!?U?P\w+\s+)?", "", line).split()[0].split(".")[0]
     instruction = lambda line: re.sub(r"^\s*/\*[0-9a-f]+\*/\s*", "", line).split(" ;")[0].strip()
-    return [(instruction if full else opcode)(line) for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
+    return [instruction(line) for i, line in enumerate(lines) if best[0] <= address[i] <= best[1]]
 
 
 def pdl_order(sass: str) -> dict:
@@ -129,9 +137,9 @@ def load_placement(body: list[str]) -> dict:
             "loads_ahead_of_math": bool(loads and math and loads[-1] < math[0])}
 
 
-def weight_load_placement(lines: list[str]) -> list[int]:
-    """Where the loop's evict-first loads (the weights: read once) sit, by position in the loop (`loop_body(full=True)`)."""
-    return [i for i, line in enumerate(lines) if re.match(r"(@!?P\w+\s+)?LDG\.E\.EF", line)]
+def weight_load_placement(body: list[str]) -> list[int]:
+    """Where the loop's evict-first loads (the weights: read once) sit, by position in the loop (`loop_body`)."""
+    return [i for i, line in enumerate(body) if re.match(_PREDICATE + r"LDG\.E\.EF", line)]
 
 
 def _tc_call(args) -> tuple:
@@ -227,7 +235,8 @@ def main() -> int:
         print(json.dumps({**pdl_order(sass), "registers": registers, "spills": spill_count(sass), "kernel_instructions": kernel_total}))
         return 0
     sass, registers = compile_sass(fn, types, consts, args.warps, args.maxnreg, args.stages, divisible)
-    body = loop_body(sass)
+    instructions = loop_body(sass)
+    body = [opcode(line) for line in instructions]
     mix = collections.Counter(body)
     total = len(body)
     import triton
@@ -237,7 +246,7 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip() or None  # the kernels' source
     result = {"kernel": args.kernel, "config": vars(args), "commit": commit, "triton": triton.__version__, "loop_instructions": total, "kernel_instructions": kernel_total,
               "codes_per_thread_step": codes, "registers": registers, "spills": spills, "placement": load_placement(body), "per_code": round(total / codes, 3) if codes else None,
-              "weight_loads_at": weight_load_placement(loop_body(sass, full=True)),
+              "weight_loads_at": weight_load_placement(instructions),
               "barriers": mix.get("BAR", 0), "shared": mix.get("LDS", 0) + mix.get("STS", 0), "mix": dict(mix.most_common())}
     print(f"{args.kernel} BLOCK_N={args.block_n} BLOCK_K={args.block_k} warps={args.warps} split={args.split_k} vec={args.vec}"
           f" prefetch={args.prefetch} stages={args.stages} maxnreg={args.maxnreg} {args.dtype}: {registers} registers,"
