@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|heldfloor [SIZES]|heldgemv [SIZES]|held|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -414,6 +414,24 @@ ncu_gemv() {
       for shape in 14336x4096 4096x14336; do
         timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes $shape --variant '{}' --variant '{"L2_AHEAD": 1}' --out-file "$OUT/ab-int4-tc-l2-ahead-1-$shape.json" 2>&1 | tail -1
       done
+      ;;
+    heldfloor)  # the read floor of a dependent GEMV chain: pre-wait reads held in registers until after the wait, x read after it (held_floor.py), beside overlap_floor's consuming chain timed again
+      timeout 560 python3 benchmarks/held_floor.py --sizes "${2:-4096x2048,14336x2048,4096x7168,4096x4096}" --out-file "$OUT/held-floor.json" 2>&1 | grep -v Warning | tail -20
+      ;;
+    heldgemv)  # the held floor over the tensor-core GEMV's own shapes of work (tiles a warp, 128-256 features a step, 1-8 warps, splits 1-16)
+      timeout 560 python3 benchmarks/held_floor.py --gemv-like --sizes "${2:-14336x2048,4096x2048}" --out-file "$OUT/held-floor-gemv-like.json" 2>&1 | grep -v Warning | tail -20
+      ;;
+    held)  # (HELD not kept: git apply benchmarks/experiments/int4-tc-held.patch first) HELD: the tc GEMV's first steps read before the PDL wait and held (the held floor, held_floor.py, gains 0.6 us at the winners' own shapes of work from holding more than one step), and the floor's best shapes of work; against the tuned winners head to head
+      AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "held_steps or tensor_core_rows_kernel" 2>&1 | tail -2
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant '{"HELD": 2}' --variant '{"HELD": 4}' --variant '{"HELD": 4, "FIXUP": "wait"}' \
+        --variant '{"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4}' --variant '{"BLOCK_N": 128, "BLOCK_K": 256, "num_warps": 4, "HELD": 2}' \
+        --variant '{"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 2, "HELD": 2}' --out-file "$OUT/ab-int4-tc-held-4096x4096.json" 2>&1 | tail -3
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{"HELD": 2}' --variant '{"HELD": 4}' --variant '{"HELD": 2, "maxnreg": 80}' \
+        --variant '{"BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "FIXUP": "count"}' --variant '{"BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 4, "FIXUP": "count", "HELD": 2}' \
+        --variant '{"BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 2, "FIXUP": "count"}' --variant '{"BLOCK_N": 128, "BLOCK_K": 256, "SPLIT_K": 4, "num_warps": 4, "FIXUP": "count"}' \
+        --out-file "$OUT/ab-int4-tc-held-14336x4096.json" 2>&1 | tail -3
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 --variant '{"HELD": 2}' --variant '{"HELD": 3}' --variant '{"HELD": 4}' --variant '{"HELD": 7}' \
+        --out-file "$OUT/ab-int4-tc-held-4096x14336.json" 2>&1 | tail -3
       ;;
     chainrank)  # does a decode step's chain (o, gate, up, down) rank the tuned choices as the chain of one shape did? the tuned chain against its PDL trigger points and fix-ups changed per position, head to head (benchmarks/chain_ab.py)
       timeout 250 python3 benchmarks/chain_ab.py --variant '{"PDL": false}' --variant '1,2:{"FIXUP": "count"}' --variant '1,2:{"PDL": true}' --variant '0:{"PDL": true}' \

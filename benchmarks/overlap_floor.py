@@ -60,15 +60,16 @@ def family(words: int) -> list[dict]:
     return out
 
 
-def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, sms: int) -> dict:
-    reads = ReadPass(n, row_bytes, device, l2_bytes)
+def time_family(configs: list[dict], check, time_pdl, n: int, row_bytes: int, copy_gbps: float, sms: int) -> tuple[list[dict], list[dict]]:
+    """(trials fastest first, failures) of a floor's configs over [n, row_bytes] bytes: each checked
+    (`check(cfg)`), then timed under PDL (`time_pdl(cfg)`, ms); a config that cannot run is recorded."""
     trials, failed = [], []
-    for cfg in family(reads.words):
+    for cfg in configs:
         try:
-            if not check(reads, cfg):
+            if not check(cfg):
                 failed.append({**cfg, "reason": "wrong sums"})
                 continue
-            ms = time_pass(reads, cfg, runs, pdl=True)
+            ms = time_pdl(cfg)
         except Exception as exc:  # noqa: BLE001 - out of resources: recorded, skipped
             failed.append({**cfg, "reason": str(exc).splitlines()[0][:160]})
             continue
@@ -76,6 +77,12 @@ def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: floa
         trials.append({**cfg, "ms": ms, "programs": programs, "programs_per_sm": round(programs / sms, 2),
                        "fraction_of_copy": n * row_bytes / (ms / 1e3) / 1e9 / copy_gbps})
     trials.sort(key=lambda t: t["ms"])
+    return trials, failed
+
+
+def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, sms: int) -> dict:
+    reads = ReadPass(n, row_bytes, device, l2_bytes)
+    trials, failed = time_family(family(reads.words), lambda cfg: check(reads, cfg), lambda cfg: time_pass(reads, cfg, runs, pdl=True), n, row_bytes, copy_gbps, sms)
     best = {}
     for part in PARTS:
         mine = [t for t in trials if t["part"] == part]
@@ -87,28 +94,38 @@ def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: floa
             "top": trials[:15], "tried": len(trials), "failed": failed[:10], "failed_count": len(failed)}
 
 
+def floor_rows(sizes: str, explore_size, show, out_file: str, schema: str, timing: str, runs: int) -> None:
+    """Each size ("rows x row bytes", comma-separated) explored on the GPU (`explore_size(n, row_bytes,
+    device, l2_bytes, copy_gbps, sms)` -> row), printed (`show(size, row)`) and the file rewritten after
+    every size: a killed run keeps what it measured."""
+    device = resolve_device("cuda")
+    report = api.describe_device(device)
+    copy_gbps = report.ceilings["copy_gbps"]
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    rows = []
+    for text in sizes.split(","):
+        n, row_bytes = map(int, text.split("x"))
+        rows.append(explore_size(n, row_bytes, device, report.signature.get("l2_bytes"), copy_gbps, sms))
+        show(text, rows[-1])
+        Path(out_file).write_text(json.dumps({"schema": schema, "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(),
+                                              "command": " ".join(sys.argv), "copy_gbps": copy_gbps, "runs": runs, "timing": timing, "rows": rows},
+                                             indent=2, default=str))
+
+
+def show_parts(text: str, row: dict) -> None:
+    for part, top in row["best_by_part"].items():
+        print(text, part, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.0%}", "without PDL", round(top["ms_without_pdl"] * 1e3, 2),
+              {k: top[k] for k in ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "programs_per_sm")}, flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="4096x2048,4096x4096,14336x2048")
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--out-file", required=True)
     args = parser.parse_args()
-    device = resolve_device("cuda")
-    report = api.describe_device(device)
-    copy_gbps = report.ceilings["copy_gbps"]
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    rows = []
-    for text in args.sizes.split(","):
-        n, row_bytes = map(int, text.split("x"))
-        row = explore(n, row_bytes, device, report.signature.get("l2_bytes"), args.runs, copy_gbps, sms)
-        rows.append(row)
-        for part, top in row["best_by_part"].items():
-            print(text, part, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.0%}", "without PDL", round(top["ms_without_pdl"] * 1e3, 2),
-                  {k: top[k] for k in ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "programs_per_sm")}, flush=True)
-    Path(args.out_file).write_text(json.dumps({"schema": "agnitra.overlap-floor/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                               "versions": software_versions(), "command": " ".join(sys.argv), "copy_gbps": copy_gbps, "runs": args.runs,
-                                               "timing": "CUDA graphs of 20 calls, rotating copies past L2, median, PDL (trigger at the wait)",
-                                               "rows": rows}, indent=2, default=str))
+    floor_rows(args.sizes, lambda n, row_bytes, device, l2, copy_gbps, sms: explore(n, row_bytes, device, l2, args.runs, copy_gbps, sms), show_parts,
+               args.out_file, "agnitra.overlap-floor/1", "CUDA graphs of 20 calls, rotating copies past L2, median, PDL (trigger at the wait)", args.runs)
     return 0
 
 
