@@ -7,8 +7,10 @@
 programs get work done while the kernel before them ends. A GEMV cannot: its products need x,
 which the kernel before it writes, so what it reads before its wait it can only hold. Here each
 program reads HELD steps of its span before the wait into registers (unused until after it), then
-after the wait reads x (a fresh copy per call, as the GEMV's activations) and combines every
-weight word with x's word, the held steps first, then streams the rest of its span. No split-K
+after the wait reads x (a fresh copy per call, as the GEMV's activations; a word per word of a row,
+a quarter of the bytes of the GEMV's 16-bit x, read from L2 by every row block alike) and combines
+every weight word with x's word, the held steps first, then streams the rest of its span. No
+arithmetic beyond that: what the GEMV's MMAs and dequantisation cost is not in the floor either. No split-K
 fix-up: each split writes its own sums (the fix-up's cost is the GEMV's, not the floor's).
 The family crosses row blocks, words a step, splits, warps, cp.async stages after the wait and
 HELD (none, one step, about half, all, within a register budget), in CUDA graphs of 20 calls over
