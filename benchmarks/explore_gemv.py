@@ -84,11 +84,14 @@ class ReadPass:
 
     def time(self, bn: int, bw: int, nw: int, stages: int, runs: int, pdl: bool = False, split: int = 1, pre: int | None = None) -> float:
         """Median device ms of one pass (`launch`; raises when it cannot run)."""
-        def launch(i):
-            self.launch(bn, bw, nw, stages, i, pdl, split, pre)
-        for i in range(3):
-            launch(i)
-        return float(np.median(time_device_calls(launch, runs, self.device)))
+        return median_pass_ms(lambda i: self.launch(bn, bw, nw, stages, i, pdl, split, pre), runs, self.device)
+
+
+def median_pass_ms(launch, runs: int, device) -> float:
+    """Median device ms of `launch(i)` (copy i of a pass's inputs) after three warm-up calls, in CUDA graphs of 20 calls."""
+    for i in range(3):
+        launch(i)
+    return float(np.median(time_device_calls(launch, runs, device)))
 
 
 def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int, pdl: bool = False) -> dict:

@@ -26,16 +26,15 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from agnitra.kernels._triton import tl, triton
 from agnitra.kernels.autotune import sets_past_l2
 from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_wait
-from agnitra.telemetry.timing import time_device_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # overlap_floor, explore_gemv, sass_loop: benchmarks/
 
+OVERLAP_RECORD = Path(__file__).resolve().parent / "results" / "overlap-floor-nvidia-h100-80gb-hbm3-2026-11-22.json"  # the consuming floor's best configs
 HELD_REGISTERS = 64  # the most held words a thread (the GEMV's own state needs the rest)
 
 
@@ -59,7 +58,7 @@ def _read_held(w_ptr, x_ptr, out_ptr, N, WORDS: tl.constexpr, SPAN: tl.constexpr
     tl.store(out_ptr + tl.program_id(1) * N + rows, tl.sum(acc, axis=1), mask=rows < N)
 
 
-read_held = triton.jit(_read_held)  # the plain function for `sass_loop.compile_sass`
+read_held = triton.jit(_read_held)  # launched; `sass_loop.compile_sass` takes the plain `_read_held`
 
 
 class HeldPass:
@@ -80,16 +79,17 @@ class HeldPass:
                                                           STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], **extra)
 
     def check(self, cfg: dict) -> bool:
-        """The splits' sums of copy 0 equal torch's (int32 wrapping as the kernel's adds do)."""
-        self.launch(cfg, 0, pdl=False)
+        """The splits' sums of copy 0 equal torch's (int32 wrapping as the kernel's adds do), launched as it
+        is timed: with PDL on a GPU (the interpreter runs no PTX: without)."""
+        self.launch(cfg, 0, pdl=self.device.type == "cuda")
         got = self.out[: cfg["SPLIT"] * self.n].view(cfg["SPLIT"], self.n).to(torch.int64).sum(dim=0).to(torch.int32)
         want = (self.bufs[0] ^ self.xs[0][None, :]).sum(dim=1, dtype=torch.int64).to(torch.int32)
         return bool(torch.equal(got, want))
 
     def time(self, cfg: dict, runs: int, pdl: bool = True) -> float:
-        for i in range(3):
-            self.launch(cfg, i, pdl)
-        return float(np.median(time_device_calls(lambda i: self.launch(cfg, i, pdl), runs, self.device)))
+        from explore_gemv import median_pass_ms
+
+        return median_pass_ms(lambda i: self.launch(cfg, i, pdl), runs, self.device)
 
 
 def held_steps(steps: int) -> list[int]:
@@ -147,9 +147,8 @@ def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: floa
             top = dict(mine[0])
             top["ms_without_pdl"] = passes.time(top, runs, pdl=False)
             best[label] = top
-    record = Path(__file__).resolve().parent / "results" / "overlap-floor-nvidia-h100-80gb-hbm3-2026-11-22.json"
     return {"rows": n, "row_bytes": row_bytes, "bytes": n * row_bytes, "copies": passes.copies, "best_by_held": best,
-            "consuming_floor": consuming_floor(n, row_bytes, device, l2_bytes, runs, copy_gbps, record),
+            "consuming_floor": consuming_floor(n, row_bytes, device, l2_bytes, runs, copy_gbps, OVERLAP_RECORD),
             "top": trials[:20], "all": [[t["BLOCK_N"], t["BLOCK_W"], t["SPLIT"], t["num_warps"], t["STAGES"], t["HELD"], t["steps"], round(t["ms"] * 1e3, 3)] for t in trials],
             "all_columns": ["BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "HELD", "steps", "us"], "tried": len(trials), "failed": failed[:10],
             "failed_count": len(failed)}
