@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|heldfloor [SIZES]|heldgemv [SIZES]|held|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|heldfloor [SIZES]|heldgemv [SIZES]|held|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|pipeearly|pipeearly8|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -421,6 +421,28 @@ ncu_gemv() {
     heldgemv)  # the held floor over the tensor-core GEMV's own shapes of work (tiles a warp, 128-256 features a step, 1-8 warps, splits 1-16)
       timeout 560 python3 benchmarks/held_floor.py --gemv-like --sizes "${2:-14336x2048,4096x2048}" --out-file "$OUT/held-floor-gemv-like.json" 2>&1 | grep -v Warning | tail -20
       ;;
+    pipeearly)  # (PIPE_EARLY not kept: git apply benchmarks/experiments/pipe-early.patch first) PIPE_EARLY: the tc GEMV's shared-memory pipeline (STAGES) with the PDL wait inside its first step, so the first STAGES - 1 steps' weights are in flight before it; GPU numerics and the PDL chain, then against the tuned winners and the plain pipeline (with and without PDL) head to head
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "early or chain_reads or tensor_core_rows_kernel" 2>&1 | tail -2
+      e='"PREFETCH": false, "X_NOW": false, "PIPE_EARLY": true'
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant '{"PDL": false}' --variant '{"PREFETCH": false, "STAGES": 5, "PDL": false}' --variant '{"PREFETCH": false, "STAGES": 5}' \
+        --variant "{$e, \"STAGES\": 5}" --variant "{$e, \"STAGES\": 3}" --variant "{$e, \"STAGES\": 3, \"BLOCK_K\": 256}" --variant "{$e, \"STAGES\": 8, \"SPLIT_K\": 2}" \
+        --out-file "$OUT/ab-int4-tc-pipe-early-4096x4096.json" 2>&1 | tail -3
+      timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 --variant '{"PDL": false}' --variant '{"PREFETCH": false, "X_NOW": false, "STAGES": 4, "PDL": false}' \
+        --variant "{$e, \"STAGES\": 4}" --variant "{$e, \"STAGES\": 8, \"BLOCK_K\": 128}" --out-file "$OUT/ab-int4-tc-pipe-early-4096x14336.json" 2>&1 | tail -3
+      timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant "{$e, \"STAGES\": 5, \"BLOCK_N\": 64, \"SPLIT_K\": 8, \"num_warps\": 4, \"FIXUP\": \"count\"}" \
+        --variant "{$e, \"STAGES\": 8, \"BLOCK_N\": 64, \"SPLIT_K\": 4, \"num_warps\": 4, \"FIXUP\": \"count\"}" --variant '{"PREFETCH": false, "STAGES": 5, "BLOCK_N": 64, "SPLIT_K": 8, "num_warps": 4, "FIXUP": "count", "PDL": false}' \
+        --out-file "$OUT/ab-int4-tc-pipe-early-14336x4096.json" 2>&1 | tail -3
+      ;;
+    pipeearly8)  # (needs benchmarks/experiments/pipe-early.patch) PIPE_EARLY for the int8 GEMV: its STAGES pipeline's first STAGES - 1 weight tiles read before the PDL wait, x after it; GPU numerics and the PDL chain, then against the tuned winners head to head
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "early or chain_reads or int8" 2>&1 | tail -2
+      timeout 160 python3 benchmarks/ab_config.py --kernel int8_gemv --shapes 4096x4096 --variant '{"PIPE_EARLY": true}' --variant '{"PIPE_EARLY": true, "STAGES": 4}' \
+        --variant '{"PIPE_EARLY": true, "STAGES": 5}' --variant '{"PIPE_EARLY": true, "STAGES": 5, "BLOCK_K": 512}' --variant '{"PIPE_EARLY": true, "STAGES": 3, "BLOCK_K": 2048}' \
+        --variant '{"PIPE_EARLY": true, "STAGES": 5, "BLOCK_N": 4}' --variant '{"PIPE_EARLY": true, "STAGES": 5, "PDL": "wait"}' --out-file "$OUT/ab-int8-pipe-early-4096x4096.json" 2>&1 | tail -3
+      timeout 130 python3 benchmarks/ab_config.py --kernel int8_gemv --shapes 4096x14336 --variant '{"PIPE_EARLY": true}' --variant '{"PIPE_EARLY": true, "STAGES": 5}' \
+        --variant '{"PIPE_EARLY": true, "STAGES": 8}' --out-file "$OUT/ab-int8-pipe-early-4096x14336.json" 2>&1 | tail -3
+      timeout 130 python3 benchmarks/ab_config.py --kernel int8_gemv --shapes 14336x4096 --variant '{"PIPE_EARLY": true, "STAGES": 2}' --variant '{"PIPE_EARLY": true, "STAGES": 3, "BLOCK_K": 2048}' \
+        --variant '{"STAGES": 2}' --out-file "$OUT/ab-int8-pipe-early-14336x4096.json" 2>&1 | tail -3
+      ;;
     held)  # (HELD not kept: git apply benchmarks/experiments/int4-tc-held.patch first) HELD: the tc GEMV's first steps read before the PDL wait and held (the held floor, held_floor.py, gains 0.6 us at the winners' own shapes of work from holding more than one step), and the floor's best shapes of work; against the tuned winners head to head
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "held_steps or tensor_core_rows_kernel" 2>&1 | tail -2
       timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --variant '{"HELD": 2}' --variant '{"HELD": 4}' --variant '{"HELD": 4, "FIXUP": "wait"}' \
@@ -517,7 +539,7 @@ ncu_gemv() {
       timeout 420 python3 benchmarks/explore_gemv.py --only int8 --shapes 4096x4096,4096x14336 --runs 20 --out-file "$OUT/gemv-explore-int8-early-${2:-after}.json"
       ;;
     earlyab)  # (needs the EARLY patch, see early) every int8 config at 4096x4096 with and without EARLY (exhaustive), then the int8 rows retuned (TPE timing its whole budget now) with peers
-      timeout 200 python3 benchmarks/explore_gemv.py --only int8 --shapes 4096x4096 --runs 20 --out-file "$OUT/gemv-explore-int8-early.json"
+      timeout 200 python3 benchmarks/explore_gemv.py --only int8 --shapes 4096x4096 --runs 20 --out-file "$OUT/gemv-explore-int8-pipe-early.json"
       timeout 380 python3 benchmarks/kernels.py --only gemv --gemv-kernels int8_gemv --shapes "${2:-8b}" --max-trials 100 --runs 30 --peer-compiles 2 --retune --out-file "$OUT/kernels-gemv-int8-early-${2:-8b}.json"
       ;;
     readfloor)  # the read-only floor over llama-8b weight sizes, plain and with PDL (every read before the wait), as a fraction of copy bandwidth
