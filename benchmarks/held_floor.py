@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/held_floor.py --sizes 4096x2048,14336x2048 --out-file out.json
     PYTHONPATH=src python benchmarks/held_floor.py --sass 16,128,1,4,2 --words 512   # sm_90 SASS, no GPU: loads before the wait
+    PYTHONPATH=src python benchmarks/held_floor.py --sizes 4096x2048 --tail-test 64,16,8,4 --tails 0,2,4,8 --out-file out.json
 
 `overlap_floor.py`'s read-only chain sums the words it reads before its PDL wait right away: its
 programs get work done while the kernel before them ends. A GEMV cannot: its products need x,
@@ -16,6 +17,9 @@ The family crosses row blocks, words a step, splits, warps, cp.async stages afte
 HELD (none, one step, about half, all, within a register budget), in CUDA graphs of 20 calls over
 rotating copies past L2 with PDL (next kernel let in at the wait). Fractions are of the copy
 bandwidth the kernel rows are judged by, counting the weight bytes alone.
+
+--tail-test gives one shape of work a latency-bound end, as a GEMV's split-K fix-up is: TAIL
+dependent round trips to L2 after the sums, before the store, against each HELD.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from agnitra.kernels._triton import tl, triton
@@ -39,9 +44,11 @@ HELD_REGISTERS = 64  # the most held words a thread (the GEMV's own state needs 
 
 
 def _read_held(w_ptr, x_ptr, out_ptr, N, WORDS: tl.constexpr, SPAN: tl.constexpr, HELD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr,
-              STAGES: tl.constexpr, PDL: tl.constexpr = 0):
+              STAGES: tl.constexpr, PDL: tl.constexpr = 0, TAIL: tl.constexpr = 0, chase_ptr=None):
     """Rows [BLOCK_N] of w over span program_id(1): HELD steps of BLOCK_W words read before the PDL
-    wait and held; after it, each word xor-ed with x's word of its column and summed a row."""
+    wait and held; after it, each word xor-ed with x's word of its column and summed a row. TAIL > 0:
+    then TAIL dependent reads of `chase_ptr` (zeros, L2-resident, each address from the last value read:
+    round trips one after another, as a split-K fix-up's) before the store, their value added (zero)."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     start = tl.program_id(1) * SPAN
     cols = start + tl.arange(0, BLOCK_W)[None, :]
@@ -55,7 +62,13 @@ def _read_held(w_ptr, x_ptr, out_ptr, N, WORDS: tl.constexpr, SPAN: tl.constexpr
         acc += held[i] ^ tl.load(x_ptr + cols + i * BLOCK_W)
     for s in tl.range(HELD * BLOCK_W, SPAN, BLOCK_W, num_stages=STAGES):
         acc += tl.load(w_ptrs + s) ^ tl.load(x_ptr + cols + s)
-    tl.store(out_ptr + tl.program_id(1) * N + rows, tl.sum(acc, axis=1), mask=rows < N)
+    total = tl.sum(acc, axis=1)
+    if TAIL:
+        link = (total == 0x7FFFFFFF).to(tl.int32)  # 0 in practice, but known only once the sums are: the chain starts after them
+        for _ in tl.static_range(TAIL):
+            link = tl.load(chase_ptr + link, cache_modifier=".cg")  # L2, not L1: a round trip each
+        total += link
+    tl.store(out_ptr + tl.program_id(1) * N + rows, total, mask=rows < N)
 
 
 read_held = triton.jit(_read_held)  # launched; `sass_loop.compile_sass` takes the plain `_read_held`
@@ -70,13 +83,14 @@ class HeldPass:
         self.bufs = [torch.randint(-2**31, 2**31 - 1, (n, self.words), dtype=torch.int32, device=device) for _ in range(self.copies)]
         self.xs = [torch.randint(-2**31, 2**31 - 1, (self.words,), dtype=torch.int32, device=device) for _ in range(self.copies)]
         self.out = torch.empty(max_split * n, dtype=torch.int32, device=device)  # [split, n] row sums
+        self.chase = torch.zeros(2, dtype=torch.int32, device=device)  # TAIL's chain: every link leads to word 0
 
     def launch(self, cfg: dict, i: int, pdl: bool = True) -> None:
         split = cfg["SPLIT"]
         extra = {"PDL": PDL_TRIGGERS["wait"], "launch_pdl": True} if pdl else {}
         read_held[(-(-self.n // cfg["BLOCK_N"]), split)](self.bufs[i % self.copies], self.xs[i % self.copies], self.out, self.n, self.words,
                                                           self.words // split, cfg["HELD"], BLOCK_N=cfg["BLOCK_N"], BLOCK_W=cfg["BLOCK_W"],
-                                                          STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], **extra)
+                                                          STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], TAIL=cfg.get("TAIL", 0), chase_ptr=self.chase, **extra)
 
     def check(self, cfg: dict) -> bool:
         """The splits' sums of copy 0 equal torch's (int32 wrapping as the kernel's adds do), launched as it
@@ -154,6 +168,32 @@ def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: floa
             "failed_count": len(failed)}
 
 
+def tail_test(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, sms: int, shape: str, tails: tuple[int, ...], rounds: int = 3) -> dict:
+    """One shape of work ("BLOCK_N,BLOCK_W,SPLIT,warps") with each HELD (none, one step, about half, all) and
+    TAIL (dependent L2 round trips after the sums, before the store, as a split-K fix-up's): does reading
+    more before the wait still pay when the kernel's end is latency-bound? Medians over interleaved rounds."""
+    bn, bw, split, nw = map(int, shape.split(","))
+    passes = HeldPass(n, row_bytes, device, l2_bytes, max_split=split)
+    steps = passes.words // split // bw
+    configs = [{"BLOCK_N": bn, "BLOCK_W": bw, "SPLIT": split, "num_warps": nw, "STAGES": 1, "HELD": held, "TAIL": tail, "steps": steps}
+               for tail in tails for held in held_steps(steps)]
+    bad = [cfg for cfg in configs if not passes.check(cfg)]
+    if bad:
+        raise SystemExit(f"wrong sums: {bad}")
+    times = {i: [] for i in range(len(configs))}
+    for _ in range(rounds):
+        for i, cfg in enumerate(configs):
+            times[i].append(passes.time(cfg, runs))
+    rows = [{**cfg, "ms": float(np.median(times[i])), "fraction_of_copy": n * row_bytes / (float(np.median(times[i])) * 1e-3) / (copy_gbps * 1e9)}
+            for i, cfg in enumerate(configs)]
+    return {"rows": n, "row_bytes": row_bytes, "bytes": n * row_bytes, "copies": passes.copies, "shape_of_work": shape, "rounds": rounds, "trials": rows}
+
+
+def show_tails(text: str, row: dict) -> None:
+    for t in row["trials"]:
+        print(text, "TAIL", t["TAIL"], "HELD", t["HELD"], "of", t["steps"], round(t["ms"] * 1e3, 2), "us", f"{t['fraction_of_copy']:.1%}", flush=True)
+
+
 def show_held(text: str, row: dict) -> None:
     for label, top in row["best_by_held"].items():
         print(text, label, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.1%}", "without PDL", round(top["ms_without_pdl"] * 1e3, 2),
@@ -182,11 +222,20 @@ def main() -> int:
     parser.add_argument("--gemv-like", action="store_true", help="the family of the tensor-core GEMV's shapes of work (GEMV_LIKE) instead")
     parser.add_argument("--sass", help="BLOCK_N,BLOCK_W,SPLIT,HELD,warps: print the compiled kernel's loads before its wait and stop")
     parser.add_argument("--words", type=int, default=512, help="with --sass: words a row")
+    parser.add_argument("--tail-test", metavar="BLOCK_N,BLOCK_W,SPLIT,warps", help="one shape of work, HELD against TAIL dependent L2 round trips at its end (`tail_test`)")
+    parser.add_argument("--tails", default="0,2,4,8", help="with --tail-test: the TAIL values")
     args = parser.parse_args()
     if args.sass:
         print(json.dumps(sass_check(args.sass, args.words)))
         return 0
     from overlap_floor import floor_rows
+
+    if args.tail_test:
+        tails = tuple(int(t) for t in args.tails.split(","))
+        floor_rows(args.sizes, lambda n, row_bytes, device, l2, copy_gbps, sms: tail_test(n, row_bytes, device, l2, args.runs, copy_gbps, sms, args.tail_test, tails),
+                   show_tails, args.out_file, "agnitra.held-floor-tail/1",
+                   "CUDA graphs of 20 calls, rotating copies (weights and x) past L2, PDL (trigger at the wait), median of 3 interleaved rounds", args.runs)
+        return 0
 
     floor_rows(args.sizes, lambda n, row_bytes, device, l2, copy_gbps, sms: explore(n, row_bytes, device, l2, args.runs, copy_gbps, sms, args.gemv_like),
                show_held, args.out_file, "agnitra.held-floor/1",

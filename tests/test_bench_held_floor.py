@@ -23,6 +23,16 @@ def test_held_pass_sums_every_word_once_whatever_it_holds(split, held):
     assert passes.check({**cfg, "num_warps": 2})
 
 
+def test_held_pass_with_a_tail_still_sums_every_word_once():
+    """TAIL dependent reads of the chase buffer before the store add nothing to the sums (every link is zero),
+    held or not; a chase buffer that is not zero would show in them."""
+    passes = held_floor.HeldPass(40, 512 * 4, torch.device("cpu"), None, max_split=2)
+    for held in (0, 1, 4):
+        assert passes.check({"BLOCK_N": 16, "BLOCK_W": 64, "SPLIT": 2, "num_warps": 1, "STAGES": 1, "HELD": held, "TAIL": 3})
+    passes.chase.fill_(1)
+    assert not passes.check({"BLOCK_N": 16, "BLOCK_W": 64, "SPLIT": 2, "num_warps": 1, "STAGES": 1, "HELD": 1, "TAIL": 1})
+
+
 def test_held_families_hold_within_the_register_budget_and_split_evenly():
     for words, family in ((512, held_floor.family(512)), (1792, held_floor.family(1792)), (512, held_floor.family(512, **held_floor.GEMV_LIKE))):
         assert family
