@@ -11,18 +11,15 @@ decode runs them (CUDA graphs of 20 calls, inputs rotated past L2, interleaved r
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
-from pathlib import Path
 
 import torch
 
 from agnitra.kernels.autotune import check, head_to_head, to_float64
 from agnitra.kernels.spec import get_kernel
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 from pdl_trigger import settled_gemv_context, tuned_gemv  # benchmarks/: the tuned GEMV and its inputs, as pdl_trigger.py times them
+from result_file import write_result  # benchmarks/
 
 
 def main() -> int:
@@ -53,10 +50,8 @@ def main() -> int:
         times = dict(zip(timed, head_to_head([lambda j, c=c: spec.launch(*sets[j % len(sets)], config=c) for c in timed.values()], args.runs, device)))
         rows.append({"shape": list(shape), "config": best, "ms": times, "failed": bad, "relative_error": {label: t.error for label, t in errors.items()}})
         print(args.kernel, shape, {label: round(ms * 1e3, 2) for label, ms in times.items()}, bad or "", flush=True)
-        Path(args.out_file).write_text(json.dumps({"schema": "agnitra.ab-config/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                                   "versions": software_versions(), "command": " ".join(sys.argv), "kernel": args.kernel, "runs": args.runs, "settled": settled,
-                                                   "timing": "CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds, median", "rows": rows},
-                                                  indent=2, default=str))
+        write_result(args.out_file, "agnitra.ab-config/1", report, kernel=args.kernel, runs=args.runs, settled=settled,
+                     timing="CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds, median", rows=rows)
     return 0
 
 

@@ -17,18 +17,15 @@ PDL wait (benchmarks/experiments/int4-tc-l2-ahead.patch) gains 1.2-2.4% in a cha
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
-from pathlib import Path
 
 import torch
 
 from agnitra.kernels.autotune import head_to_head
 from agnitra.kernels.spec import get_kernel
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 from pdl_trigger import settled_gemv_context, tuned_gemv  # benchmarks/
+from result_file import write_result  # benchmarks/
 
 
 def parse_variant(text: str, length: int) -> tuple[set[int], dict]:
@@ -82,10 +79,8 @@ def main() -> int:
     row = {"chain": args.chain, "configs": chains, "ms_per_chain": per_chain, "bytes_per_chain": chain_bytes, "bitwise_equal_to_tuned": bitwise,
            "fraction_of_copy": {label: chain_bytes / (ms / 1e3) / 1e9 / report.ceilings["copy_gbps"] for label, ms in per_chain.items()}}
     print("chain", args.chain, {label: round(ms * 1e3, 2) for label, ms in per_chain.items()}, bitwise, flush=True)
-    Path(args.out_file).write_text(json.dumps({"schema": "agnitra.chain-ab/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                               "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled,
-                                               "timing": "CUDA graphs of 20 calls (whole chains), each GEMV on its own input sets rotated past L2, 3 interleaved rounds, median",
-                                               "rows": [row]}, indent=2, default=str))
+    write_result(args.out_file, "agnitra.chain-ab/1", report, runs=args.runs, settled=settled,
+                 timing="CUDA graphs of 20 calls (whole chains), each GEMV on its own input sets rotated past L2, 3 interleaved rounds, median", rows=[row])
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import itertools
 import json
 import sys
@@ -37,12 +36,11 @@ from agnitra.device import resolve_device
 from agnitra.kernels.autotune import head_to_head, input_sets, sets_past_l2, tune
 from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_wait
 from agnitra.kernels.spec import get_kernel
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import time_device_calls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernels import LLAMA_1B, LLAMA_8B, compiled_int8_peers, int4_peers, peer_calls  # noqa: E402
+from result_file import write_result  # noqa: E402 - benchmarks/
 
 GROUP = 128
 
@@ -171,10 +169,7 @@ def main() -> int:
     path = Path(args.out_file)
 
     def save():
-        path.write_text(json.dumps({
-            "schema": "agnitra.gemv-explore/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-            "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs,
-            "copy_gbps": report.ceilings.get("copy_gbps"), "rows": rows}, indent=2, default=str))
+        write_result(path, "agnitra.gemv-explore/1", report, runs=args.runs, copy_gbps=report.ceilings.get("copy_gbps"), rows=rows)
 
     for shape in shapes:
         m, n, k = shape

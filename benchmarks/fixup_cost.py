@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import sys
 from pathlib import Path
@@ -57,8 +56,7 @@ from agnitra.kernels._triton import tl, triton
 from agnitra.kernels.autotune import head_to_head, input_sets
 from agnitra.kernels.quant_matmul import _split_k_total_waiting  # noqa: F401 - called by _fixup_wait (jitted alongside it)
 from agnitra.kernels.spec import get_kernel
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
+from result_file import write_result  # benchmarks/
 from steady import settle  # benchmarks/
 
 GROUP = 128
@@ -302,10 +300,8 @@ def main() -> int:
             shape = (1, n, k, GROUP) if name == "int4_gemv" else (1, n, k)
             configs = json.loads(args.configs) if args.configs else split_configs(name, shape, dtype)
             rows.append({"kernel": name, "shape": list(shape), "configs": measure(name, shape, configs, dtype, device, l2, args.runs, tuple(args.variants.split(",")))})
-            path.write_text(json.dumps({"schema": "agnitra.fixup-cost/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                        "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled,
-                                        "timing": "CUDA graphs of 20 calls under PDL, copies past L2, variants head to head, median",
-                                        "rows": rows}, indent=2, default=str))
+            write_result(path, "agnitra.fixup-cost/1", report, runs=args.runs, settled=settled,
+                         timing="CUDA graphs of 20 calls under PDL, copies past L2, variants head to head, median", rows=rows)
     print(f"wrote {path}")
     return 0
 

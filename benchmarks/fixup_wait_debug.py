@@ -15,7 +15,6 @@ fix-up's. Writes one JSON file.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import sys
 import time
@@ -31,9 +30,8 @@ from agnitra.kernels import quant_matmul as qm
 from agnitra.kernels.autotune import input_sets
 from agnitra.kernels.quant_matmul import _empty_slots, _read_slots  # the waiting fix-up's rounds (jitted alongside the variant)
 from agnitra.kernels.spec import get_kernel
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import time_device_calls
+from result_file import write_result  # benchmarks/
 
 MAX_ROUNDS = tl.constexpr(1 << 15)
 
@@ -150,9 +148,7 @@ def main() -> int:
                 except Exception as exc:  # noqa: BLE001 - recorded
                     result = {"error": str(exc).splitlines()[0][:300]}
                 rows.append({"kernel": name, "shape": list(shape), "config": cfg, **result})
-                path.write_text(json.dumps({"schema": "agnitra.fixup-wait-debug/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                            "versions": software_versions(), "command": " ".join(sys.argv), "variant": args.variant, "max_rounds": MAX_ROUNDS.value,
-                                            "rows": rows}, indent=2, default=str))
+                write_result(path, "agnitra.fixup-wait-debug/1", report, variant=args.variant, max_rounds=MAX_ROUNDS.value, rows=rows)
     print(f"wrote {path}")
     return 0
 

@@ -168,10 +168,12 @@ def explore(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: floa
             "failed_count": len(failed)}
 
 
-def tail_test(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, sms: int, shape: str, tails: tuple[int, ...], rounds: int = 3) -> dict:
+def tail_test(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, shape: str, tails: tuple[int, ...], rounds: int = 3) -> dict:
     """One shape of work ("BLOCK_N,BLOCK_W,SPLIT,warps") with each HELD (none, one step, about half, all) and
     TAIL (dependent L2 round trips after the sums, before the store, as a split-K fix-up's): does reading
     more before the wait still pay when the kernel's end is latency-bound? Medians over interleaved rounds."""
+    from overlap_floor import fraction_of_copy
+
     bn, bw, split, nw = map(int, shape.split(","))
     passes = HeldPass(n, row_bytes, device, l2_bytes, max_split=split)
     steps = passes.words // split // bw
@@ -180,12 +182,9 @@ def tail_test(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: fl
     bad = [cfg for cfg in configs if not passes.check(cfg)]
     if bad:
         raise SystemExit(f"wrong sums: {bad}")
-    times = {i: [] for i in range(len(configs))}
-    for _ in range(rounds):
-        for i, cfg in enumerate(configs):
-            times[i].append(passes.time(cfg, runs))
-    rows = [{**cfg, "ms": float(np.median(times[i])), "fraction_of_copy": n * row_bytes / (float(np.median(times[i])) * 1e-3) / (copy_gbps * 1e9)}
-            for i, cfg in enumerate(configs)]
+    times = [[passes.time(cfg, runs) for cfg in configs] for _ in range(rounds)]  # interleaved rounds
+    medians = [float(np.median(column)) for column in zip(*times)]
+    rows = [{**cfg, "ms": ms, "fraction_of_copy": fraction_of_copy(n * row_bytes, ms, copy_gbps)} for cfg, ms in zip(configs, medians)]
     return {"rows": n, "row_bytes": row_bytes, "bytes": n * row_bytes, "copies": passes.copies, "shape_of_work": shape, "rounds": rounds, "trials": rows}
 
 
@@ -232,7 +231,7 @@ def main() -> int:
 
     if args.tail_test:
         tails = tuple(int(t) for t in args.tails.split(","))
-        floor_rows(args.sizes, lambda n, row_bytes, device, l2, copy_gbps, sms: tail_test(n, row_bytes, device, l2, args.runs, copy_gbps, sms, args.tail_test, tails),
+        floor_rows(args.sizes, lambda n, row_bytes, device, l2, copy_gbps, sms: tail_test(n, row_bytes, device, l2, args.runs, copy_gbps, args.tail_test, tails),
                    show_tails, args.out_file, "agnitra.held-floor-tail/1",
                    "CUDA graphs of 20 calls, rotating copies (weights and x) past L2, PDL (trigger at the wait), median of 3 interleaved rounds", args.runs)
         return 0

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import tempfile
@@ -40,9 +39,8 @@ from agnitra.kernels.autotune import check, head_to_head, input_sets, refine, to
 from agnitra.kernels.pdl import pdl_supported
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 from agnitra.transforms.compile import inductor_pdl_unavailable
+from result_file import write_result  # benchmarks/
 from steady import settle  # benchmarks/
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
@@ -287,7 +285,7 @@ def main() -> int:
         except Exception as exc:  # noqa: BLE001 - one failing kernel must not lose the others
             rows.append({"kernel": name, "shape": list(problem), "status": "failed", "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"})
             print(f"{name} {problem} FAILED: {rows[-1]['error']}", flush=True)
-        path.write_text(json.dumps({"schema": "agnitra.kernels-bench/1", "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled, "rows": rows}, indent=2, default=str))
+        write_result(path, "agnitra.kernels-bench/1", report, runs=args.runs, settled=settled, rows=rows)
 
     groups = set(args.only.split(","))
     if "matmul" in groups:

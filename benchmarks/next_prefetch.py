@@ -14,20 +14,16 @@ next-prefetch-int4-*.json).
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
-from pathlib import Path
 
 import torch
 
 from agnitra.kernels import quant_matmul as qm
 from agnitra.kernels.autotune import head_to_head
 from agnitra.kernels.spec import get_kernel
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 from chain_ab import tuned_chain  # benchmarks/
 from pdl_trigger import settled_gemv_context, tuned_gemv  # benchmarks/
+from result_file import write_result  # benchmarks/
 
 
 def chained(sets: list[tuple], config: dict, steps: int):
@@ -79,6 +75,11 @@ def main() -> int:
     device, report = context[:2]
     spec = get_kernel("int4_gemv")
     rows = []
+
+    def save() -> None:
+        write_result(args.out_file, "agnitra.next-prefetch/1", report, runs=args.runs, settled=settled,
+                     timing="CUDA graphs of 20 calls, call j on input set j prefetching set j + 1, sets rotated past L2, 3 interleaved rounds, median", rows=rows)
+
     for text in args.shapes.split(","):
         n, k = map(int, text.split("x"))
         shape, sets, best = tuned_gemv(spec, n, k, context, args.runs, 128)
@@ -90,10 +91,7 @@ def main() -> int:
         times = dict(zip(variants, head_to_head(list(variants.values()), args.runs, device)))
         rows.append({"shape": list(shape), "config": best, "ms": {f"next_steps_{s}": ms for s, ms in times.items()}, "bitwise_equal_to_none": same})
         print(shape, {s: round(ms * 1e3, 2) for s, ms in times.items()}, same, flush=True)
-        Path(args.out_file).write_text(json.dumps({"schema": "agnitra.next-prefetch/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                                   "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled,
-                                                   "timing": "CUDA graphs of 20 calls, call j on input set j prefetching set j + 1, sets rotated past L2, 3 interleaved rounds, median",
-                                                   "rows": rows}, indent=2, default=str))
+        save()
     if args.chain:
         parts = tuned_chain(spec, args.chain, context, args.runs)
         for text, (_, best, _) in zip(args.chain.split(","), parts):
@@ -111,10 +109,7 @@ def main() -> int:
                      "ms_per_chain": dict(zip(labels, per_chain)), "bytes_per_chain": bytes_,
                      "fraction_of_copy": {label: bytes_ / (ms / 1e3) / 1e9 / report.ceilings["copy_gbps"] for label, ms in zip(labels, per_chain)}})
         print("chain", args.chain, dict(zip(labels, [round(ms * 1e3, 2) for ms in per_chain])), flush=True)
-        Path(args.out_file).write_text(json.dumps({"schema": "agnitra.next-prefetch/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                                   "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled,
-                                                   "timing": "CUDA graphs of 20 calls, call j on input set j prefetching set j + 1, sets rotated past L2, 3 interleaved rounds, median",
-                                                   "rows": rows}, indent=2, default=str))
+        save()
     return 0
 
 

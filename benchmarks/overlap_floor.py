@@ -16,9 +16,7 @@ bandwidth the kernel rows are judged by.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
-import json
 import sys
 from pathlib import Path
 
@@ -26,11 +24,10 @@ import torch
 
 from agnitra import api
 from agnitra.device import resolve_device
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from explore_gemv import ReadPass  # noqa: E402 - the read-only kernel and its buffers
+from result_file import write_result  # noqa: E402 - benchmarks/
 
 PARTS = ("none", "half", "all")  # how much of a program's span it reads before its wait
 
@@ -61,6 +58,11 @@ def family(words: int) -> list[dict]:
     return out
 
 
+def fraction_of_copy(nbytes: int, ms: float, copy_gbps: float) -> float:
+    """`nbytes` read in `ms` as a fraction of the copy bandwidth (GB/s) the kernel rows are judged by."""
+    return nbytes / (ms / 1e3) / 1e9 / copy_gbps
+
+
 def time_family(configs: list[dict], check, time_pdl, n: int, row_bytes: int, copy_gbps: float, sms: int) -> tuple[list[dict], list[dict]]:
     """(trials fastest first, failures) of a floor's configs over [n, row_bytes] bytes: each checked
     (`check(cfg)`), then timed under PDL (`time_pdl(cfg)`, ms); a config that cannot run is recorded."""
@@ -76,7 +78,7 @@ def time_family(configs: list[dict], check, time_pdl, n: int, row_bytes: int, co
             continue
         programs = -(-n // cfg["BLOCK_N"]) * cfg["SPLIT"]
         trials.append({**cfg, "ms": ms, "programs": programs, "programs_per_sm": round(programs / sms, 2),
-                       "fraction_of_copy": n * row_bytes / (ms / 1e3) / 1e9 / copy_gbps})
+                       "fraction_of_copy": fraction_of_copy(n * row_bytes, ms, copy_gbps)})
     trials.sort(key=lambda t: t["ms"])
     return trials, failed
 
@@ -108,9 +110,7 @@ def floor_rows(sizes: str, explore_size, show, out_file: str, schema: str, timin
         n, row_bytes = map(int, text.split("x"))
         rows.append(explore_size(n, row_bytes, device, report.signature.get("l2_bytes"), copy_gbps, sms))
         show(text, rows[-1])
-        Path(out_file).write_text(json.dumps({"schema": schema, "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(),
-                                              "command": " ".join(sys.argv), "copy_gbps": copy_gbps, "runs": runs, "timing": timing, "rows": rows},
-                                             indent=2, default=str))
+        write_result(out_file, schema, report, copy_gbps=copy_gbps, runs=runs, timing=timing, rows=rows)
 
 
 def show_parts(text: str, row: dict) -> None:

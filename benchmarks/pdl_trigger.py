@@ -15,10 +15,7 @@ calls, as Inductor's kernels sit between ours in a compiled model.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
-from pathlib import Path
 
 import torch
 
@@ -29,8 +26,7 @@ from agnitra.kernels import pdl
 from agnitra.kernels.autotune import head_to_head, input_sets, tune
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
+from result_file import write_result  # benchmarks/
 
 
 def gemv_context() -> tuple:
@@ -86,10 +82,8 @@ def main() -> int:
             times = dict(zip(calls, head_to_head(list(calls.values()), args.runs, device)))
             rows.append({"kernel": name, "shape": list(shape), "config": best, "ms": times})
             print(name, shape, {label: round(ms * 1e3, 2) for label, ms in times.items()}, flush=True)
-            Path(args.out_file).write_text(json.dumps({"schema": "agnitra.pdl-trigger/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                                       "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs,
-                                                       "timing": "CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds, median",
-                                                       "rows": rows}, indent=2, default=str))
+            write_result(args.out_file, "agnitra.pdl-trigger/1", report, runs=args.runs,
+                         timing="CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds, median", rows=rows)
     return 0
 
 

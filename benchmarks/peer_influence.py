@@ -11,8 +11,6 @@ Written because kernels.py timed 14336x4096's FIXUP-wait winner at 12.22-12.24 u
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -23,11 +21,10 @@ import torch
 
 from agnitra.kernels.autotune import head_to_head
 from agnitra.kernels.spec import get_kernel
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 from kernels import int4_peers, peer_calls  # benchmarks/: the peers kernels.py times beside the int4 GEMV
 from pdl_trigger import gemv_context, tuned_gemv
 from steady import settle
+from result_file import write_result  # benchmarks/
 
 SUBSETS = (("tuned", "tuned_again"), ("tuned", "default", "no_pdl"), ("tuned", "cublas_bf16_linear"), ("tuned", "torch_tinygemm_int4"),
            ("tuned", "default", "no_pdl", "cublas_bf16_linear", "torch_tinygemm_int4"))
@@ -113,10 +110,8 @@ def main() -> int:
                 timings.append({"repeat": repeat, "contenders": present, "ms": times})
                 print(shape, repeat, {label: round(ms * 1e3, 2) for label, ms in times.items()}, flush=True)
         rows.append({"shape": list(shape), "config": best, "timings": timings, "failed": failed})
-        Path(args.out_file).write_text(json.dumps({"schema": "agnitra.peer-influence/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                                   "versions": software_versions(), "command": " ".join(sys.argv), "runs": args.runs, "settled": settled,
-                                                   "timing": "CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds per subset, median", "rows": rows},
-                                                  indent=2, default=str))
+        write_result(args.out_file, "agnitra.peer-influence/1", report, runs=args.runs, settled=settled,
+                     timing="CUDA graphs of 20 calls, inputs rotated past L2, 3 interleaved rounds per subset, median", rows=rows)
     return 0
 
 

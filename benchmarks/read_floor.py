@@ -12,18 +12,15 @@ fraction of the large-buffer copy bandwidth the kernel rows are judged by.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 import sys
 from pathlib import Path
 
 from agnitra import api
 from agnitra.device import resolve_device
-from agnitra.report.schema import to_dict
-from agnitra.telemetry.signature import software_versions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from explore_gemv import read_floor  # noqa: E402
+from result_file import write_result  # noqa: E402 - benchmarks/
 
 
 def main() -> int:
@@ -44,9 +41,8 @@ def main() -> int:
             row["pdl" if pdl else "plain"] = {**floor, "fraction_of_copy": floor["gbps"] / copy_gbps}
         rows.append(row)
         print(text, {k: (round(v["ms"] * 1e3, 2), f"{v['fraction_of_copy']:.0%}") for k, v in row.items() if isinstance(v, dict)}, flush=True)
-    Path(args.out_file).write_text(json.dumps({"schema": "agnitra.read-floor/1", "date": dt.date.today().isoformat(), "device": to_dict(report),
-                                               "versions": software_versions(), "command": " ".join(sys.argv), "copy_gbps": copy_gbps, "runs": args.runs,
-                                               "timing": "CUDA graphs of 20 calls, rotating copies past L2, median", "rows": rows}, indent=2, default=str))
+    write_result(args.out_file, "agnitra.read-floor/1", report, copy_gbps=copy_gbps, runs=args.runs,
+                 timing="CUDA graphs of 20 calls, rotating copies past L2, median", rows=rows)
     return 0
 
 

@@ -371,6 +371,8 @@ def test_split_k_slots_grow_outside_a_capture_and_refuse_inside_one():
     fake_cuda = torch.device("cuda", 99)
     with mock.patch("torch.cuda.is_current_stream_capturing", lambda: True), pytest.raises(RuntimeError, match="reserve_split_k_slots\\(device, 7\\) before capturing"):
         qm.reserve_split_k_slots(fake_cuda, 7)
+    with mock.patch("torch.cuda.is_current_stream_capturing", lambda: True), pytest.raises(RuntimeError, match="reserve_split_k_counters\\(device, 9\\) before capturing"):
+        qm.reserve_split_k_counters(fake_cuda, 9)  # the arrival counters share the mechanism
 
 
 def test_int4_tensor_core_small_programs_let_the_next_kernel_in_at_the_wait():

@@ -1254,15 +1254,27 @@ def _split_k_buffers(split_k: int, m: int, n: int, blocks: int, y: torch.Tensor)
     return torch.empty((split_k, m, n), device=device, dtype=torch.float32), reserve_split_k_counters(device, blocks)
 
 
-def reserve_split_k_counters(device: torch.device, blocks: int = 1) -> torch.Tensor:
-    """The device's split-K arrival counters (at least `blocks`, 65536 by default), made on first
-    use. Kernel-backed modules reserve them when they are built: made on a first call inside a
-    CUDA graph capture, the buffer would be an allocation in the graph's pool that outlives the
-    step, which torch refuses ("tensors in the cudagraph pool not tracked as outputs")."""
-    held = _COUNTERS.setdefault(torch.device(device), [])
-    if not held or held[-1].numel() < blocks:
-        held.append(torch.zeros(max(blocks, 1 << 16), device=device, dtype=torch.int32))
+def _reserved(buffers: dict, device: torch.device, count: int, fill: int, what: str, reserve: str, dtype: torch.dtype = torch.int32) -> torch.Tensor:
+    """The device's persistent buffer of `buffers` with at least `count` elements (65536 at least): int32
+    words filled with `fill` when made, seen as `dtype`; a larger one is made when needed and the old
+    ones stay alive (CUDA graphs hold their addresses). Made inside a CUDA graph capture it would be an
+    allocation of the graph's pool that outlives the step, which torch refuses ("tensors in the
+    cudagraph pool not tracked as outputs"): there a shortfall is an error naming `reserve`, the call
+    that makes it first."""
+    device = torch.device(device)
+    held = buffers.setdefault(device, [])
+    if not held or held[-1].numel() < count:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(f"{count} {what} are needed on {device}, more than were reserved before this CUDA graph capture:"
+                               f" call agnitra.kernels.quant_matmul.{reserve}(device, {count}) before capturing (kernel-backed Linears do when built)")
+        held.append(torch.full((max(count, 1 << 16),), fill, dtype=torch.int32, device=device).view(dtype))
     return held[-1]
+
+
+def reserve_split_k_counters(device: torch.device, blocks: int = 1) -> torch.Tensor:
+    """The device's split-K arrival counters (at least `blocks`, zero), made on first use. Kernel-backed
+    modules reserve them when they are built, never on a first call inside a CUDA graph capture (`_reserved`)."""
+    return _reserved(_COUNTERS, device, blocks, 0, "split-K arrival counters", "reserve_split_k_counters")
 
 
 _SLOTS: dict[torch.device, list[torch.Tensor]] = {}  # every buffer ever handed out stays alive (CUDA graphs hold their addresses)
@@ -1270,18 +1282,9 @@ _SLOTS: dict[torch.device, list[torch.Tensor]] = {}  # every buffer ever handed 
 
 def reserve_split_k_slots(device: torch.device, count: int = 1) -> torch.Tensor:
     """The device's split-K slots of the one-round-trip fix-up (config FIXUP "wait"): at least `count`
-    fp32 (65536 by default), marked empty, made on first use; every launch leaves them empty again.
-    Kernel-backed modules whose tuned GEMVs wait reserve them when built (as the counters); made
-    on a call inside a CUDA graph capture they would be an allocation of the graph's pool, so there
-    a shortfall is an error that names the fix."""
-    device = torch.device(device)
-    held = _SLOTS.setdefault(device, [])
-    if not held or held[-1].numel() < count:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(f"the split-K fix-up FIXUP='wait' needs {count} slots on {device}, more than were reserved before this CUDA graph capture:"
-                               f" call agnitra.kernels.quant_matmul.reserve_split_k_slots(device, {count}) before capturing (kernel-backed Linears do when built)")
-        held.append(torch.full((max(count, 1 << 16),), SLOT_EMPTY, dtype=torch.int32, device=device).view(torch.float32))
-    return held[-1]
+    fp32, marked empty, made on first use; every launch leaves them empty again. Kernel-backed modules
+    whose tuned GEMVs wait reserve them when built, as the counters (`_reserved`)."""
+    return _reserved(_SLOTS, device, count, SLOT_EMPTY, "split-K slots of the fix-up FIXUP='wait'", "reserve_split_k_slots", torch.float32)
 
 
 def _tc_fixup_wait(cfg: dict[str, Any], split_k: int) -> bool:
@@ -2131,7 +2134,6 @@ def _int4_bytes(shape: tuple[int, ...], dtype: torch.dtype, bias: bool = True) -
     m, n, k, g = shape[:4]
     e = _elt(dtype)
     return float(n * k // 2 + 2 * n * (k // g) * e + bias * n * e + m * k * e + m * n * e)  # weight, scales + zeros, bias, x, y
-
 
 
 def _flops(shape: tuple[int, ...]) -> float:
