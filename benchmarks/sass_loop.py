@@ -149,7 +149,8 @@ def _tc_call(args) -> tuple:
              "M": "i32", "stride_xm": "i32", "stride_ym": "i32"}
     consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, **qm.tc_constants(args.dtype),
               "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages,
-              **({"X_NOW": True} if args.prefetch == 3 else {}), "FLIP": qm.tc_flip() if args.flip is None else args.flip == "on"}
+              **({"X_NOW": True} if args.prefetch == 3 else {}), "FLIP": qm.tc_flip() if args.flip is None else args.flip == "on",
+              **({"WARP_K": True, "CHUNKS": args.block_k // (64 * args.warps)} if args.warp_k else {})}  # WARP_K: --block-k is the program's step
     if args.as_launched:  # as a tuned one-warp winner runs at llama shapes: no bias, next kernel let in at the wait, waiting fix-up
         consts.update(HAS_BIAS=False, PDL=pdl.PDL_TRIGGERS["wait"], FIXUP_WAIT=args.split_k > 1)
     return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
@@ -218,6 +219,7 @@ def main() -> int:
     parser.add_argument("--maxnreg", type=int, help="cap the registers a thread (ptxas .maxnreg)")
     parser.add_argument("--flip", choices=("on", "off"), help="tc: FLIP, its loads with dims 0 and 2 swapped (default: as Agnitra picks for the installed Triton)")
     parser.add_argument("--as-launched", action="store_true", help="tc: compile as the tuned one-warp winners launch (no bias, PDL at the wait, FIXUP wait when split)")
+    parser.add_argument("--warp-k", action="store_true", help="tc: the warps split each step's features (WARP_K); --block-k is the program's step")
     parser.add_argument("--json", help="append the result as a JSON line to this file")
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     parser.add_argument("--pdl-order", action="store_true", help="compile with PDL; print the global loads before the grid-dependency wait and stop")

@@ -317,6 +317,31 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 1, 2, True), (3, 2, 2, True), (1, 1, 4, False), (2, 2, 4, "X_NOW"), (8, 1, 2, False)])
+def test_int4_tensor_core_warp_k_matches_reference(dtype, m, split_k, warps, prefetch):
+    """KERNEL 'tc' with WARP_K (the warps split each step's features, their sums meet after the
+    loop): warps within one group, warps over whole groups (steps of several groups), one or more
+    tiles a program, a padded tile and a repeated one, batch 1 to 8, split-K on top, and one step a
+    program (BLOCK_K = K / SPLIT_K: with PREFETCH every word read before the wait)."""
+    cases = (((m, 40, 512, 128), 16, 64), ((m, 17, 1024, 64), 32, 128), ((m, 100, 1024, 128), 64, 64), ((m, 40, 512, 64), 16, 512 // (split_k * warps)))
+    for shape, block_n, per_warp in cases:
+        (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
+        cfg = {"path": "gemv", "KERNEL": "tc", "WARP_K": True, "BLOCK_N": block_n, "BLOCK_K": per_warp * warps, "SPLIT_K": split_k, "num_warps": warps,
+               "PREFETCH": bool(prefetch), "X_NOW": prefetch == "X_NOW"}
+        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
+        _check(y, ref, dtype)
+        assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
+    assert _counters_zero(), "the last program of every block resets its arrival counter"
+
+
+def test_int4_tensor_core_warp_k_refuses_steps_the_warps_cannot_share():
+    (x, w, s, z, g, b), _ = _int4_case((1, 40, 512, 128), torch.float16)
+    cfg = {"path": "gemv", "KERNEL": "tc", "WARP_K": True, "BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4}
+    with pytest.raises(ValueError, match="multiple of 64 \\* num_warps"):
+        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)  # 32 features a warp
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
 @pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 2, 1, True), (3, 4, 2, "X_NOW"), (8, 8, 1, True), (2, 4, 1, False), (1, 3, 1, True), (2, 7, 1, True)])
 def test_int4_tensor_core_waiting_fixup_matches_the_counter(dtype, m, split_k, warps, prefetch):
     """FIXUP "wait" (split SPLIT_K - 1 waits for its siblings' partials in the slots; on a GPU the grid
@@ -887,7 +912,8 @@ def test_four_specs_registered_with_costs():
     assert get_kernel("int4_tiled").bytes((m, n, k, g), torch.float16) == n * k // 2 + 2 * n * (k // g) * 2 + n * 2 + k * 2 + n * 2
     assert get_kernel("int4_tiled").make_inputs((m, 8, 64, 32), torch.float16, torch.device("cpu"), 0)[-1] is not None
     assert get_kernel("int8_gemv").bucket((3, n, k)) == "M4_N4096_K4096_v4"  # versioned: the GEMV kernels changed
-    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v14"
+    assert get_kernel("int4_gemv").bucket((1, n, k, g)) == "M1_N4096_K4096_G128_v15"  # the held tensor-core configs joined its space
+    assert get_kernel("int4_gemv").bucket((1, 14336, k, g)) == "M1_N14336_K4096_G128_v14"  # not this one's (a grid of several waves)
     assert get_kernel("int8_tiled").bucket((3, n, k)) == "M4_N4096_K4096"
     assert get_kernel("int4_tiled").bucket((100, n, k, g)) == "M128_N4096_K4096_G128_v2"  # tiles over the tensor-core words joined the space
     for name, shape in (("int8_gemv", (1, n, k)), ("int4_gemv", (1, n, k, g)), ("int8_tiled", (512, n, k)), ("int4_tiled", (512, n, k, g))):
@@ -1054,3 +1080,14 @@ def test_pdl_launch_arguments_follow_the_device_and_the_config(monkeypatch):
     assert pdl.pdl_options(x, {"PDL": False}) == {}
     with pytest.raises(ValueError, match="config PDL must be True, False or one of"):
         pdl.pdl_options(x, {"PDL": "start"})
+
+
+def test_int4_tc_held_configs_join_the_space_only_where_one_wave_holds_them():
+    """The held tensor-core configs (WARP_K, one step a program: every word read before the PDL wait)
+    are offered where the grid is resident at once and a warp's step is 8-16 chunks, never elsewhere."""
+    held = lambda n, k: [(c["BLOCK_K"], c["SPLIT_K"], c["num_warps"]) for c in qm.int4_gemv_configs((1, n, k, 128), torch.bfloat16) if c.get("WARP_K")]
+    assert (4096, 1, 4) in held(4096, 4096) and (2048, 2, 2) in held(4096, 4096)
+    assert all(4096 // split == bk and 8 <= bk // (64 * nw) <= 16 for bk, split, nw in held(4096, 4096))
+    assert held(14336, 4096) == [] and held(4096, 14336) == [] and held(128256, 4096) == []  # several waves; K no power of two a program
+    assert all(c.get("PDL") == "wait" for c in qm.int4_gemv_configs((1, 4096, 4096, 128), torch.bfloat16) if c.get("WARP_K"))
+    assert not [c for c in qm.int4_gemv_configs((1, 4096, 4096, 128), torch.float32) if c.get("WARP_K")]  # no tensor cores for fp32 x

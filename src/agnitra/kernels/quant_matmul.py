@@ -59,7 +59,10 @@ KernelSpec):
   under the interpreter the MMAs are emulated from the PTX ISA's fragment layouts
   (`_int4_tc_emulated`). One 16-row tile a warp on 4-8 warps, or small programs (1-4
   tiles on one or two warps, `_TC_NARROW`) in multi-wave grids that let the next kernel in at
-  their PDL wait, so its programs take the slots theirs free.
+  their PDL wait, so its programs take the slots theirs free. WARP_K: the warps split the step's
+  features instead of the tiles, their sums met in shared memory after the loop; with one step a
+  program (`_tc_held_shapes`: one-wave grids, 8-16 chunks a warp) every word is read before the
+  PDL wait and held, no split-K fix-up (int4 4096x4096 on the H100: 5.2 against 5.53 us).
 * int4 on tensor cores ("mma", 16-bit activations, M <= 16): codes become packed 16-bit floats by
   inline PTX (prmt / lop3 / fma.rn.x2: `INT4_ASM_BF16`, `INT4_ASM_FP16`; arithmetic under the
   interpreter) and tl.dot sums W_chunk @ x^T with M padded to 16. On the H100 it did not beat the
@@ -831,31 +834,33 @@ def _tc_x(x_ptrs, k, FLIP: tl.constexpr = False):
     return _tc_load(x_ptrs + chunk * 32, FLIP, "evict_last"), _tc_load(x_ptrs + (chunk * 32 + 4), FLIP, "evict_last")
 
 
-def _tc_step(acc, words, b0, b1, sz, ASM: tl.constexpr, XSUM_ASM: tl.constexpr, HALF: tl.constexpr, TILES: tl.constexpr, WARPS: tl.constexpr,
+def _tc_step(acc, words, b0, b1, sz, ASM: tl.constexpr, XSUM_ASM: tl.constexpr, HALF: tl.constexpr, TPW: tl.constexpr, WARPS: tl.constexpr,
              CHUNKS: tl.constexpr, SPAN: tl.constexpr, Q_BIAS: tl.constexpr):
-    """acc [WARPS, TILES / WARPS, 128] plus one step of the tensor-core GEMV: sum (q - 8) x s + z sum x
+    """acc [WARPS, TPW, 128] (TPW tiles a warp) plus one step of the tensor-core GEMV: sum (q - 8) x s + z sum x
     over each group of the step's CHUNKS chunks (SPAN groups), in fp32, from the MMAs' sums of
     (q - 8 + Q_BIAS) x: s times those plus (z - Q_BIAS s) sum x."""
-    s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TILES / WARPS, SPAN, 64]: rows 2g, 2g + 1
+    s_half = (sz & 0xFFFF).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)  # [WARPS, TPW, SPAN, 64]: rows 2g, 2g + 1
     z_half = (sz >> 16).to(tl.int16).to(HALF, bitcast=True).to(tl.float32)
-    scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TILES // WARPS, SPAN, 128))  # C element c: row 2g + c // 2
-    zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TILES // WARPS, SPAN, 128)) - Q_BIAS * scale
+    scale = tl.reshape(tl.join(s_half, s_half), (WARPS, TPW, SPAN, 128))  # C element c: row 2g + c // 2
+    zero = tl.reshape(tl.join(z_half, z_half), (WARPS, TPW, SPAN, 128)) - Q_BIAS * scale
     if ASM == "":
         ch = tl.arange(0, CHUNKS)[None, None, :, None]
         span = tl.arange(0, SPAN)[None, None, :, None]
-        for i in tl.static_range(CHUNKS):  # chunk i's words and x, and its group's scale and zero, picked out by masked sums
-            words_i = tl.reshape(tl.sum(tl.where(ch == i, words, 0), axis=2), (TILES, 128))
-            b0_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b0, 0), axis=2), axis=0), (1, 128))  # the warps' copies are equal
-            b1_i = tl.reshape(tl.max(tl.sum(tl.where(ch == i, b1, 0), axis=2), axis=0), (1, 128))
-            own_group = span == i // (CHUNKS // SPAN)
-            part, x_sum = _int4_tc_emulated(words_i, b0_i, b1_i, HALF, TILES, Q_BIAS)
-            part = tl.reshape(part, (WARPS, TILES // WARPS, 128))
-            x_sum = tl.reshape(x_sum, (1, 1, 128))
-            acc += part * tl.sum(tl.where(own_group, scale, 0.0), axis=2) + tl.sum(tl.where(own_group, zero, 0.0), axis=2) * x_sum
+        warp = tl.arange(0, WARPS)[:, None, None]
+        for w in tl.static_range(WARPS):  # each warp's words and its own x (under WARP_K the warps' x differ)
+            mine = warp[:, :, :, None] == w
+            for i in tl.static_range(CHUNKS):  # chunk i's words and x, and its group's scale and zero, picked out by masked sums
+                words_i = tl.sum(tl.sum(tl.where(mine & (ch == i), words, 0), axis=2), axis=0)  # [TPW, 128]
+                b0_i = tl.sum(tl.sum(tl.where(mine & (ch == i), b0, 0), axis=2), axis=0)  # [1, 128]
+                b1_i = tl.sum(tl.sum(tl.where(mine & (ch == i), b1, 0), axis=2), axis=0)
+                own_group = span == i // (CHUNKS // SPAN)
+                part, x_sum = _int4_tc_emulated(words_i, b0_i, b1_i, HALF, TPW, Q_BIAS)
+                grown = part[None, :, :] * tl.sum(tl.where(own_group, scale, 0.0), axis=2) + tl.sum(tl.where(own_group, zero, 0.0), axis=2) * x_sum[None, :, :]
+                acc += tl.where(warp == w, grown, 0.0)
     else:
         parts = tl.inline_asm_elementwise(ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r,r,r,r,r", [words, b0, b1], dtype=tl.float32, is_pure=True, pack=4)
         x_sums = tl.inline_asm_elementwise(XSUM_ASM, "=f,=f,=f,=f,r,r,r,r,r,r,r,r", [b0, b1], dtype=tl.float32, is_pure=True, pack=4)
-        part = tl.sum(tl.reshape(parts, (WARPS, TILES // WARPS, SPAN, CHUNKS // SPAN, 128)), axis=3)  # the chunks of each group
+        part = tl.sum(tl.reshape(parts, (WARPS, TPW, SPAN, CHUNKS // SPAN, 128)), axis=3)  # the chunks of each group
         x_sum = tl.sum(tl.reshape(x_sums, (WARPS, 1, SPAN, CHUNKS // SPAN, 128)), axis=3)
         acc += tl.sum(part * scale + zero * x_sum, axis=2)
     return acc
@@ -889,21 +894,34 @@ def _int4_gemv_tc_kernel(
     X_NOW: tl.constexpr = False,  # with PREFETCH: x read in the step that uses it instead of a step ahead
     FLIP: tl.constexpr = False,  # Triton breaks ties between equally contiguous dims from the last one (3.7+, `tc_flip`): loads flipped (`_tc_load`)
     FIXUP_WAIT: tl.constexpr = False,  # SPLIT_K > 1, launched cooperatively: split SPLIT_K - 1 waits for its siblings' partials (`_split_k_total_waiting`; p_ptr: the slots)
+    WARP_K: tl.constexpr = False,  # the warps split each step's features (CHUNKS chunks each) over all TILES tiles, their sums met in shared memory at the end
 ):
     """Batch 1..8 int4 GEMV on tensor cores: the weight, pre-shuffled so that each lane's 16-byte
     load is its four A fragments, dequantised in registers straight into MMA operands (no shared
     memory, no layout conversion), x padded to the MMA's 8 columns. A step = 64 features of every
     tile: the MMAs give y^T [16, 8] of sum x (q - 8) per tile in fp32, scaled by the rows' group
     scales and offset by zero * sum x (those sums by MMAs with A = ones) into an fp32 accumulator
-    [TILES, 128] in the C fragments' layout."""
+    [TILES, 128] in the C fragments' layout. With WARP_K the warps split the program's features
+    instead of its tiles (a step = 64 CHUNKS features a warp): their sums meet through shared memory
+    once, after the loop, where split-K programs meet through global memory; with one step a
+    program (BLOCK_K = K / SPLIT_K) and PREFETCH, all its words are read before the PDL wait."""
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
     n_tiles = tl.cdiv(N, 16)
-    # [WARPS, TILES / WARPS, CHUNKS, 128]: warp w holds tiles w TILES / WARPS + r, a lane its four
-    # words of each of the step's chunks (element 4 lane + c); x's B fragments [WARPS, 1, CHUNKS, 128]
-    # have as many elements a thread as the words, so every asm operand loads in the words' 16-byte
-    # layout and none is converted. The fp32 sums and the C fragments: [WARPS, TILES / WARPS, 128].
-    own = pid_n * TILES + (tl.arange(0, WARPS)[:, None, None] * (TILES // WARPS) + tl.arange(0, TILES // WARPS)[None, :, None])
+    # [WARPS, TPW, CHUNKS, 128]: warp w holds TPW tiles (w TPW + r; every tile under WARP_K), a lane its
+    # four words of each of the warp's chunks of the step (element 4 lane + c); x's B fragments [WARPS, 1,
+    # CHUNKS, 128] have as many elements a thread as the words, so every asm operand loads in the words'
+    # 16-byte layout and none is converted. The fp32 sums and the C fragments: [WARPS, TPW, 128].
+    TPW: tl.constexpr = TILES if WARP_K else TILES // WARPS
+    warp = tl.arange(0, WARPS)[:, None, None]
+    if WARP_K:  # warp w: every tile, features 64 w CHUNKS .. 64 (w + 1) CHUNKS - 1 of each step; the sums' tiles [1, TILES, 1]
+        own = pid_n * TILES + (0 * warp + tl.arange(0, TILES)[None, :, None])
+        own_out = pid_n * TILES + tl.arange(0, TILES)[None, :, None]
+        warp_chunk = warp * CHUNKS
+    else:
+        own = pid_n * TILES + (warp * TPW + tl.arange(0, TPW)[None, :, None])
+        own_out = own
+        warp_chunk = 0 * warp
     tiles = tl.minimum(own, n_tiles - 1)  # the last program repeats a tile instead of reading past the end
     e = tl.arange(0, 128)[None, None, :]
     g = e // 16  # the MMA's group id (lane / 4): A/C rows g and g + 8, B column g
@@ -911,21 +929,25 @@ def _int4_gemv_tc_kernel(
     c = e % 4  # the lane's word c (MMA c of a chunk) / C element c
     ch = tl.arange(0, CHUNKS)[None, None, :, None]
     chunks = K // 64
-    w_ptrs = w_ptr + (tiles * (chunks * 128) + e)[:, :, None, :] + ch * 128  # [WARPS, TILES / WARPS, CHUNKS, 128]
+    w_ptrs = w_ptr + (tiles * (chunks * 128) + warp_chunk * 128 + e)[:, :, None, :] + ch * 128  # [WARPS, TPW, CHUNKS, 128]
     # [WARPS, 1, CHUNKS, 128]: x pairs 8t + c (b0), 8t + 4 + c (b1) of batch row g; B columns past M read row g % M
     # (valid addresses, no masks): they only make C columns that are never stored
-    x_ptrs = (x_ptr + (g % M) * stride_xm + (8 * t + c) + 0 * tl.arange(0, WARPS)[:, None, None])[:, :, None, :] + ch * 32
-    rows = 16 * tiles + 2 * g + c // 2  # C element c: MMA row g + 8 (c // 2) = weight row 2g + c // 2 of the tile, column 2t + c % 2
-    # a step spans SPAN groups (64 CHUNKS <= G: one): their scales and zeros [WARPS, TILES / WARPS, SPAN, 64]
+    x_ptrs = (x_ptr + (g % M) * stride_xm + (8 * t + c) + warp_chunk * 32)[:, :, None, :] + ch * 32
+    rows = 16 * tl.minimum(own_out, n_tiles - 1) + 2 * g + c // 2  # C element c: MMA row g + 8 (c // 2) = weight row 2g + c // 2 of the tile, column 2t + c % 2
+    # a warp's step spans SPAN groups (64 CHUNKS <= G: one): their scales and zeros [WARPS, TPW, SPAN, 64]; under WARP_K warp w's
+    # features start 64 w CHUNKS past the step's, a whole number of groups past its group or within it (the step divides G or is a multiple of it)
     SPAN: tl.constexpr = 1 if 64 * CHUNKS <= GROUP_SIZE else 64 * CHUNKS // GROUP_SIZE
     e64 = tl.arange(0, 64)[None, None, None, :]  # a lane's two rows 2g, 2g + 1 (element 2 lane + h)
     span = tl.arange(0, SPAN)[None, None, :, None]
-    sz_ptrs = sz_ptr + tiles[:, :, :, None] * ((K // GROUP_SIZE) * 16) + span * 16 + (2 * (e64 // 8) + e64 % 2)  # 8-byte loads
-    acc = tl.zeros((WARPS, TILES // WARPS, 128), dtype=tl.float32)
+    sz_ptrs = (sz_ptr + tiles[:, :, :, None] * ((K // GROUP_SIZE) * 16) + ((warp_chunk * 64) // GROUP_SIZE * 16)[:, :, :, None] + span * 16
+               + (2 * (e64 // 8) + e64 % 2))  # 8-byte loads
+    acc = tl.zeros((WARPS, TPW, 128), dtype=tl.float32)
     bias = _gemv_bias(b_ptr, rows % N, HAS_BIAS)
-    step = SPLIT_K * 64 * CHUNKS
-    k_first = pid_k * 64 * CHUNKS
-    k_last = k_first + (K - 64 * CHUNKS - k_first) // step * step  # the program's last step (K % (64 CHUNKS) == 0)
+    BK: tl.constexpr = 64 * CHUNKS * (WARPS if WARP_K else 1)  # a program's features a step
+    ONE_STEP: tl.constexpr = K // BK == SPLIT_K  # each program one step: nothing to prefetch inside the loop
+    step = SPLIT_K * BK
+    k_first = pid_k * BK
+    k_last = k_first + (K - BK - k_first) // step * step  # the program's last step (K % BK == 0)
     if PREFETCH:  # step 0's reads (every program has a step: the splits never outnumber the steps); under PDL, x's after the wait
         words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_first, GROUP_SIZE, FLIP)
         _pdl_wait(PDL)
@@ -939,19 +961,23 @@ def _int4_gemv_tc_kernel(
             # a step than masked reads, 1.4-2.8% faster at the six tensor-core shapes on the H100, ab-int4-tc-clamp-*.json)
             k_next = tl.minimum(k0 + step, k_last)
             words, sz = words_n, sz_n
-            words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_next, GROUP_SIZE, FLIP)
+            if not ONE_STEP:
+                words_n, sz_n = _tc_weights(w_ptrs, sz_ptrs, k_next, GROUP_SIZE, FLIP)
             if X_NOW:  # x read for the step that uses it (cache hits), not held a step: fewer registers across the loop
                 b0, b1 = _tc_x(x_ptrs, k0, FLIP)
             else:
                 b0, b1 = b0_n, b1_n
-                b0_n, b1_n = _tc_x(x_ptrs, k_next, FLIP)
+                if not ONE_STEP:
+                    b0_n, b1_n = _tc_x(x_ptrs, k_next, FLIP)
         else:
             words, sz = _tc_weights(w_ptrs, sz_ptrs, k0, GROUP_SIZE, FLIP)
             b0, b1 = _tc_x(x_ptrs, k0, FLIP)
-        acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TILES, WARPS, CHUNKS, SPAN, Q_BIAS)
+        acc = _tc_step(acc, words, b0, b1, sz, ASM, XSUM_ASM, HALF, TPW, WARPS, CHUNKS, SPAN, Q_BIAS)
+    if WARP_K:  # the warps' sums of the same tiles, met in shared memory: one [1, TILES, 128] block from here
+        acc = tl.reshape(tl.sum(acc, axis=0), (1, TILES, 128))
     _pdl_trigger(PDL, 3)
     cols = 2 * t + c % 2
-    valid = (own < n_tiles) & (rows < N) & (cols < M)
+    valid = (own_out < n_tiles) & (rows < N) & (cols < M)
     p_ptrs = p_ptr + cols * N + rows
     last = True
     if FIXUP_WAIT:
@@ -1535,16 +1561,23 @@ def int4_tc_operands(w_packed: torch.Tensor, scales: torch.Tensor, zeros: torch.
     return shuffle_int4_for_tc(w_packed), _int4_tc_scales(scales, zeros, scales.dtype)
 
 
+_TC_WARP_K_CHUNKS = 16  # WARP_K: the most 64-feature chunks a warp a step (64 registers of words a thread)
+
+
 def _int4_tc_gemv(x, n, group_size, bias, y, cfg, operands) -> None:
     """The tensor-core GEMV (`_int4_gemv_tc_kernel`) over N outputs: 16-bit activations, M <= 8, K and
     G multiples of 64; `operands`: (words, (s, z) pairs in x's dtype) as `int4_tc_operands` makes them."""
     m, k = x.shape
-    tiles, warps, chunks = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4), cfg["BLOCK_K"] // 64
-    if (x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < 16 * warps
-            or cfg["BLOCK_K"] % 64 or cfg["BLOCK_K"] > 512):  # BLOCK_K against the groups: `_check_int4_block_k`, by the caller
+    warp_k = bool(cfg.get("WARP_K", False))
+    tiles, warps = cfg["BLOCK_N"] // 16, cfg.get("num_warps", 4)
+    ways = warps if warp_k else 1  # the warps split BLOCK_K (WARP_K) or BLOCK_N
+    chunks = cfg["BLOCK_K"] // (64 * ways)
+    if (x.dtype not in (torch.float16, torch.bfloat16) or m > 8 or k % 64 or group_size % 64 or cfg["BLOCK_N"] < (16 if warp_k else 16 * warps)
+            or cfg["BLOCK_K"] % (64 * ways) or not 1 <= chunks <= (_TC_WARP_K_CHUNKS if warp_k else 8)):  # BLOCK_K against the groups: `_check_int4_block_k`, by the caller
+        split = (f"BLOCK_N >= 16 and BLOCK_K a multiple of 64 * num_warps up to {64 * _TC_WARP_K_CHUNKS} * num_warps (WARP_K: the warps split the step)" if warp_k
+                 else "BLOCK_N >= 16 * num_warps (a 16-row tile a warp at least) and BLOCK_K a multiple of 64 up to 512")
         raise ValueError(
-            f"int4 GEMV KERNEL='tc' needs fp16/bf16 activations, M <= 8, K and group_size multiples of 64, BLOCK_N >= 16 * num_warps"
-            f" (a 16-row tile a warp at least) and BLOCK_K a multiple of 64 up to 512; got {x.dtype}, M={m}, K={k},"
+            f"int4 GEMV KERNEL='tc' needs fp16/bf16 activations, M <= 8, K and group_size multiples of 64, {split}; got {x.dtype}, M={m}, K={k},"
             f" group_size={group_size}, BLOCK_N={cfg['BLOCK_N']}, num_warps={warps}, BLOCK_K={cfg['BLOCK_K']}: use KERNEL='rows' or 'bytes'"
         )
     pairs = x if x.stride(1) == 1 and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0 else x.contiguous()
@@ -1563,6 +1596,7 @@ def _int4_tc_gemv(x, n, group_size, bias, y, cfg, operands) -> None:
             m, n, k, pairs.stride(0), y.stride(0), y.stride(1),
             GROUP_SIZE=group_size, HAS_BIAS=bias is not None, **dtype, TILES=tiles, WARPS=warps, CHUNKS=chunks, PREFETCH=bool(cfg.get("PREFETCH", False)),
             SPLIT_K=split_k, STAGES=_stages(cfg), **_launch_options(cfg), **pdl_options(x, cfg), **_tc_x_now(cfg), FLIP=tc_flip(), **cooperative,
+            **({"WARP_K": True} if warp_k else {}),
         )
     except RuntimeError as exc:
         if wait and "cooperative" in str(exc):
@@ -1941,6 +1975,26 @@ _TC_SHAPES = ((64, 128, 4), (64, 256, 4), (64, 512, 4), (64, 512, 2), (128, 128,
 _TC_NARROW = ((16, 128, 1), (32, 256, 1), (64, 256, 2))
 
 
+def _tc_held_shapes(m: int, n: int, k: int, group: int) -> list[tuple[int, int, int]]:
+    """(BLOCK_K, SPLIT_K, num_warps) of the tensor-core GEMV's held configs at this shape: one 16-row tile
+    a program, its warps splitting K (WARP_K), one step a program (BLOCK_K = K / SPLIT_K: with PREFETCH
+    every word read before the PDL wait, no loop), 8-16 chunks a warp (~210 registers: two four-warp
+    or four two-warp programs an SM), where the grid is resident in one wave (a second wave would
+    read after the kernel before it ended). On the H100 at 4096x4096: BK4096 S1 on 4 warps 5.19 us
+    against the tuned 5.53; 8 warps of 8 chunks 6.52 (ab-int4-tc-warp-k-held-*.json). At 14336x4096
+    (3.4 waves) 13.62 against 12.10, hence the one-wave rule."""
+    if m > 8 or k % 64 or group % 64:
+        return []
+    out = []
+    for split, nw in ((1, 2), (1, 4), (2, 2), (2, 4)):
+        bk = k // split
+        chunks = bk // (64 * nw)
+        if (k % split == 0 and bk & (bk - 1) == 0 and 8 <= chunks <= _TC_WARP_K_CHUNKS and bk % (64 * nw) == 0 and _groups_a_step(bk, group, k)
+                and _cdiv(n, 16) * split <= (8 // nw) * _SMS):
+            out.append((bk, split, nw))
+    return out
+
+
 def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     """KERNEL 'tc' for M <= 8 (16-bit activations only: `int4_gemv_configs` drops it for fp32), the
     next step's reads prefetched, split along K as for the other GEMVs. Steps of 128 features also
@@ -1958,6 +2012,7 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
             for split in [s for s in (1, 2, 4, 8) if s == 1 or (_cdiv(n, bn) * s <= 8 * _SMS and k // bk >= s)]:  # a split may take one step
                 for cap in (0, 128) if bk == 128 else (0,):
                     out.append(tc(bn, bk, split, nw, **({"maxnreg": cap} if cap else {})))
+    out += [tc(16, bk, split, nw, WARP_K=True, PDL="wait") for bk, split, nw in _tc_held_shapes(m, n, k, group)]
     for bn, bk, nw in _TC_NARROW:  # split 2-8 (unsplit, 14.7-15.0 us at 14336x4096), up to 32 one-warp (16 two-warp) programs an SM
         if _groups_a_step(bk, group, k):
             for split in [s for s in (2, 4, 8) if _cdiv(n, bn) * s * nw <= 32 * _SMS and k // bk >= s]:
@@ -2153,11 +2208,13 @@ def _gemv_bucket(shape: tuple[int, ...]) -> str:
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v14" since the tensor-core configs' refinements hold the cooperative grid's one-round-trip split-K
+    """int4 GEMV: "v15" where the tensor-core kernel's held configs (`_tc_held_shapes`) joined the space, "v14" elsewhere, since the tensor-core configs' refinements hold the cooperative grid's one-round-trip split-K
     fix-up (FIXUP "wait", `_int4_refinements`); v13: tensor-core configs of small programs let the next kernel in at the wait (`_TC_NARROW`;
     v12: the row kernel's whole-row steps through cp.async (STAGES 3) and 1 row on 8 warps; v11: whole-row steps of 2048
     features; v10: the row and tensor-core kernels compile K in)."""
-    return _bucket(shape) + "_v14"
+    m, n, k = shape[:3]
+    held = len(shape) > 3 and bool(_tc_held_shapes(m, n, k, shape[3]))
+    return _bucket(shape) + ("_v15" if held else "_v14")
 
 
 def _int4_tiled_bucket(shape: tuple[int, ...]) -> str:
