@@ -306,7 +306,7 @@ ncu_gemv() {
     fixup)  # what the split-K fix-up costs: split configs of the int8 (4096x4096) and int4 tc GEMVs with the fix-up as it is (relaxed counter reset), fence-and-flags, none
       timeout 560 python3 benchmarks/fixup_cost.py --shapes 4096x4096,14336x4096,4096x14336 --kernels int8_gemv@4096x4096,int4_gemv --runs 20 --out-file "$OUT/fixup-cost.json"
       ;;
-    warpk)  # (WARP_K not kept: apply benchmarks/experiments/int4-tc-warp-k.patch to the tree of b0550c0 first) the int4 tc GEMV with WARP_K (the warps split each step's features, summed in shared memory) against the tuned winners at llama-8b shapes, head to head
+    warpk)  # (ran on the tree of b0550c0 with benchmarks/experiments/int4-tc-warp-k.patch applied; WARP_K is in the kernel since cfa7283, see warpkheld) the int4 tc GEMV with WARP_K (the warps split each step's features, summed in shared memory) against the tuned winners at llama-8b shapes, head to head
       AGNITRA_GPU_TESTS=1 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core" 2>&1 | tail -3
       wk() { echo "{\"WARP_K\": true, \"BLOCK_N\": $1, \"BLOCK_K\": $2, \"num_warps\": $3, \"SPLIT_K\": $4, \"PREFETCH\": $5, \"X_NOW\": ${6:-false}, \"maxnreg\": ${7:-0}}"; }
       ab() { local shape=$1; shift; local vs=(); for v in "$@"; do vs+=(--variant "$v"); done
