@@ -25,7 +25,7 @@ import torch
 from agnitra.kernels.autotune import head_to_head
 from agnitra.kernels.spec import get_kernel
 from pdl_trigger import settled_gemv_context, tuned_gemv  # benchmarks/
-from result_file import write_result  # benchmarks/
+from result_file import fraction_of_copy, write_result  # benchmarks/
 
 
 def parse_variant(text: str, length: int) -> tuple[set[int], dict]:
@@ -77,7 +77,7 @@ def main() -> int:
     chain_bytes = sum(b for _, _, b in parts)
     per_chain = {label: ms * len(parts) for label, ms in per_call.items()}
     row = {"chain": args.chain, "configs": chains, "ms_per_chain": per_chain, "bytes_per_chain": chain_bytes, "bitwise_equal_to_tuned": bitwise,
-           "fraction_of_copy": {label: chain_bytes / (ms / 1e3) / 1e9 / report.ceilings["copy_gbps"] for label, ms in per_chain.items()}}
+           "fraction_of_copy": {label: fraction_of_copy(chain_bytes, ms, report.ceilings["copy_gbps"]) for label, ms in per_chain.items()}}
     print("chain", args.chain, {label: round(ms * 1e3, 2) for label, ms in per_chain.items()}, bitwise, flush=True)
     write_result(args.out_file, "agnitra.chain-ab/1", report, runs=args.runs, settled=settled,
                  timing="CUDA graphs of 20 calls (whole chains), each GEMV on its own input sets rotated past L2, 3 interleaved rounds, median", rows=[row])

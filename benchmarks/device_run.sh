@@ -29,6 +29,11 @@ ncu_gemv() {
     python3 benchmarks/gemv_once.py --n "$n" --k "$k" "${configs[@]}" --launches 1 > "$file" 2>&1
   tail -5 "$file"
 }
+# tc_warp_k BLOCK_N BLOCK_K WARPS SPLIT [PREFETCH [X_NOW [MAXNREG [FIXUP [PDL]]]]]: an int4 tc GEMV config with WARP_K (JSON, for ab_config/chain_ab variants)
+tc_warp_k() {
+  local extra=""; [ -n "${8:-}" ] && extra+=", \"FIXUP\": \"$8\""; [ -n "${9:-}" ] && extra+=", \"PDL\": $9"
+  echo "{\"WARP_K\": true, \"BLOCK_N\": $1, \"BLOCK_K\": $2, \"num_warps\": $3, \"SPLIT_K\": $4, \"PREFETCH\": ${5:-true}, \"X_NOW\": ${6:-false}, \"maxnreg\": ${7:-0}$extra}"
+}
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
@@ -308,7 +313,7 @@ ncu_gemv() {
       ;;
     warpk)  # (ran on the tree of b0550c0 with benchmarks/experiments/int4-tc-warp-k.patch applied; WARP_K is in the kernel since cfa7283, see warpkheld) the int4 tc GEMV with WARP_K (the warps split each step's features, summed in shared memory) against the tuned winners at llama-8b shapes, head to head
       AGNITRA_GPU_TESTS=1 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core" 2>&1 | tail -3
-      wk() { echo "{\"WARP_K\": true, \"BLOCK_N\": $1, \"BLOCK_K\": $2, \"num_warps\": $3, \"SPLIT_K\": $4, \"PREFETCH\": $5, \"X_NOW\": ${6:-false}, \"maxnreg\": ${7:-0}}"; }
+      wk() { tc_warp_k "$@"; }
       ab() { local shape=$1; shift; local vs=(); for v in "$@"; do vs+=(--variant "$v"); done
         timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes "$shape" --runs 20 "${vs[@]}" --out-file "$OUT/ab-int4-tc-warp-k-$shape.json"; }
       ab 4096x4096 "$(wk 16 4096 8 1 false)" "$(wk 16 2048 8 1 true)" "$(wk 16 2048 4 1 true)" "$(wk 16 1024 4 1 true)" "$(wk 32 2048 8 1 true)" "$(wk 16 2048 8 2 false)" "$(wk 16 2048 4 1 false)"
@@ -317,7 +322,7 @@ ncu_gemv() {
       ;;
     warpkheld)  # the int4 tc GEMV with WARP_K (the warps split K, summed in shared memory) and one step a program: every word read before the PDL wait, against the tuned winners at llama-8b shapes, head to head
       AGNITRA_GPU_TESTS=1 timeout 120 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "tensor_core" 2>&1 | tail -3
-      wk() { echo "{\"WARP_K\": true, \"BLOCK_N\": $1, \"BLOCK_K\": $2, \"num_warps\": $3, \"SPLIT_K\": $4, \"PREFETCH\": true, \"X_NOW\": ${5:-false}, \"maxnreg\": ${6:-0}, \"FIXUP\": \"count\"}"; }
+      wk() { tc_warp_k "$1" "$2" "$3" "$4" true "${5:-false}" "${6:-0}" count; }
       ab() { local shape=$1; shift; local vs=(); for v in "$@"; do vs+=(--variant "$v"); done
         timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes "$shape" --runs 20 "${vs[@]}" --out-file "$OUT/ab-int4-tc-warp-k-held-$shape.json"; }
       ab 4096x4096 "$(wk 16 4096 4 1)" "$(wk 16 4096 8 1)" "$(wk 32 4096 8 1)" "$(wk 16 2048 4 1)" "$(wk 16 2048 4 2)" "$(wk 16 2048 8 2)" "$(wk 16 1024 4 4)" "$(wk 32 2048 8 2)"
@@ -325,7 +330,7 @@ ncu_gemv() {
       ab 14336x4096 "$(wk 16 4096 4 1)" "$(wk 16 4096 8 1)" "$(wk 16 2048 4 2)" "$(wk 32 4096 8 1)" "$(wk 16 1024 4 4)"
       ;;
     warpkheld2)  # the int4 4096x4096 row tuned afresh (bucket v15: the held tc configs, `_tc_held_shapes`, in its space) with peers; the v14 winner and held configs at each PDL trigger and fix-up, head to head, and in a decode step's chain at the o projection
-      hk() { echo "{\"WARP_K\": true, \"BLOCK_N\": 16, \"BLOCK_K\": $1, \"num_warps\": $2, \"SPLIT_K\": $3, \"PREFETCH\": true, \"maxnreg\": 0, \"FIXUP\": \"${4:-count}\", \"PDL\": ${5:-\"wait\"}}"; }
+      hk() { tc_warp_k 16 "$1" "$2" "$3" true false 0 "${4:-count}" "${5:-\"wait\"}"; }
       v14='{"WARP_K": false, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "SPLIT_K": 8, "PREFETCH": true, "maxnreg": 128, "FIXUP": "count", "PDL": "wait"}'
       timeout 300 python3 benchmarks/kernels.py --only gemv --gemv-kernels int4_gemv --shapes 4096x4096 --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv-int4-v15-4096.json" 2>&1 | grep -v "^ "
       timeout 120 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x4096 --runs 30 --variant "$v14" --variant "$(hk 4096 4 1)" --variant "$(hk 4096 4 1 count true)" \

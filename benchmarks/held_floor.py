@@ -38,6 +38,7 @@ from agnitra.kernels.autotune import sets_past_l2
 from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_wait
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # overlap_floor, explore_gemv, sass_loop: benchmarks/
+from result_file import fraction_of_copy  # noqa: E402 - benchmarks/
 
 OVERLAP_RECORD = Path(__file__).resolve().parent / "results" / "overlap-floor-nvidia-h100-80gb-hbm3-2026-11-22.json"  # the consuming floor's best configs
 HELD_REGISTERS = 64  # the most held words a thread (the GEMV's own state needs the rest)
@@ -139,7 +140,7 @@ def consuming_floor(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gb
     for part, cfg in rows[0]["best_by_part"].items():
         ms = reads.time(cfg["BLOCK_N"], cfg["BLOCK_W"], cfg["num_warps"], cfg["STAGES"], runs, True, cfg["SPLIT"], cfg["PRE"])
         out[part] = {**{k: cfg[k] for k in ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "PRE")}, "ms": ms,
-                     "fraction_of_copy": n * row_bytes / (ms / 1e3) / 1e9 / copy_gbps}
+                     "fraction_of_copy": fraction_of_copy(n * row_bytes, ms, copy_gbps)}
     return out
 
 
@@ -172,7 +173,6 @@ def tail_test(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: fl
     """One shape of work ("BLOCK_N,BLOCK_W,SPLIT,warps") with each HELD (none, one step, about half, all) and
     TAIL (dependent L2 round trips after the sums, before the store, as a split-K fix-up's): does reading
     more before the wait still pay when the kernel's end is latency-bound? Medians over interleaved rounds."""
-    from overlap_floor import fraction_of_copy
 
     bn, bw, split, nw = map(int, shape.split(","))
     passes = HeldPass(n, row_bytes, device, l2_bytes, max_split=split)

@@ -40,7 +40,7 @@ from agnitra.kernels.pdl import pdl_supported
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
 from agnitra.transforms.compile import inductor_pdl_unavailable
-from result_file import write_result  # benchmarks/
+from result_file import fraction_of_copy, write_result  # benchmarks/
 from steady import settle  # benchmarks/
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
@@ -136,7 +136,7 @@ def bench_kernel(name: str, shape, dtype, device, cache, l2, ceilings, runs: int
         "default_config": result.default, "relative_error": timed.error,
         "pdl": len(variants) == 3, "ms_without_pdl": without_pdl,
         "gbps": nbytes / (ms / 1e3) / 1e9, "tflops": flops / (ms / 1e3) / 1e12,
-        "bandwidth_fraction": nbytes / (ms / 1e3) / 1e9 / ceilings["copy_gbps"],
+        "bandwidth_fraction": fraction_of_copy(nbytes, ms, ceilings["copy_gbps"]),
         "tuned_from_cache": result.cached, "strategy": result.strategy, "trials": len(result.trials), "input_sets": len(sets),
         "peers": {**dict(zip(calls, peer_ms)), **failed}, "timing": "tuned, default and peers head to head: 3 interleaved rounds",
     }

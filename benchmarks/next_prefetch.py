@@ -23,7 +23,7 @@ from agnitra.kernels.autotune import head_to_head
 from agnitra.kernels.spec import get_kernel
 from chain_ab import tuned_chain  # benchmarks/
 from pdl_trigger import settled_gemv_context, tuned_gemv  # benchmarks/
-from result_file import write_result  # benchmarks/
+from result_file import fraction_of_copy, write_result  # benchmarks/
 
 
 def chained(sets: list[tuple], config: dict, steps: int):
@@ -107,7 +107,7 @@ def main() -> int:
         per_chain = [ms * len(parts) for ms in times]
         rows.append({"chain": args.chain, "configs": [c for _, c, _ in parts], "ms_per_call": dict(zip(labels, times)),
                      "ms_per_chain": dict(zip(labels, per_chain)), "bytes_per_chain": bytes_,
-                     "fraction_of_copy": {label: bytes_ / (ms / 1e3) / 1e9 / report.ceilings["copy_gbps"] for label, ms in zip(labels, per_chain)}})
+                     "fraction_of_copy": {label: fraction_of_copy(bytes_, ms, report.ceilings["copy_gbps"]) for label, ms in zip(labels, per_chain)}})
         print("chain", args.chain, dict(zip(labels, [round(ms * 1e3, 2) for ms in per_chain])), flush=True)
         save()
     return 0

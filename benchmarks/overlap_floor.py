@@ -27,7 +27,7 @@ from agnitra.device import resolve_device
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from explore_gemv import ReadPass  # noqa: E402 - the read-only kernel and its buffers
-from result_file import write_result  # noqa: E402 - benchmarks/
+from result_file import fraction_of_copy, write_result  # noqa: E402 - benchmarks/
 
 PARTS = ("none", "half", "all")  # how much of a program's span it reads before its wait
 
@@ -56,11 +56,6 @@ def family(words: int) -> list[dict]:
             continue
         out.append({"BLOCK_N": bn, "BLOCK_W": bw, "SPLIT": split, "num_warps": warps, "STAGES": stages, "part": part, "PRE": pre})
     return out
-
-
-def fraction_of_copy(nbytes: int, ms: float, copy_gbps: float) -> float:
-    """`nbytes` read in `ms` as a fraction of the copy bandwidth (GB/s) the kernel rows are judged by."""
-    return nbytes / (ms / 1e3) / 1e9 / copy_gbps
 
 
 def time_family(configs: list[dict], check, time_pdl, n: int, row_bytes: int, copy_gbps: float, sms: int) -> tuple[list[dict], list[dict]]:

@@ -17,3 +17,8 @@ def write_result(path, schema: str, report, **fields) -> None:
     doc = {"schema": schema, "date": dt.date.today().isoformat(), "device": to_dict(report), "versions": software_versions(),
            "command": " ".join(sys.argv), **fields}
     Path(path).write_text(json.dumps(doc, indent=2, default=str))
+
+
+def fraction_of_copy(nbytes: float, ms: float, copy_gbps: float) -> float:
+    """`nbytes` read in `ms` as a fraction of the copy bandwidth (GB/s) the kernel rows are judged by."""
+    return nbytes / (ms / 1e3) / 1e9 / copy_gbps

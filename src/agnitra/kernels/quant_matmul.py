@@ -915,8 +915,8 @@ def _int4_gemv_tc_kernel(
     TPW: tl.constexpr = TILES if WARP_K else TILES // WARPS
     warp = tl.arange(0, WARPS)[:, None, None]
     if WARP_K:  # warp w: every tile, features 64 w CHUNKS .. 64 (w + 1) CHUNKS - 1 of each step; the sums' tiles [1, TILES, 1]
-        own = pid_n * TILES + (0 * warp + tl.arange(0, TILES)[None, :, None])
         own_out = pid_n * TILES + tl.arange(0, TILES)[None, :, None]
+        own = own_out + 0 * warp
         warp_chunk = warp * CHUNKS
     else:
         own = pid_n * TILES + (warp * TPW + tl.arange(0, TPW)[None, :, None])
@@ -1989,7 +1989,7 @@ def _tc_held_shapes(m: int, n: int, k: int, group: int) -> list[tuple[int, int, 
     for split, nw in ((1, 2), (1, 4), (2, 2), (2, 4)):
         bk = k // split
         chunks = bk // (64 * nw)
-        if (k % split == 0 and bk & (bk - 1) == 0 and 8 <= chunks <= _TC_WARP_K_CHUNKS and bk % (64 * nw) == 0 and _groups_a_step(bk, group, k)
+        if (k % split == 0 and bk & (bk - 1) == 0 and 8 <= chunks <= _TC_WARP_K_CHUNKS and _groups_a_step(bk, group, k)
                 and _cdiv(n, 16) * split <= (8 // nw) * _SMS):
             out.append((bk, split, nw))
     return out
