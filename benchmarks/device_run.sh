@@ -4,7 +4,7 @@
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
 #   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
-#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|warpkheld|warpkheld2|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|heldfloor [SIZES]|heldgemv [SIZES]|heldtail|held|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|pipeearly|pipeearly8|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
+#   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|warpkheld|warpkheld2|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|heldfloor [SIZES]|heldgemv [SIZES]|heldtail|held|heldnarrow|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|pipeearly|pipeearly8|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -480,6 +480,19 @@ tc_warp_k() {
         --out-file "$OUT/ab-int4-tc-held-14336x4096.json" 2>&1 | tail -3
       timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 --variant '{"HELD": 2}' --variant '{"HELD": 3}' --variant '{"HELD": 4}' --variant '{"HELD": 7}' \
         --out-file "$OUT/ab-int4-tc-held-4096x14336.json" 2>&1 | tail -3
+      ;;
+    heldnarrow)  # (HELD not kept: git apply benchmarks/experiments/int4-tc-held.patch first) HELD (the first steps read before the PDL wait, held in registers) at the narrow one-warp 14336x4096 winner, whose waiting fix-up refused it when it was last tried; narrow HELD configs at 4096x14336. Every HELD variant lost, so the chain line (its HELD 2 variants refused too: without a register cap they do not fit the cooperative launch) was dropped
+      AGNITRA_GPU_TESTS=1 timeout 100 python3 -m pytest -q -p no:cacheprovider tests/test_kernels_quant.py -k "held_steps or waiting_fixup_matches" 2>&1 | tail -2
+      timeout 170 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 14336x4096 --variant '{"HELD": 2}' --variant '{"HELD": 2, "X_NOW": true}' \
+        --variant '{"HELD": 3, "X_NOW": true, "maxnreg": 72}' --variant '{"HELD": 2, "maxnreg": 72}' --variant '{"HELD": 4, "FIXUP": "count"}' \
+        --variant '{"HELD": 3, "FIXUP": "count"}' --variant '{"HELD": 2, "FIXUP": "count"}' --variant '{"FIXUP": "count"}' \
+        --out-file "$OUT/ab-int4-tc-held-narrow-14336x4096.json" 2>&1 | tail -3
+      timeout 150 python3 benchmarks/ab_config.py --kernel int4_gemv --shapes 4096x14336 \
+        --variant '{"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 1, "X_NOW": true, "PDL": "wait", "FIXUP": "wait", "maxnreg": 0}' \
+        --variant '{"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 1, "X_NOW": true, "PDL": "wait", "FIXUP": "wait", "maxnreg": 0, "HELD": 2}' \
+        --variant '{"BLOCK_N": 16, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 1, "X_NOW": true, "PDL": "wait", "FIXUP": "count", "maxnreg": 0, "HELD": 4}' \
+        --variant '{"BLOCK_N": 32, "BLOCK_K": 256, "SPLIT_K": 8, "num_warps": 1, "X_NOW": true, "PDL": "wait", "FIXUP": "wait", "maxnreg": 0, "HELD": 2}' \
+        --out-file "$OUT/ab-int4-tc-held-narrow-4096x14336.json" 2>&1 | tail -3
       ;;
     chainrank)  # does a decode step's chain (o, gate, up, down) rank the tuned choices as the chain of one shape did? the tuned chain against its PDL trigger points and fix-ups changed per position, head to head (benchmarks/chain_ab.py)
       timeout 250 python3 benchmarks/chain_ab.py --variant '{"PDL": false}' --variant '1,2:{"FIXUP": "count"}' --variant '1,2:{"PDL": true}' --variant '0:{"PDL": true}' \
