@@ -194,9 +194,9 @@ def show_tails(text: str, row: dict) -> None:
 
 
 def show_held(text: str, row: dict) -> None:
-    for label, top in row["best_by_held"].items():
-        print(text, label, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.1%}", "without PDL", round(top["ms_without_pdl"] * 1e3, 2),
-              {k: top[k] for k in ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "HELD", "steps", "programs_per_sm")}, flush=True)
+    from overlap_floor import show_best
+
+    show_best(text, row["best_by_held"], ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "HELD", "steps", "programs_per_sm"))
     for part, top in row["consuming_floor"].items():
         print(text, "consuming", part, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.1%}", flush=True)
 

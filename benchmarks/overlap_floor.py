@@ -108,10 +108,15 @@ def floor_rows(sizes: str, explore_size, show, out_file: str, schema: str, timin
         write_result(out_file, schema, report, copy_gbps=copy_gbps, runs=runs, timing=timing, rows=rows)
 
 
+def show_best(text: str, best: dict, keys: tuple[str, ...]) -> None:
+    """Print each label's fastest config of a floor at size `text`: its time with and without PDL, its fraction of copy, its `keys`."""
+    for label, top in best.items():
+        print(text, label, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.1%}", "without PDL", round(top["ms_without_pdl"] * 1e3, 2),
+              {k: top[k] for k in keys}, flush=True)
+
+
 def show_parts(text: str, row: dict) -> None:
-    for part, top in row["best_by_part"].items():
-        print(text, part, round(top["ms"] * 1e3, 2), "us", f"{top['fraction_of_copy']:.0%}", "without PDL", round(top["ms_without_pdl"] * 1e3, 2),
-              {k: top[k] for k in ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "programs_per_sm")}, flush=True)
+    show_best(text, row["best_by_part"], ("BLOCK_N", "BLOCK_W", "SPLIT", "num_warps", "STAGES", "programs_per_sm"))
 
 
 def main() -> int:
