@@ -1,0 +1,74 @@
+"""Workload preparation: whatever the user names or hands over, as a runnable Workload on a device.
+
+The one entry every verb goes through (profile, inspect, bench, optimize, load): a zoo name, a
+model file or a live `nn.Module` with example inputs, resolved onto the device, cast when asked
+and run once on its example inputs so that shape and dtype problems surface as one-line errors.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from agnitra.config import load_settings
+from agnitra.device import resolve_device
+from agnitra.errors import UserError
+from agnitra.workloads.base import TaskKind, Workload
+from agnitra.workloads.loaders import load_workload, smoke_test
+from agnitra.workloads.registry import BuildOptions
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+
+
+def parse_dtype(name: str | None) -> torch.dtype | None:
+    if name is None:
+        return None
+    if name.lower() not in DTYPES:
+        raise UserError(f"unknown dtype '{name}'; use one of: fp32, fp16, bf16")
+    return DTYPES[name.lower()]
+
+
+def prepare_workload(
+    model: str | Workload | torch.nn.Module,
+    example_inputs: Sequence | None = None,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | None = None,
+    batch: int | None = None,
+    seq_len: int | None = None,
+    tokens: int | None = None,
+    input_shapes: list[str] | None = None,
+    task: str | None = None,
+    size: str = "full",
+) -> tuple[Workload, torch.device]:
+    """A runnable Workload on the resolved device, checked once on its example inputs."""
+    dev = device if isinstance(device, torch.device) else resolve_device(device or load_settings().device)
+    if isinstance(model, Workload):
+        workload = model
+    elif isinstance(model, torch.nn.Module):
+        if example_inputs is None:
+            raise UserError("a model needs example_inputs (a tuple of tensors it accepts)")
+        inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+        workload = Workload(name=type(model).__name__, model=model.to(dev).eval(), example_inputs=tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs), task=TaskKind(task or "generic"), source="python")
+        workload.batch = next((t.shape[0] for t in workload.example_inputs if isinstance(t, torch.Tensor) and t.dim() > 0), 1)
+    else:
+        options = BuildOptions(device=dev, dtype=parse_dtype(dtype), batch=batch, seq_len=seq_len, tokens=tokens, size=size)
+        workload = load_workload(str(model), options, input_shapes=input_shapes, task=task)
+    if dtype and not (isinstance(model, str) and model.startswith("zoo:")):
+        _cast(workload, parse_dtype(dtype))
+    smoke_test(workload)
+    return workload, dev
+
+
+def _cast(workload: Workload, dtype: torch.dtype) -> None:
+    """--dtype for a user model: parameters and floating-point example inputs."""
+    from agnitra.ort.session import OrtModule
+
+    if isinstance(workload.model, OrtModule):
+        raise UserError("--dtype does not apply to an ONNX model: its precision is fixed in the file")
+    workload.model = workload.model.to(dtype)
+    workload.example_inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in workload.example_inputs)
+    if workload.make_inputs is not None:
+        make = workload.make_inputs
+        workload.make_inputs = lambda seed: tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t for t in make(seed))
