@@ -15,8 +15,9 @@ from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertIntermediate, BertSelfAttention
 
 from agnitra.kernels import modules as km
-from agnitra.models.hf_attention import StackedSelfAttention, encoder_self_attention
-from agnitra.transforms import Recipe, TransformContext
+from agnitra.errors import NotApplicable
+from agnitra.models.hf_attention import StackedSelfAttention, encoder_self_attention, unstackable_reason
+from agnitra.transforms import Recipe, TransformContext, get_transform
 from agnitra.transforms.patcher import apply_recipe, unwrap
 from agnitra.workloads.base import Workload
 from agnitra.workloads.registry import BuildOptions, build_workload
@@ -113,6 +114,37 @@ def test_encoder_self_attention_only_for_transformers_encoders():
 
     assert not encoder_self_attention(LookAlikeSelfAttention(BertSelfAttention(_small_config())))
     assert not encoder_self_attention(nn.Linear(4, 4))
+
+
+# The self-attention forwards of the releases pyproject admits (transformers >= 4.51), by signature:
+# 4.x computes attention itself; 5.x hands q, k, v to the attention interface under a cache
+# argument renamed from release to release (past_key_values in 5.0, cache from 5.2x).
+def _forward_4_51(self, hidden_states, attention_mask=None, head_mask=None, encoder_hidden_states=None, encoder_attention_mask=None, past_key_value=None, output_attentions=False): ...
+def _forward_4_57(self, hidden_states, attention_mask=None, head_mask=None, encoder_hidden_states=None, past_key_values=None, output_attentions=False, cache_position=None): ...
+def _forward_5_0(self, hidden_states, attention_mask=None, past_key_values=None, cache_position=None, **kwargs): ...
+def _forward_5_24(self, hidden_states, attention_mask=None, cache=None, **kwargs): ...
+
+
+def _with_forward(forward) -> nn.Module:
+    """The installed BertSelfAttention, its forward swapped for another release's (same module)."""
+    cls = type("BertSelfAttention", (BertSelfAttention,), {"forward": forward, "__module__": BertSelfAttention.__module__})
+    return cls(_small_config())
+
+
+@pytest.mark.parametrize("forward", [_forward_5_0, _forward_5_24])
+def test_bert_self_attention_of_transformers_5_releases_is_recognised_by_structure(forward):
+    assert encoder_self_attention(_with_forward(forward))
+
+
+@pytest.mark.parametrize("forward", [_forward_4_51, _forward_4_57])
+def test_bert_self_attention_of_transformers_4_is_refused_with_the_reason(forward):
+    module = _with_forward(forward)
+    assert not encoder_self_attention(module)
+    assert "head_mask" in unstackable_reason(module) and "transformers >= 5" in unstackable_reason(module)
+
+    workload = Workload(name="bert-4", model=nn.Sequential(module), example_inputs=(torch.zeros(1, 2, 32),), task="encoder")
+    with pytest.raises(NotApplicable, match=r"computes attention itself; stacking q\|k\|v needs transformers >= 5"):
+        get_transform("fuse-projections").check(TransformContext(workload, CPU), None)
 
 
 def test_stacked_self_attention_computes_the_original_and_refuses_a_cache():

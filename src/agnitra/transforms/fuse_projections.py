@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from agnitra.errors import NotApplicable, check
+from agnitra.errors import NotApplicable
 from agnitra.transforms.base import Transform, TransformContext, register_transform, replace_modules
 
 
@@ -54,6 +54,14 @@ def _has_targets(model: nn.Module) -> bool:
     return any((p := _projections(m)) is not None and linears_stack(p) for m in model.modules())
 
 
+def _unstackable_attention(model: nn.Module) -> str:
+    """Why the first q/k/v self-attention in `model` cannot be stacked (e.g. transformers 4.x's), or ''."""
+    from agnitra.models.hf_attention import has_qkv_projections, unstackable_reason
+
+    reasons = (unstackable_reason(m) for m in model.modules() if has_qkv_projections(m))
+    return next((f" ({reason})" for reason in reasons if reason), "")
+
+
 @register_transform
 class FuseProjections(Transform):
     name = "fuse-projections"
@@ -62,7 +70,9 @@ class FuseProjections(Transform):
     stage = "module"
 
     def check(self, ctx: TransformContext, params) -> None:
-        check(_has_targets(ctx.workload.model), "no Llama attention or feed-forward, nor transformers 5 encoder self-attention, with separate q/k/v or gate/up nn.Linear projections to stack")
+        model = ctx.workload.model
+        if not _has_targets(model):
+            raise NotApplicable("no Llama attention or feed-forward, nor transformers 5 encoder self-attention, with separate q/k/v or gate/up nn.Linear projections to stack" + _unstackable_attention(model))
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         from agnitra.models.llama import linears_stack, stack_linears
