@@ -145,7 +145,8 @@ def test_crashing_and_nan_candidates_do_not_end_the_run(tmp_path):
     assert nan.status == "ok" and not nan.passed and "NaN" in nan.correctness.details["error"]
     assert "test-slow" in by_name  # measured after the failures
     assert fast.report.chosen is None
-    lines = (tmp_path / "candidates.jsonl").read_text().splitlines()
+    header, *lines = (tmp_path / "candidates.jsonl").read_text().splitlines()
+    assert json.loads(header)["schema"] == "agnitra.journal/1"
     assert len(lines) == len(fast.report.candidates)
 
 

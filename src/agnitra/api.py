@@ -183,30 +183,58 @@ def optimize(
     The answer is never slower than the baseline: when no candidate beats it in the final
     interleaved run, the original model is returned and the report says so.
     """
-    from agnitra.optimized import OptimizedModel
-    from agnitra.search.optimize import run_optimize
+    from agnitra.search.budget import Budget
 
+    clock = Budget(parse_duration(budget))  # the whole run counts, loading the model included
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective '{objective}'; use one of: {', '.join(OBJECTIVES)}")
     from agnitra.transforms import get_transform
 
     for name in list(transforms or []) + list(exclude_transforms or []):
         get_transform(name)  # an unknown name is a one-line user error, before any work
+    if resume and not out:
+        raise UserError("resume needs the run folder of the earlier run: give out=DIR (--out DIR)")
+    tolerances = Tolerances(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db, check_positions=check_positions)
+    from agnitra.search.run_folder import RunFolder
+
+    folder = RunFolder(out) if out else None  # writable and ours before any work is done
+    try:
+        return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, transforms=transforms, exclude_transforms=exclude_transforms, strategy=strategy, candidate_timeout=candidate_timeout, peers=peers, resume=resume, progress=progress, settings=settings, load_options=load_options)
+    finally:
+        if folder is not None:
+            folder.close()
+
+
+def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, transforms, exclude_transforms, strategy, candidate_timeout, peers, resume, progress, settings, load_options):
+    from agnitra.bench.isolated import workload_source
+    from agnitra.optimized import OptimizedModel
+    from agnitra.search.optimize import RunSetup, run_optimize
+    from agnitra.search.run_folder import journal_key
+
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    device_report = describe_device(dev, settings)
+    setup = RunSetup(folder=folder)
+    if folder is not None:
+        key = journal_key(model, load_options, workload, device_report, tolerances)
+        if resume:
+            journal = folder.resume_journal(key)
+            setup.done, setup.journal_warnings = journal.results, journal.warnings
+        else:
+            folder.start_journal(key)
+    setup.source, setup.in_process_reason = workload_source(model, load_options, workload, dev)
     if exclude_transforms:
         from agnitra.transforms import all_transforms
 
         transforms = [t.name for t in all_transforms() if t.name not in set(exclude_transforms) and (not transforms or t.name in transforms)]
     result = run_optimize(
-        workload, dev, describe_device(dev, settings),
-        objective=objective, budget_s=parse_duration(budget), candidate_timeout_s=parse_duration(candidate_timeout),
-        tolerances=Tolerances(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db, check_positions=check_positions),
+        workload, dev, device_report,
+        objective=objective, budget=clock, candidate_timeout_s=parse_duration(candidate_timeout), tolerances=tolerances,
         transforms=list(transforms) if transforms else None, strategy=strategy,
         peers=list(peers) if peers is not None else default_peers(workload, dev),
-        run_dir=Path(out) if out else None, resume=resume, progress=progress,
+        setup=setup, progress=progress,
     )
     optimized = OptimizedModel(result.model, result.recipe, workload, result.report, result.decode_fn, result.prefill_fn)
-    if out:
-        write_reports(result.report, out)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
-        optimized.save(out)  # + what load() needs to rebuild the model
+    if folder is not None:
+        write_reports(result.report, folder.path)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
+        optimized.save(folder.path)  # + what load() needs to rebuild the model
     return optimized

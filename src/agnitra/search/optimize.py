@@ -1,37 +1,45 @@
-"""One optimize run: space -> strategy -> search -> final interleaved run -> the answer.
+"""One optimize run: baseline -> space -> strategy -> search -> final interleaved run -> the answer.
 
-The final run measures the baseline, the peers and the best candidates side by side with full
-runs, energy and correctness; the winner is chosen from that run alone (ratios measured under the
-same conditions), and only if it beats the baseline. Otherwise the original model is the answer.
+Everything that runs the model runs in a worker process (`bench.isolated`), within one budget
+counted from when the user asked: the baseline is measured first (a model that cannot be
+measured ends the run with the reason), candidates get the time the rest of the run does not
+need, and the final run measures the baseline, the peers and the best candidates side by side
+with full runs, energy and correctness. The winner is chosen from that run alone (ratios
+measured under the same conditions), and only if it beats the baseline. Otherwise, or if the
+final run cannot finish in time, the original model is the answer and the verdict says why.
 """
 
 from __future__ import annotations
 
 import dataclasses
-
-import time
-from dataclasses import dataclass
-from pathlib import Path
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 
 from agnitra.bench.harness import BenchConfig, Harness
+from agnitra.bench.isolated import InProcess, Worker, WorkerCrashed, WorkerError, WorkerTimeout, WorkloadSource
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
+from agnitra.errors import UserError
 from agnitra.models.generate import decode_one_token, prefill
-from agnitra.report.schema import CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
+from agnitra.report.schema import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
+from agnitra.search.budget import Budget
+from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import recipe_space
 from agnitra.search.strategies.base import get_strategy
-from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, search
+from agnitra.search.tuner import SearchConfig, free_candidate, measure_baseline, pareto_front, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
-from agnitra.workloads.base import Workload
+from agnitra.workloads.base import Workload, tensor_leaves
 
 FINALISTS = 2
-SEARCH_SHARE = 0.8  # of the budget; the rest is the final run
 MIN_GAIN = 1.0  # the answer must beat the baseline's median in the final run
+FINAL_RUN_SCALE = 2.5  # a final-run variant's timed work against a search run's (50 calls vs 20)
+RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
+ASSEMBLY_S = 5.0  # building the answer here and writing the reports
 
 
 @dataclass
@@ -41,6 +49,15 @@ class OptimizeResult:
     report: OptimizeReport
     decode_fn: Callable = decode_one_token
     prefill_fn: Callable = prefill
+
+
+@dataclass
+class FinalRun:
+    """What the final run hands back from the worker: its report, and the recipe of every
+    variant that is one (finalists and the peers that are compile modes)."""
+
+    bench: BenchReport
+    recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def rank(results: list[CandidateResult], objective: str) -> list[CandidateResult]:
@@ -60,90 +77,266 @@ def _score(v: VariantResult, objective: str) -> float:
     return v.latency_ms.median
 
 
+# ---- the worker's side -----------------------------------------------------------------------------
+
+
+def probe_baseline(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, progress=None) -> BenchReport:
+    """The original model measured alone; a model whose own output is not finite is refused."""
+    nonfinite = _nonfinite_outputs(workload)
+    if nonfinite:
+        raise UserError(f"the original model's output has {nonfinite} NaN/Inf values on its example inputs, so no candidate can be verified against it; fix the model or its inputs")
+    return measure_baseline(workload, device, device_report, config, progress)
+
+
+def _nonfinite_outputs(workload: Workload) -> int:
+    if workload.decoder is not None:
+        return 0  # decoders are checked on teacher-forced logits by the harness
+    with torch.no_grad():
+        leaves = tensor_leaves(workload.model(*workload.example_inputs))
+    return sum(int((~torch.isfinite(t)).sum()) for t in leaves if t.is_floating_point())
+
+
+def final_run(workload: Workload, device: torch.device, device_report: DeviceReport, peers: list[str], finalists: list[tuple[str, dict]], tolerances: Tolerances, progress=None) -> FinalRun:
+    """Baseline, peers and finalists in one interleaved run with full measurements."""
+    free_candidate(device)  # the final run compiles its variants afresh
+    variants = [Eager(), *peers, *[RecipeVariant(Recipe.from_dict(recipe), name=name) for name, recipe in finalists]]
+    harness = Harness(workload, device, device_report, BenchConfig(variants=variants, tolerances=tolerances, op_breakdown=False), progress)
+    bench = harness.run()
+    recipes = dict(finalists)
+    # peers that are recipes (the compile modes) compete too: if one wins, its recipe is the answer
+    recipes.update({v.name: v.recipe.to_dict() for v in harness.variants if isinstance(v, RecipeVariant) and v.name not in recipes})
+    free_candidate(device)
+    return FinalRun(bench, recipes)
+
+
+# ---- the parent's side -----------------------------------------------------------------------------
+
+
+@dataclass
+class RunSetup:
+    """Where results go and how candidates are isolated, decided before any work."""
+
+    folder: RunFolder | None = None
+    done: dict[str, CandidateResult] = field(default_factory=dict)  # reused from a resumed journal
+    journal_warnings: list[str] = field(default_factory=list)
+    source: WorkloadSource | None = None  # None: candidates run in this process
+    in_process_reason: str = ""
+
+
 def run_optimize(
     workload: Workload,
     device: torch.device,
     device_report: DeviceReport,
     *,
     objective: str,
-    budget_s: float,
+    budget: Budget,
     candidate_timeout_s: float,
     tolerances: Tolerances,
     transforms: list[str] | None,
     strategy: str,
     peers: list[str],
-    run_dir: Path | None,
-    resume: bool,
+    setup: RunSetup,
     progress: Callable[[str, float], None] | None = None,
 ) -> OptimizeResult:
     progress = progress or (lambda message, fraction: None)
-    t0 = time.perf_counter()
     ctx = TransformContext(workload, device)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
     # candidates are screened on one window of positions; the final run verifies all of them
-    screening = dataclasses.replace(tolerances, check_positions=None)
-    config = SearchConfig(budget_s=budget_s * SEARCH_SHARE, candidate_timeout_s=candidate_timeout_s, tolerances=screening, run_dir=run_dir, resume=resume)
-    results = search(get_strategy(strategy)(space), workload, device, device_report, config, progress)
-    finalists = rank(results, objective)[:FINALISTS]
-    progress("final interleaved run: baseline, peers, finalists", 0.9)
-    free_candidate(device)  # the final run compiles its variants afresh
-    final_variants = [Eager(), *peers, *[RecipeVariant(Recipe.from_dict(r.recipe), name=r.name) for r in finalists]]
-    harness = Harness(workload, device, device_report, BenchConfig(variants=final_variants, tolerances=tolerances, op_breakdown=False))
-    bench = harness.run()
-    recipes = {r.name: Recipe.from_dict(r.recipe) for r in finalists}
-    # peers that are recipes (the compile modes) compete too: if one wins, its recipe is the answer
-    recipes.update({v.name: v.recipe for v in harness.variants if isinstance(v, RecipeVariant) and v.name not in recipes})
-    chosen_run = _choose(harness, list(recipes), objective)
-    baseline = bench.variants[0]
+    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses.replace(tolerances, check_positions=None))
+    notes = list(setup.journal_warnings)
+    runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
+    if setup.source is None:
+        notes.append(f"candidates ran in this process, not in a worker: {setup.in_process_reason}; a candidate past its time limit is stopped only between Python steps")
+    with runner:
+        progress("measuring the original model", 0.02)
+        probe = _probe(runner, device_report, config, budget)
+        reserve = FinalReserve(probe.variants[0], budget, len(peers))
+        outcome = search(get_strategy(strategy)(space), runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
+        notes += outcome.notes
+        results = outcome.results
+        finalists = rank(results, objective)[:FINALISTS]
+        progress("final interleaved run: baseline, peers, finalists", 0.9)
+        final, final_failure = _final(runner, device_report, peers, finalists, tolerances, budget, reserve.assembly(results))
     search_info = {
         "strategy": strategy,
-        "budget_s": budget_s,
-        "elapsed_s": round(time.perf_counter() - t0, 1),
+        "budget_s": budget.total_s,
         "space_size": len(space),
         "evaluated": len(results),
+        "unmeasured": outcome.unmeasured,
         "not_applicable": [{"transform": s.transform, "reason": s.reason} for s in skipped],
         "candidate_timeout_s": candidate_timeout_s,
-        "resumed": resume,
+        "resumed": bool(setup.done),
+        "reused": sum(1 for r in results if r.key in setup.done),
+        "isolation": "worker process" if setup.source is not None else f"in-process ({setup.in_process_reason})",
+        "worker_starts": runner.starts,
         "peers": list(peers),
         "finalists": [r.name for r in finalists],
+        "notes": notes,
     }
-    if chosen_run is None:
-        verdict = _nothing_helped(results, finalists, bench)
+    if final is None:
+        bench = probe
+        bench.notes.append(f"final run: {final_failure}")
+        verdict = f"the final run did not finish ({final_failure}); the original model is returned" + _best_searched(finalists) + _common_failure(results)
         report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
-        return OptimizeResult(workload.model, Recipe(), report)
-    chosen = chosen_run.result
-    recipe = recipes[chosen.name]
+        return _finish(report, budget, OptimizeResult(workload.model, Recipe(), report))
+    bench = final.bench
+    chosen = _choose(bench, list(final.recipes), objective)
+    if chosen is None:
+        verdict = _nothing_helped(results, finalists) + _common_failure(results)
+        report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
+        return _finish(report, budget, OptimizeResult(workload.model, Recipe(), report))
+    recipe = Recipe.from_dict(final.recipes[chosen.name])
+    baseline = bench.variants[0]
     speedup = baseline.latency_ms.median / chosen.latency_ms.median
-    verdict = f"{chosen.name}: {speedup:.2f}x faster than the baseline ({baseline.latency_ms.median:.3f} -> {chosen.latency_ms.median:.3f} ms), {chosen.correctness.metric} {chosen.correctness.value if chosen.correctness.value is not None else ''} within tolerance"
+    verdict = _win_verdict(bench, chosen, peers)
     report = OptimizeReport(bench, objective, chosen.name, recipe.to_dict(), speedup, results, pareto_front(results), search_info, verdict)
-    if chosen.name in peers:
-        report.verdict += f" (the peer '{chosen.name}' won the final run: its recipe is the answer)"
-    prepared = chosen_run.prepared
+    progress("building the answer", 0.97)
+    prepared = RecipeVariant(recipe, name=chosen.name).prepare(workload, device)  # as the worker built what it verified
     model = prepared.model if prepared.model is not None else prepared.call
-    return OptimizeResult(model, recipe, report, prepared.decode_fn or decode_one_token, prepared.prefill_fn or prefill)
+    return _finish(report, budget, OptimizeResult(model, recipe, report, prepared.decode_fn or decode_one_token, prepared.prefill_fn or prefill))
 
 
-def _choose(harness: Harness, names: list[str], objective: str) -> Any:
+def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> OptimizeResult:
+    report.search["elapsed_s"] = round(budget.elapsed(), 1)
+    return result
+
+
+def _probe(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> BenchReport:
+    """The baseline, first: a model that cannot be measured ends the run with the reason."""
+    try:
+        return runner.call(probe_baseline, device_report, config, timeout=min(config.candidate_timeout_s, budget.remaining()))
+    except WorkerError as exc:
+        if exc.user_error:
+            raise UserError(str(exc)) from None
+        raise UserError(f"the original model could not be measured: {exc}; check that it runs on its example inputs (`agnitra bench`)") from None
+    except WorkerTimeout:
+        limit = min(config.candidate_timeout_s, budget.total_s)
+        raise UserError(f"measuring the original model alone took longer than {limit:.0f} s; raise --budget (and --candidate-timeout), or lower --batch/--tokens") from None
+    except WorkerCrashed as exc:
+        raise UserError(f"the original model could not be measured: {exc}; check that it runs (`agnitra bench`), or lower --batch if memory ran out") from None
+
+
+class FinalReserve:
+    """How much of the budget the rest of the run needs, from what has been measured so far:
+    the final run (each variant's setup, and its timed work scaled from the baseline's search
+    run) and building the answer here. Called before each candidate."""
+
+    def __init__(self, baseline: VariantResult, budget: Budget, peers: int) -> None:
+        self.base_s = (baseline.setup_s or 0.0) + _timed_work_s(baseline)
+        self.budget = budget
+        self.peers = peers
+
+    def __call__(self, results: list[CandidateResult]) -> float:
+        ok = [r for r in results if r.status == "ok" and r.setup_s is not None]
+        compiled = [r.setup_s for r in ok if any(s["transform"] == "compile" for s in r.recipe.get("steps", []))]
+        peer_setup = max(compiled or [r.setup_s for r in ok] or [0.0])
+        finalists = sorted((r.setup_s for r in rank(results, "latency")), reverse=True)[:FINALISTS]
+        timed = FINAL_RUN_SCALE * self.base_s
+        estimate = timed * (1 + self.peers + len(finalists)) + self.peers * peer_setup + sum(finalists) + self.assembly(results)
+        return max(RESERVE_FLOOR * self.budget.total_s, 1.2 * estimate)
+
+    def assembly(self, results: list[CandidateResult]) -> float:
+        """Building the chosen recipe here (its setup, where compiling is lazy: an export is not)."""
+        return ASSEMBLY_S + max([r.setup_s or 0.0 for r in rank(results, "latency")[:FINALISTS]] or [0.0])
+
+
+def _timed_work_s(baseline: VariantResult) -> float:
+    """Seconds the baseline's timed calls (or decode steps) took in its search run."""
+    latency = baseline.latency_ms
+    return latency.samples * latency.median / 1e3 if latency is not None else 0.0
+
+
+def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, assembly_s: float) -> tuple[FinalRun | None, str]:
+    timeout = budget.remaining() - assembly_s
+    if timeout <= 1.0:
+        return None, f"no time was left of the {budget.total_s:.0f} s budget"
+    try:
+        return runner.call(final_run, device_report, peers, [(r.name, r.recipe) for r in finalists], tolerances, timeout=timeout), ""
+    except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
+        return None, str(exc)
+
+
+def _choose(bench: BenchReport, names: list[str], objective: str) -> VariantResult | None:
     """The finalist that did best in the final run, if it passed and beat the baseline."""
-    runs = {run.name: run for run in harness.runs}
-    baseline = harness.runs[0].result
+    by_name = {v.name: v for v in bench.variants}
+    baseline = bench.variants[0]
     best = None
     for name in names:
-        run = runs.get(name)
-        v = run.result if run else None
+        v = by_name.get(name)
         if v is None or v.status != "ok" or v.correctness is None or not v.correctness.passed:
             continue
-        if baseline.status == "ok" and v.latency_ms.median >= baseline.latency_ms.median * MIN_GAIN:
+        if baseline.status != "ok" or v.latency_ms.median >= baseline.latency_ms.median * MIN_GAIN:
             continue  # never slower than the baseline, and not merely equal
-        if best is None or _score(v, objective) < _score(best.result, objective):
-            best = run
+        if best is None or _score(v, objective) < _score(best, objective):
+            best = v
     return best
 
 
-def _nothing_helped(results: list[CandidateResult], finalists: list[CandidateResult], bench) -> str:
+def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
+    """One line: the answer against the baseline and against the best peer of the same run."""
+    baseline = bench.variants[0]
+    base_ms, ms = baseline.latency_ms.median, chosen.latency_ms.median
+    c = chosen.correctness
+    value = f" {c.value:.6g}" if c.value is not None else ""
+    line = f"{chosen.name}: {base_ms / ms:.2f}x faster than the baseline ({base_ms:.3f} -> {ms:.3f} ms)"
+    line += _against_peers(bench, chosen, peers)
+    line += f"; {c.metric}{value} within tolerance"
+    if chosen.name in peers:
+        line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer)"
+    return line
+
+
+def _against_peers(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
+    measured = [v for v in bench.variants if v.name in peers and v.name != chosen.name and v.status == "ok" and v.latency_ms and (v.correctness is None or v.correctness.passed)]
+    if not measured:
+        return ", no peer measured" if not peers else ", no peer finished with correct outputs"
+    best = min(measured, key=lambda v: v.latency_ms.median)
+    ratio = best.latency_ms.median / chosen.latency_ms.median
+    if ratio >= 1:
+        return f", {ratio:.2f}x faster than the best peer, {best.name} ({best.latency_ms.median:.3f} ms)"
+    return f", {ratio:.2f}x the speed of the best peer, {best.name} ({best.latency_ms.median:.3f} ms), which is faster but not a recipe Agnitra can return"
+
+
+def _nothing_helped(results: list[CandidateResult], finalists: list[CandidateResult]) -> str:
     if not results:
         return "no candidate was measured (nothing applicable, or no budget); the original model is returned"
     if not finalists:
         passing = sum(r.passed for r in results)
         return f"none of {len(results)} candidates beat the baseline with correct outputs ({passing} passed verification); the original model is returned"
     return "the best candidates did not beat the baseline in the final interleaved run; the original model is returned"
+
+
+def _best_searched(finalists: list[CandidateResult]) -> str:
+    if not finalists:
+        return ""
+    best = finalists[0]
+    return f"; the best candidate in its own search run was {best.name} at {best.speedup:.2f}x: raise --budget to confirm it"
+
+
+def failure_reason(result: CandidateResult) -> str | None:
+    """Why a candidate did not pass, reduced to the error itself (without the step it hit)."""
+    if result.passed:
+        return None
+    if result.status != "ok":
+        text = result.reason or result.status
+    elif result.correctness is not None:
+        details = result.correctness.details or {}
+        text = details.get("error") or details.get("failed") or f"{result.correctness.metric} {result.correctness.value} outside the tolerance {result.correctness.threshold}"
+    else:
+        return None
+    parts = [p for p in str(text).split(": ") if p]
+    for i, part in enumerate(parts):
+        if part.endswith(("Error", "Exception", "Timeout")) and i + 1 < len(parts):
+            return ": ".join(parts[i:])
+    return str(text)
+
+
+def _common_failure(results: list[CandidateResult]) -> str:
+    """When most candidates failed for one reason, that reason: a user fixes one thing."""
+    reasons = [r for r in (failure_reason(c) for c in results) if r]
+    if len(reasons) < 2:
+        return ""
+    reason, count = Counter(reasons).most_common(1)[0]
+    if count * 2 < len(results):
+        return ""
+    return f"; {count} of {len(results)} candidates failed with: {reason}"

@@ -1,95 +1,84 @@
 """The search loop: measure candidates within a budget, keep the record, pick the winner.
 
 Each candidate runs in its own short interleaved harness run against the baseline, so its
-speedup is a ratio measured under the same conditions. A candidate that raises, runs out of
-memory, fails verification or runs past `candidate_timeout` is recorded with its reason and the
-loop goes on. Every result is appended to `candidates.jsonl` in the run directory, so a killed
-run resumes without measuring again what is done.
+speedup is a ratio measured under the same conditions. The runs happen in a worker process
+(`bench.isolated`): a candidate that raises, crashes the process, runs out of memory, fails
+verification or runs past its time limit is recorded with its reason, the worker is replaced
+when it had to be killed, and the loop goes on. Every result is appended to the run folder's
+journal as it is known, so a killed run resumes without measuring again what is done.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import signal
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
 
 from agnitra.bench.harness import BenchConfig, Harness
+from agnitra.bench.isolated import WorkerCrashed, WorkerError, WorkerTimeout
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
-from agnitra.errors import AgnitraError
-from agnitra.report.schema import CandidateResult, DeviceReport, own_memory_bytes, to_dict
+from agnitra.errors import first_line
+from agnitra.report.schema import BenchReport, CandidateResult, DeviceReport, own_memory_bytes
+from agnitra.search.budget import Budget
+from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import Strategy
 from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
 
-JOURNAL = "candidates.jsonl"
-
-
-class CandidateTimeout(AgnitraError):
-    pass
+MIN_CANDIDATE_S = 2.0  # below this much time, a candidate is not started
 
 
 @dataclass
 class SearchConfig:
-    budget_s: float = 600.0
     candidate_timeout_s: float = 300.0
     runs: int | None = None  # per candidate run (default: 20 calls, or 2 generations)
     warmup: int | None = None
     tolerances: Tolerances = field(default_factory=Tolerances)
-    run_dir: Path | None = None  # journal location; None: nothing kept
-    resume: bool = False
+
+    def bench(self, variants: list, decoder: bool) -> BenchConfig:
+        """A short interleaved run: no energy, roofline, signature or operator breakdown."""
+        return BenchConfig(
+            variants=variants,
+            runs=self.runs or (2 if decoder else 20),
+            warmup=self.warmup if self.warmup is not None else (1 if decoder else 3),
+            op_breakdown=False, signature=False, energy=False, roofline=False, tolerances=self.tolerances,
+        )
 
 
-@contextlib.contextmanager
-def deadline(seconds: float):
-    """Raise CandidateTimeout in the main thread after `seconds` (SIGALRM; Unix main thread only)."""
-    usable = seconds > 0 and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
-    if not usable:
-        yield False
-        return
+@dataclass
+class SearchOutcome:
+    results: list[CandidateResult]
+    notes: list[str] = field(default_factory=list)
+    unmeasured: int = 0  # candidates the budget left no time for
 
-    def expire(signum, frame):
-        raise CandidateTimeout(f"ran past the candidate timeout of {seconds:.0f} s")
 
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield True
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+# ---- the worker's side: these run where the workload is held --------------------------------
+
+
+def measure_baseline(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, progress=None) -> BenchReport:
+    """The original model alone, as the search runs measure it: proof it runs, and its cost."""
+    report = Harness(workload, device, device_report, config.bench([Eager()], workload.decoder is not None), progress).run()
+    free_candidate(device)
+    return report
+
+
+def measure_candidate(workload: Workload, device: torch.device, candidate: Candidate, device_report: DeviceReport, config: SearchConfig, progress=None) -> CandidateResult:
+    return evaluate(candidate, workload, device, device_report, config)
 
 
 def evaluate(candidate: Candidate, workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig) -> CandidateResult:
     """Measure one recipe against the baseline in a short interleaved run; never raises."""
     recipe = candidate.recipe
     result = CandidateResult(name=recipe.name, recipe=recipe.to_dict(), key=recipe.key(), prior=candidate.prior, status="ok")
-    decoder = workload.decoder is not None
-    bench = BenchConfig(
-        variants=[Eager(), RecipeVariant(recipe)],
-        runs=config.runs or (2 if decoder else 20),
-        warmup=config.warmup if config.warmup is not None else (1 if decoder else 3),
-        op_breakdown=False, signature=False, energy=False, roofline=False, tolerances=config.tolerances,
-    )
+    bench = config.bench([Eager(), RecipeVariant(recipe)], workload.decoder is not None)
     t0 = time.perf_counter()
     try:
-        with deadline(config.candidate_timeout_s):
-            report = Harness(workload, device, device_report, bench).run()
-    except CandidateTimeout as exc:
-        result.status, result.reason = "timeout", str(exc)
-        free_candidate(device)
-        return _timed(result, t0)
+        report = Harness(workload, device, device_report, bench).run()
     except Exception as exc:  # noqa: BLE001 - the harness records variant failures; this is the rest
-        from agnitra.errors import first_line
-
         result.status, result.reason = "failed", first_line(exc)
         free_candidate(device)
         return _timed(result, t0)
@@ -97,7 +86,10 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
     result.status, result.reason = cand.status, cand.reason
     result.latency_ms, result.peak_memory_bytes, result.correctness, result.setup_s = cand.latency_ms, cand.peak_memory_bytes, cand.correctness, cand.setup_s
     result.model_bytes = cand.model_bytes
-    if cand.status == "ok" and base.status == "ok":
+    if base.status != "ok":
+        # nothing to compare against: never a pass, whatever the candidate did
+        result.status, result.reason, result.correctness = "failed", f"the baseline failed in this candidate's run ({base.reason})", None
+    elif cand.status == "ok":
         result.baseline_ms = base.latency_ms.median
         result.speedup = base.latency_ms.median / cand.latency_ms.median
     free_candidate(device)
@@ -127,63 +119,64 @@ def free_candidate(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def load_journal(run_dir: Path | None) -> dict[str, CandidateResult]:
-    if run_dir is None or not (run_dir / JOURNAL).is_file():
-        return {}
-    done = {}
-    for line in (run_dir / JOURNAL).read_text().splitlines():
-        if line.strip():
-            result = CandidateResult.from_dict(json.loads(line))
-            done[result.key] = result
-    return done
+# ---- the parent's side ----------------------------------------------------------------------------
 
 
-def _append(run_dir: Path | None, result: CandidateResult) -> None:
-    if run_dir is None:
-        return
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / JOURNAL, "a") as f:
-        f.write(json.dumps(to_dict(result)) + "\n")
+def run_candidate(runner, candidate: Candidate, device_report: DeviceReport, config: SearchConfig, timeout: float) -> CandidateResult:
+    """One candidate through the runner; whatever happens to it becomes its record."""
+    t0 = time.perf_counter()
+    try:
+        return runner.call(measure_candidate, candidate, device_report, config, timeout=timeout)
+    except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
+        status = "timeout" if isinstance(exc, WorkerTimeout) else "failed"
+        recipe = candidate.recipe
+        result = CandidateResult(name=recipe.name, recipe=recipe.to_dict(), key=recipe.key(), prior=candidate.prior, status=status, reason=str(exc))
+        return _timed(result, t0)
 
 
 def search(
     strategy: Strategy,
-    workload: Workload,
-    device: torch.device,
+    runner,
     device_report: DeviceReport,
     config: SearchConfig,
+    budget: Budget,
+    reserve: Callable[[list[CandidateResult]], float],
+    folder: RunFolder | None = None,
+    done: dict[str, CandidateResult] | None = None,
     progress: Callable[[str, float], None] | None = None,
-) -> list[CandidateResult]:
-    """Ask, measure, tell, until the strategy is done or the budget is spent."""
+) -> SearchOutcome:
+    """Ask, measure, tell, until the strategy is done or the budget, less what the rest of the
+    run needs (`reserve(results so far)`), is spent."""
     progress = progress or (lambda message, fraction: None)
-    done = load_journal(config.run_dir) if config.resume else {}
-    if config.run_dir is not None and not config.resume and (config.run_dir / JOURNAL).exists():
-        (config.run_dir / JOURNAL).unlink()  # a fresh run starts a fresh journal
-    results: list[CandidateResult] = []
-    start = time.perf_counter()
+    done = done or {}
+    outcome = SearchOutcome([])
     while True:
-        elapsed = time.perf_counter() - start
-        if elapsed >= config.budget_s:
-            break
         candidate = strategy.ask()
         if candidate is None:
             break
-        progress(f"candidate {len(results) + 1}: {candidate.recipe.name}", min(0.95, elapsed / config.budget_s))
-        if candidate.recipe.key() in done:
-            result = done[candidate.recipe.key()]  # measured before the run was interrupted
+        key = candidate.recipe.key()
+        if key in done:
+            result = done[key]  # measured before the run was interrupted
         else:
-            timeout = min(config.candidate_timeout_s, max(1.0, config.budget_s - elapsed + 30))
-            result = evaluate(candidate, workload, device, device_report, _with_timeout(config, timeout))
-            _append(config.run_dir, result)
-        results.append(result)
+            left = budget.remaining() - reserve(outcome.results)
+            if left < MIN_CANDIDATE_S:
+                outcome.unmeasured = 1 + _count_left(strategy)
+                outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured, the rest of the {budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
+                break
+            progress(f"candidate {len(outcome.results) + 1}: {candidate.recipe.name}", min(0.9, budget.elapsed() / budget.total_s))
+            result = run_candidate(runner, candidate, device_report, config, min(config.candidate_timeout_s, left))
+            if folder is not None:
+                folder.append(result)
+        outcome.results.append(result)
         strategy.tell(candidate, result)
-    return results
+    return outcome
 
 
-def _with_timeout(config: SearchConfig, timeout: float) -> SearchConfig:
-    import dataclasses
-
-    return dataclasses.replace(config, candidate_timeout_s=timeout)
+def _count_left(strategy: Strategy) -> int:
+    count = 0
+    while strategy.ask() is not None:
+        count += 1
+    return count
 
 
 def pareto_front(results: list[CandidateResult]) -> list[str]:

@@ -1,0 +1,330 @@
+"""Candidates measured in a worker process that can be killed: a timeout is a timeout.
+
+A `Worker` is a child Python process that holds its own copy of the workload and runs the
+functions it is sent (`fn(workload, device, *args, progress=...)`, by reference, results
+pickled back). A call that runs past its timeout gets the worker's whole process group killed
+(compiler subprocesses included); so does a crash, and the next call starts a fresh worker. The
+child runs in its own session, so the terminal's Ctrl-C reaches only the parent, which stops it,
+and on Linux it dies with the parent even when the parent is killed outright.
+
+How the child gets the same workload (`WorkloadSource`): rebuilt from its spec where rebuilding
+is deterministic (zoo workloads, .pt2, TorchScript, ONNX files), else a pickled copy of the
+prepared workload (models given as objects or made by a user's factory). Transforms and variants
+the user registered in this process travel with it. Where neither works, `InProcess` runs the
+same calls here and the report says that a timeout only stops a candidate between steps.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+import torch
+
+from agnitra.errors import AgnitraError, UserError, first_line
+
+Progress = Callable[[str, float], None]
+MAX_PICKLED_BYTES = 2 * 2**30  # larger models are not copied into a worker
+FILE_SUFFIXES = (".pt2", ".onnx", ".pt", ".pth", ".ts", ".torchscript", ".jit")
+
+
+class WorkerTimeout(AgnitraError):
+    """The call ran past its timeout; the worker was killed."""
+
+
+class WorkerCrashed(AgnitraError):
+    """The worker died during the call (a crash, or killed by the system)."""
+
+
+class WorkerError(AgnitraError):
+    """The called function raised; the message is its first line."""
+
+    def __init__(self, message: str, user_error: bool = False) -> None:
+        super().__init__(message)
+        self.user_error = user_error
+
+
+@dataclass
+class WorkloadSource:
+    """What a worker needs to hold the same workload as this process."""
+
+    device: str
+    spec: str | None = None  # rebuilt with prepare_workload(spec, **options)
+    options: dict[str, Any] = field(default_factory=dict)
+    pickled: bytes | None = None  # cloudpickle of the prepared Workload
+    extras: bytes | None = None  # cloudpickle of user-registered transforms and variants
+
+    def load(self):
+        from agnitra.workloads.prepare import prepare_workload
+
+        _register_extras(self.extras)
+        if self.pickled is not None:
+            import cloudpickle
+
+            workload = cloudpickle.loads(self.pickled)  # our own bytes, written by the parent
+            return workload, torch.device(self.device)
+        return prepare_workload(self.spec, device=self.device, **self.options)
+
+
+def workload_source(model: Any, load_options: dict[str, Any], workload, device: torch.device) -> tuple[WorkloadSource | None, str]:
+    """How a worker can hold this workload, or None and why it cannot."""
+    extras = _user_extras()
+    if isinstance(model, str) and (model.startswith("zoo:") or model.lower().endswith(FILE_SUFFIXES)):
+        return WorkloadSource(str(device), spec=model, options=dict(load_options), extras=extras), ""
+    size = sum(t.numel() * t.element_size() for t in list(workload.model.parameters()) + list(workload.model.buffers()))
+    if size > MAX_PICKLED_BYTES:
+        return None, f"the model ({size / 2**30:.1f} GiB) is too large to copy into a worker process"
+    try:
+        import cloudpickle
+
+        pickled = cloudpickle.dumps(workload)
+    except Exception as exc:  # noqa: BLE001 - whatever the model holds that cannot be pickled
+        return None, f"the model cannot be copied into a worker process ({first_line(exc)})"
+    return WorkloadSource(str(device), pickled=pickled, extras=extras), ""
+
+
+def _user_extras() -> bytes | None:
+    """Transforms and variants registered outside Agnitra (a user's own), pickled by value."""
+    from agnitra.bench.variants import VARIANTS
+    from agnitra.transforms.base import TRANSFORMS
+
+    def own(registry: dict) -> dict:
+        return {name: entry for name, entry in registry.items() if not _module_of(entry).startswith("agnitra.")}
+
+    extras = {"transforms": own(TRANSFORMS), "variants": own(VARIANTS)}
+    if not extras["transforms"] and not extras["variants"]:
+        return None
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(extras)
+    except Exception:  # noqa: BLE001 - a registration that cannot travel is simply not there
+        return None
+
+
+def _module_of(entry: Any) -> str:
+    kind = entry if isinstance(entry, type) else type(entry)
+    return getattr(kind, "__module__", "") or ""
+
+
+def _register_extras(extras: bytes | None) -> None:
+    if not extras:
+        return
+    import cloudpickle
+
+    from agnitra.bench.variants import VARIANTS
+    from agnitra.transforms.base import TRANSFORMS, all_transforms
+
+    all_transforms()  # the built-ins first
+    loaded = cloudpickle.loads(extras)
+    for registry, entries in ((TRANSFORMS, loaded["transforms"]), (VARIANTS, loaded["variants"])):
+        for name, entry in entries.items():
+            registry.setdefault(name, entry)
+
+
+class Worker:
+    """A killable child process holding the workload; `call` runs a function there."""
+
+    isolated = True
+
+    def __init__(self, source: WorkloadSource, progress: Progress | None = None) -> None:
+        self.source = source
+        self.progress = progress or (lambda message, fraction: None)
+        self.process: subprocess.Popen | None = None
+        self.conn: Connection | None = None
+        self.starts = 0
+
+    def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
+        """fn(workload, device, *args, progress=...) in the worker, within `timeout` seconds
+        counted from now (a fresh worker's start-up included)."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self.process is None:
+            self._start(deadline)
+        import cloudpickle
+
+        payload = cloudpickle.dumps((fn, args))  # by reference where importable, else by value
+        try:
+            self.conn.send(("call", payload))
+        except (BrokenPipeError, OSError) as exc:
+            self.stop()
+            raise WorkerCrashed(f"the worker process was gone ({exc})") from None
+        return self._reply(deadline, timeout)
+
+    def stop(self) -> None:
+        """Kill the worker and everything it started; the next call starts afresh."""
+        if self.process is None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        if self.conn is not None:
+            self.conn.close()
+        self.process, self.conn = None, None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
+
+    def _start(self, deadline: float) -> None:
+        import socket
+
+        parent_end, child_end = socket.socketpair()
+        code = f"from agnitra.bench.isolated import worker_main; worker_main({child_end.fileno()})"
+        self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child_end.fileno(),), start_new_session=True)
+        child_end.close()
+        self.conn = Connection(parent_end.detach())
+        self.starts += 1
+        self.conn.send(("setup", list(sys.path), self.source))
+        self._reply(deadline, deadline - time.monotonic(), starting=True)
+
+    def _reply(self, deadline: float, timeout: float, starting: bool = False) -> Any:
+        what = "starting the worker (loading the model)" if starting else "the call"
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.stop()
+                raise WorkerTimeout(f"ran past its time limit of {timeout:.0f} s ({what}); stopped")
+            try:
+                ready = self.conn.poll(min(left, 0.5))
+                message = self.conn.recv() if ready else None
+            except (EOFError, OSError):
+                message = ("died",)
+            if message is None:
+                if self.process.poll() is not None:
+                    message = ("died",)
+                else:
+                    continue
+            kind = message[0]
+            if kind == "progress":
+                self.progress(message[1], message[2])
+            elif kind in ("result", "ready"):
+                return message[1] if kind == "result" else None
+            elif kind == "error":
+                if starting:
+                    self.stop()
+                raise WorkerError(message[1], user_error=message[2])
+            else:
+                code = self.process.wait()
+                self.stop()
+                raise WorkerCrashed(f"the worker process died ({_exit_reason(code)}) during {what}")
+
+
+class InProcess:
+    """The same calls, run in this process: for workloads a worker cannot hold. A timeout is
+    raised by SIGALRM between Python steps; code inside one long C call runs on past it."""
+
+    isolated = False
+
+    def __init__(self, workload, device: torch.device, progress: Progress | None = None) -> None:
+        self.workload, self.device = workload, device
+        self.progress = progress or (lambda message, fraction: None)
+        self.starts = 0
+
+    def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
+        with alarm(timeout):
+            try:
+                return fn(self.workload, self.device, *args, progress=self.progress)
+            except WorkerTimeout:
+                raise
+            except UserError as exc:
+                raise WorkerError(str(exc), user_error=True) from exc
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self) -> "InProcess":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        pass
+
+
+class alarm:
+    """Raise WorkerTimeout in the main thread after `seconds` (SIGALRM; Unix main thread only)."""
+
+    def __init__(self, seconds: float) -> None:
+        import threading
+
+        self.seconds = seconds
+        self.usable = seconds > 0 and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
+
+    def __enter__(self):
+        if self.usable:
+            self.previous = signal.signal(signal.SIGALRM, self._expire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.usable:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self.previous)
+
+    def _expire(self, signum, frame):
+        raise WorkerTimeout(f"ran past its time limit of {self.seconds:.0f} s")
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+# ---- the child's side ------------------------------------------------------------------------
+
+
+def worker_main(fd: int) -> None:
+    """Entry point of the worker process: set up, load the workload, serve calls until told to stop."""
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it stops us when it ends
+    conn = Connection(fd)
+    try:
+        _, sys_path, source = conn.recv()
+        sys.path[:] = sys_path
+        workload, device = source.load()
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which decides
+        conn.send(("error", first_line(exc), isinstance(exc, UserError)))
+        return
+    conn.send(("ready", None))
+    import cloudpickle
+
+    def progress(message: str, fraction: float) -> None:
+        conn.send(("progress", message, fraction))
+
+    while True:
+        try:
+            _, payload = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            fn, args = cloudpickle.loads(payload)
+            conn.send(("result", fn(workload, device, *args, progress=progress)))
+        except BaseException as exc:  # noqa: BLE001
+            conn.send(("error", str(exc) if isinstance(exc, UserError) else first_line(exc), isinstance(exc, UserError)))
+
+
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this process when its parent dies, even by SIGKILL."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        return
+    if os.getppid() == 1:  # the parent died before the call above
+        os._exit(1)
