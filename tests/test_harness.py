@@ -75,13 +75,18 @@ def test_variants_are_interleaved_and_records_kept(device_report):
     assert by["test-crashes"].status == "failed" and "kernel exploded" in by["test-crashes"].reason
     assert by["test-not-here"].status == "skipped" and by["test-not-here"].reason == "needs a machine that does not exist"
     assert by["test-a"].latency_ms.samples == 20 and by["test-a"].throughput.unit == "items/s"
-    # one warm-up each, then rounds of 10 calls per variant; who goes first rotates per round
+    # one warm-up each, then ten rounds of 2 calls per variant; who goes first rotates per round
     timed = [name for name in CALL_LOG if name in ("test-a", "test-b")]
-    assert timed[:42] == ["test-a", "test-b"] + ["test-a"] * 10 + ["test-b"] * 20 + ["test-a"] * 10
+    assert timed[:10] == ["test-a", "test-b"] + ["test-a"] * 2 + ["test-b"] * 4 + ["test-a"] * 2
+    assert [len(r) for r in by["test-b"].round_ms] == [2] * 10  # per-round samples, for the noise verdict
+    low, high = by["test-b"].speedup_interval
+    assert low <= high and by["test-b"].faster_beyond_noise in (True, False) and by["test-a"].speedup_interval is None
     assert by["test-a"].correctness.details["role"] == "reference"
     assert by["test-b"].correctness.passed and by["test-b"].correctness.value == 0.0
     assert not by["test-nan"].correctness.passed and "NaN" in by["test-nan"].correctness.details["error"]
     assert not by["test-off"].correctness.passed and by["test-off"].correctness.value == pytest.approx(0.5)
+    assert by["test-off"].reason == "verification: output: rel_error 0.5 > 0.001"
+    assert by["test-off"].correctness.details["sets"] == 3  # held-out sets, not the example inputs
     assert report.roofline and 0 < by["test-a"].roofline_fraction < 1.5
     assert report.conditions["runs"] == 20 and report.conditions["input_sets"] == 4
 

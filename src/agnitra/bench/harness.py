@@ -1,10 +1,14 @@
 """The benchmark harness: several variants of one workload, measured in one interleaved run.
 
-Order of work: prepare and warm up every variant (compile/export time reported as setup), time
-them in rounds that rotate through the variants so drift hits all alike, then measure peak
-memory, energy (NVML), correctness against the first variant that ran, and the roofline.
-Forward workloads time whole calls over rotated input sets; decoders time every decode step of
-complete generations (per-token latency, tokens/s) with the prefill reported apart.
+Order of work: probe the other processes' load and size torch's threads to the free cores
+(bench.machine), choose the inputs (bench.heldout: rotation sets, held-out sets, another batch
+size), prepare and warm up every variant on the example inputs (compile/export time reported as
+setup), time them in interleaved rounds that rotate through the variants so drift hits all alike
+(each variant's per-round samples kept, its speedup over the first variant judged against the
+noise: bench.noise), then measure peak memory, energy (NVML), correctness against the first
+variant that ran on the held-out inputs and the other batch size, leaf by leaf (verify), and the
+roofline. Forward workloads time whole calls over rotated input sets; decoders time every decode
+step of complete generations (per-token latency, tokens/s) with the prefill reported apart.
 """
 
 from __future__ import annotations
@@ -17,7 +21,11 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map
 
+from agnitra.bench.heldout import InputPlan, ShapeCheck, plan_inputs
+from agnitra.bench.machine import MachineWatch
+from agnitra.bench.noise import faster_beyond_noise, round_cv
 from agnitra.bench.variants import Prepared, Variant, get_variant
 from agnitra.errors import NotApplicable, first_line
 from agnitra.models.generate import Generator, random_prompt
@@ -30,11 +38,12 @@ from agnitra.telemetry.profile import unit_of_work
 from agnitra.telemetry.roofline import compulsory_bytes, roofline
 from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import StepClock, summarize, time_calls
-from agnitra.verify import Tolerances, compare
+from agnitra.verify import Tolerances, check_reference, compare, compare_sets, renest
 from agnitra.workloads.base import Workload, tensor_leaves
 
 Progress = Callable[[str, float], None]  # (message, fraction done)
-HELD_OUT_SEED = 10_000  # inputs for correctness checks, never used for warm-up or timing
+ROUNDS = 10  # forward runs are split into at least this many interleaved rounds (where runs allow)
+MAX_CALLS_A_ROUND = 10
 
 
 @dataclass
@@ -53,6 +62,9 @@ class BenchConfig:
     signature: bool = True  # capture the graph and store the workload signature with the run
     energy: bool = True  # NVML energy pass (GPU); candidate runs of a search skip it
     roofline: bool = True  # count the workload's FLOPs and bytes (candidate runs keep no roofline)
+    shape_check: bool = True  # verify at another batch size too, where the original model takes one
+    load_probe_s: float = 0.25  # other processes' load measured this long before the run (0: not)
+    size_threads: bool = True  # torch's CPU threads sized to the cores other processes leave free
 
     def resolved(self, decoder: bool) -> "BenchConfig":
         runs = self.runs if self.runs is not None else (5 if decoder else 50)
@@ -69,6 +81,7 @@ class _Run:
     prepared: Prepared | None = None
     generator: Generator | None = None
     samples_ms: list[float] = field(default_factory=list)
+    rounds: list[list[float]] = field(default_factory=list)  # samples_ms, round by round
     prefill_ms: list[float] = field(default_factory=list)
     run_tokens_per_s: list[float] = field(default_factory=list)
 
@@ -103,15 +116,20 @@ class Harness:
         self.variants = [v if isinstance(v, Variant) else get_variant(v) for v in self.config.variants]
         self.runs = [_Run(v.name, VariantResult(name=v.name, status="ok")) for v in self.variants]
         self.notes: list[str] = []
-        self.input_sets = self._input_sets()
+        self.plan: InputPlan | None = None  # chosen when the run starts (runs the original model)
+        self.input_sets: list[tuple] = [workload.example_inputs]
+        self.machine = MachineWatch(device, self.config.load_probe_s, self.config.size_threads)
+        self.reference_problem: str | None = None  # NaN/Inf in the reference's own output
         self.prompt = random_prompt(self.decoder.batch, self.decoder.prompt_len, self.decoder.vocab_size, 0, device) if self.decoder else None
 
     # ---- stages -------------------------------------------------------------------------
 
     def run(self) -> BenchReport:
-        with torch.no_grad():
+        with torch.no_grad(), self.machine.sized():
+            self._plan_inputs()
             self._prepare_all()
-            self._time_all()
+            with self.machine.timing():
+                self._time_all()
             self._measure_memory()
             self._measure_energy()
             if self.config.check:
@@ -120,6 +138,7 @@ class Harness:
             ops = self._op_breakdown() if self.config.op_breakdown else []
             workload_info = self._workload_info()
         self._finish(roof)
+        self._note_machine()
         return BenchReport(
             workload=workload_info,
             device=self.device_report,
@@ -131,6 +150,12 @@ class Harness:
             versions=software_versions(),
             notes=self.notes,
         )
+
+    def _plan_inputs(self) -> None:
+        self.progress("choosing held-out inputs", 0.0)
+        self.plan = plan_inputs(self.workload, self.config.input_sets, self.config.shape_check and self.config.check)
+        self.input_sets = self.plan.rotation
+        self.notes += self.plan.notes
 
     def _prepare_all(self) -> None:
         for i, (variant, run) in enumerate(zip(self.variants, self.runs)):
@@ -164,7 +189,7 @@ class Harness:
 
     def _time_all(self) -> None:
         total = self.config.runs
-        chunk = 1 if self.decoder else min(10, total)
+        chunk = 1 if self.decoder else max(1, min(MAX_CALLS_A_ROUND, total // ROUNDS))
         rounds = math.ceil(total / chunk)
         for r in range(rounds):
             count = min(chunk, total - r * chunk)
@@ -181,17 +206,20 @@ class Harness:
 
     def _time_chunk(self, run: _Run, count: int, offset: int) -> None:
         if not self.decoder:
-            run.samples_ms += time_calls(lambda i: self._one_unit(run, offset + i), count, self.device)
-            return
-        for _ in range(count):
-            clock = StepClock(self.device)
-            clock.mark()
-            self._one_unit(run, 0, clock)
-            intervals = clock.intervals_ms()  # [prefill, step 1, ..., step n-1]
-            steps = intervals[1:]
-            run.prefill_ms.append(intervals[0])
-            run.samples_ms += steps
-            run.run_tokens_per_s.append(self.decoder.batch * len(steps) / (sum(steps) / 1e3))
+            samples = time_calls(lambda i: self._one_unit(run, offset + i), count, self.device)
+        else:
+            samples = []
+            for _ in range(count):
+                clock = StepClock(self.device)
+                clock.mark()
+                self._one_unit(run, 0, clock)
+                intervals = clock.intervals_ms()  # [prefill, step 1, ..., step n-1]
+                steps = intervals[1:]
+                run.prefill_ms.append(intervals[0])
+                samples += steps
+                run.run_tokens_per_s.append(self.decoder.batch * len(steps) / (sum(steps) / 1e3))
+        run.samples_ms += samples
+        run.rounds.append(samples)
 
     def _measure_memory(self) -> None:
         for run in self.runs:
@@ -250,7 +278,7 @@ class Harness:
     # ---- correctness ---------------------------------------------------------------------
 
     def _check_correctness(self) -> None:
-        outputs: dict[str, list[torch.Tensor]] = {}
+        outputs: dict[str, list[Any]] = {}  # each variant's output per held-out set (decoders: one)
         for run in self.runs:
             if not run.ok:
                 continue
@@ -259,24 +287,88 @@ class Harness:
                 outputs[run.name] = self._check_outputs(run)
             except Exception as exc:  # noqa: BLE001
                 run.fail(exc, "correctness run")
-        reference_name = next(iter(outputs), None)
+                _free_cuda(self.device)
+        if not outputs:
+            return
+        reference_run = next(run for run in self.runs if run.name in outputs)
+        reference = outputs[reference_run.name]
+        self.reference_problem = check_reference(reference)
+        if self.reference_problem:
+            self.notes.append(self.reference_problem)
+        shape_reference = self._shape_reference(reference_run)
         for run in self.runs:
-            if run.name not in outputs:
-                continue
-            if run.name == reference_name:
-                run.result.correctness = Correctness(self._metric(), None, True, None, {"role": "reference"})
-            else:
-                run.result.correctness = compare(self._metric(), outputs[reference_name], outputs[run.name], self.config.threshold, self.config.tolerances)
-                run.result.correctness.details["reference"] = reference_name
+            if run is reference_run:
+                run.result.correctness = self._reference_correctness()
+            elif run.name in outputs:
+                run.result.correctness = self._verify(run, reference_run.name, reference, outputs[run.name], shape_reference)
+
+    def _reference_correctness(self) -> Correctness:
+        details: dict[str, Any] = {"role": "reference", "shape_check": self.plan.shape.details()}
+        if self.reference_problem:
+            details["error"] = self.reference_problem
+        return Correctness(self._metric(), None, self.reference_problem is None, None, details, status="reference")
+
+    def _verify(self, run: _Run, reference_name: str, reference: list[Any], outputs: list[Any], shape_reference: Any) -> Correctness:
+        """The variant's outputs against the reference's, leaf by leaf, then at the other shape."""
+        if self.reference_problem:
+            result = Correctness(self._metric(), None, False, None, {"error": self.reference_problem})
+        else:
+            pairs = [(ref, self._as_reference_structure(run, ref, out)) for ref, out in zip(reference, outputs)]
+            result = compare_sets(self._metric(), pairs, self.config.threshold, self.config.tolerances)
+            if result.passed and shape_reference is not None:
+                self._verify_other_shape(run, shape_reference, result)
+        result.details["reference"] = reference_name
+        result.details.setdefault("shape_check", self.plan.shape.details())
+        if not result.passed and not run.result.reason:
+            run.result.reason = f"verification: {result.details.get('error', 'failed')}"
+        return result
+
+    def _shape_reference(self, reference_run: _Run) -> Any:
+        """The reference variant's output at the other batch size; None where none is checked."""
+        shape = self.plan.shape
+        if shape.batch is None or self.reference_problem:
+            return None
+        try:
+            return self._call_on_cpu(reference_run, shape.inputs)
+        except Exception as exc:  # noqa: BLE001
+            self.plan.shape = ShapeCheck(said=f"not checked: the reference variant {reference_run.name} fails at batch {shape.batch}: {_describe(exc)}")
+            return None
+
+    def _verify_other_shape(self, run: _Run, reference: Any, result: Correctness) -> None:
+        shape = self.plan.shape
+        try:
+            output = self._call_on_cpu(run, shape.inputs)
+        except Exception as exc:  # noqa: BLE001 - a candidate that only runs at the example's shape
+            _free_cuda(self.device)
+            error = f"fails at batch {shape.batch}, which the original accepts: {_describe(exc)}"
+        else:
+            check = compare(self._metric(), reference, self._as_reference_structure(run, reference, output), self.config.threshold, self.config.tolerances)
+            error = "" if check.passed else f"at batch {shape.batch}: {check.details.get('error', 'differs')}"
+        result.details["shape_check"] = shape.details(passed=not error)
+        if error:
+            result.passed = False
+            result.details["error"] = error
+
+    def _call_on_cpu(self, run: _Run, inputs: tuple) -> Any:
+        """One call's output with its tensors copied to the CPU (a CUDA graph's outputs are
+        overwritten by the next replay)."""
+        return tree_map(lambda leaf: leaf.detach().to("cpu", copy=True) if isinstance(leaf, torch.Tensor) else leaf, run.prepared.call(*inputs))
+
+    @staticmethod
+    def _as_reference_structure(run: _Run, reference: Any, output: Any) -> Any:
+        """ONNX Runtime sessions return the model's tensors as one flat tuple: put back in the
+        reference's structure before comparing leaf by leaf."""
+        from agnitra.ort.session import OrtModule
+
+        return renest(reference, output) if isinstance(run.prepared.call, OrtModule) else output
 
     def _metric(self) -> str:
         return "logits" if self.decoder else self.workload.comparison
 
-    def _check_outputs(self, run: _Run) -> list[torch.Tensor]:
+    def _check_outputs(self, run: _Run) -> list[Any]:
         if self.decoder:
-            return [torch.cat([run.generator.teacher_forced_logits(prompt, reference) for prompt, reference in self._check_windows()], dim=1)]
-        leaves = [run.prepared.outputs(run.prepared.call(*chunk)) for chunk in self._check_batches()]
-        return [torch.cat([leaf[i].detach().to("cpu") for leaf in leaves]) for i in range(len(leaves[0]))]
+            return [torch.cat([run.generator.teacher_forced_logits(prompt, reference) for prompt, reference in self._check_windows()], dim=1).to("cpu")]
+        return [self._call_on_cpu(run, inputs) for inputs in self.plan.held_out]
 
     def _check_windows(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(prompt, teacher tokens) windows covering `check_positions` decode positions: the first
@@ -293,13 +385,6 @@ class Harness:
         n, length = len(self._check_windows()), self.decoder.max_new_tokens
         windows = f" ({n} prompts x {length})" if n > 1 else ""
         return f"teacher-forced logits over {n * length} positions{windows} x batch {self.decoder.batch}"
-
-    def _check_batches(self) -> list[tuple]:
-        """Held-out inputs in chunks of the benchmark batch (no recompilation for new shapes)."""
-        data = self.workload.check_inputs or self.workload.inputs(HELD_OUT_SEED)
-        batch = self.workload.batch
-        n = data[0].shape[0]
-        return [tuple(t[i : i + batch] for t in data) for i in range(0, n - n % batch or n, batch)]
 
     # ---- roofline and operators -------------------------------------------------------------
 
@@ -335,11 +420,16 @@ class Harness:
     # ---- assembly ------------------------------------------------------------------------
 
     def _finish(self, roof) -> None:
+        reference = next((run for run in self.runs if run.ok and run.rounds), None)
         for run in self.runs:
             if not run.ok or not run.samples_ms:
                 continue
             res = run.result
             res.latency_ms = summarize(run.samples_ms)
+            res.round_ms = run.rounds
+            if run is not reference:
+                verdict = faster_beyond_noise(reference.rounds, run.rounds)
+                res.speedup_interval, res.faster_beyond_noise = verdict.interval(), verdict.faster
             if self.decoder:
                 tps = float(np.median(run.run_tokens_per_s))
                 res.throughput = Throughput(tps, "tokens/s")
@@ -358,13 +448,18 @@ class Harness:
             elif roof:
                 res.roofline_fraction = roof.floor_ms / res.latency_ms.median
 
-    def _input_sets(self) -> list[tuple]:
-        if self.decoder:
-            return [self.workload.example_inputs]
-        sets = [self.workload.example_inputs]
-        if self.workload.make_inputs:
-            sets += [self.workload.inputs(seed) for seed in range(1, self.config.input_sets)]
-        return sets
+    def _round_cvs(self) -> dict[str, float | None]:
+        return {run.name: round_cv(run.rounds) for run in self.runs if run.ok and run.rounds}
+
+    def _note_machine(self) -> None:
+        note = self.machine.note(self._round_cvs())
+        if note:
+            self.notes.append(note)
+
+    def _verification(self) -> dict[str, Any]:
+        """What correctness was checked on, for the report's conditions."""
+        held_out = self._check_description() if self.decoder else self.plan.held_out_said
+        return {"held_out": held_out, "other_shape": self.plan.shape.said, "reference_problem": self.reference_problem}
 
     def _workload_info(self) -> dict[str, Any]:
         w = self.workload
@@ -404,9 +499,12 @@ class Harness:
             "interleaved": True,
             "timer": "cuda events" if self.device.type == "cuda" else "perf_counter",
             "input_sets": len(self.input_sets),
-            "threads": torch.get_num_threads(),
+            "threads": self.machine.threads,
             "peak_memory": getattr(self, "memory_kind", None),
+            "machine": self.machine.conditions(self._round_cvs()),
         }
+        if c.check and self.plan is not None:
+            cond["verification"] = self._verification()
         if self.decoder:
             cond.update(
                 mode="decode",

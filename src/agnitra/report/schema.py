@@ -36,7 +36,9 @@ class Correctness:
     value: float | None
     passed: bool
     threshold: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)  # on a failure, "error": why, naming the output's leaf
+    # compared | not compared (the output has no tensors or numbers: never passed) | reference
+    status: str = "compared"
 
 
 @dataclass
@@ -82,6 +84,11 @@ class VariantResult:
     decode: DecodeStats | None = None
     power_w: float | None = None  # mean board power during the energy pass (NVML)
     utilization: float | None = None  # mean GPU utilisation in percent (0-100) during the energy pass
+    round_ms: list[list[float]] = field(default_factory=list)  # the timed samples of each interleaved round
+    # against the reference (the first variant), from the paired rounds (agnitra.bench.noise):
+    # [low, high] of the speedup's confidence interval, and whether it is faster beyond the noise
+    speedup_interval: list[float] | None = None
+    faster_beyond_noise: bool | None = None
 
 
 @dataclass

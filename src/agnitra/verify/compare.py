@@ -1,19 +1,27 @@
-"""How two outputs of one workload are compared: named metrics with thresholds.
+"""How two outputs of one workload are compared: leaf by leaf, with named metrics and thresholds.
 
-Every comparator takes the reference and candidate outputs as lists of tensors (the tensor
-leaves of the model's output) and returns a `Correctness`. NaN or Inf in the candidate fails.
-Thresholds default per metric and dtype (`default_threshold`) and can be overridden.
+`compare` takes the reference's and a candidate's outputs, of any structure (tensors, tuples,
+lists, dicts, ModelOutputs, numbers, strings, None: agnitra.verify.leaves); `compare_sets` the
+outputs of several held-out input sets at once, each leaf's values pooled over the sets. A
+structure that differs fails with the path of the leaf. Floating leaves: the named metric
+(rel_error, cosine, top1, logits; `COMPARATORS`) judges the main leaf, the first floating one (for
+the row metrics, the first with rows of two or more values); every other floating leaf must be
+within a relative L2 error, the threshold under rel_error and `OTHER_LEAF_MAX_ERROR` under the
+others. Integer and bool leaves must match exactly. NaN/Inf in the candidate fails; in the
+reference nothing can be verified (`check_reference`). An output with no tensor or number is
+"not compared", never passed. Thresholds default per metric and dtype (`default_threshold`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from agnitra.report.schema import Correctness
+from agnitra.verify.leaves import StructureMismatch, comparable_leaves, is_exact, nonfinite_count, paired_leaves
 
 Comparator = Callable[[list[torch.Tensor], list[torch.Tensor], float | None], Correctness]
 COMPARATORS: dict[str, Comparator] = {}
@@ -24,6 +32,13 @@ REL_ERROR_BY_DTYPE = {torch.float32: 1e-3, torch.float64: 1e-6, torch.float16: 1
 MIN_COSINE = 0.99  # embeddings: mean cosine similarity
 MIN_TOP1 = 0.9  # classifiers: fraction of rows with the same argmax
 MIN_SQNR_DB = 20.0  # decoders: logit signal-to-quantisation-noise ratio
+# floating leaves besides the main one, under a metric other than rel_error: within 10% relative
+# L2 error (20 dB SQNR, the decoders' bar), so a quantised model's extra outputs are judged as
+# leniently as its main one
+OTHER_LEAF_MAX_ERROR = 0.1
+ROW_METRICS = ("cosine", "top1", "logits")
+NOT_COMPARED = "not compared: the output has no tensors or numbers"
+LISTED_LEAVES = 20  # per-leaf values kept in the details
 
 
 @dataclass(frozen=True)
@@ -51,38 +66,142 @@ def register_comparator(name: str):
     return wrap
 
 
-def compare(metric: str, reference: list[torch.Tensor], candidate: list[torch.Tensor], threshold: float | None = None, tolerances: Tolerances | None = None) -> Correctness:
+@dataclass
+class _Leaf:
+    """One leaf's values over all sets, as rows [N, last dim] on the CPU in their own dtypes."""
+
+    reference: torch.Tensor
+    candidate: torch.Tensor
+    number: bool  # Python numbers: floats are judged as the float32 values they mostly come from
+
+
+Pooled = dict[str, _Leaf]  # by path
+
+
+def compare(metric: str, reference: Any, candidate: Any, threshold: float | None = None, tolerances: Tolerances | None = None) -> Correctness:
+    """The candidate's output against the reference's, leaf by leaf."""
+    return compare_sets(metric, [(reference, candidate)], threshold, tolerances)
+
+
+def compare_sets(metric: str, outputs: list[tuple[Any, Any]], threshold: float | None = None, tolerances: Tolerances | None = None) -> Correctness:
+    """(reference, candidate) outputs of several input sets, each leaf pooled over the sets."""
     if metric not in COMPARATORS:
         raise ValueError(f"unknown comparison '{metric}'; known: {', '.join(sorted(COMPARATORS))}")
-    problem = _structure_problem(reference, candidate)
-    if problem:
-        return Correctness(metric, None, False, threshold, {"error": problem})
-    nonfinite = sum(int((~torch.isfinite(c)).sum()) for c in candidate if c.is_floating_point())
-    if nonfinite:
-        return Correctness(metric, None, False, threshold, {"error": f"{nonfinite} NaN/Inf values in the output"})
     if threshold is None and tolerances is not None:
         threshold = tolerances.threshold(metric)
-    result = COMPARATORS[metric](reference, candidate, threshold)
+    try:
+        pooled = _pooled(outputs)
+    except StructureMismatch as exc:
+        return _failed(metric, threshold, str(exc))
+    if not pooled:
+        return Correctness(metric, None, False, threshold, {"error": NOT_COMPARED}, status="not compared")
+    problem = _reference_problem([leaf.reference for leaf in pooled.values()]) or _nonfinite_candidate(pooled) or _inexact(pooled)
+    if problem:
+        return _failed(metric, threshold, problem)
+    result = _judge(metric, pooled, threshold)
+    result.details.update(leaves=len(pooled), sets=len(outputs))
     agreement = result.details.get("token_agreement")
     if tolerances and tolerances.min_token_agreement is not None and agreement is not None and agreement < tolerances.min_token_agreement:
         result.passed = False
-        result.details["failed"] = f"next-token agreement {agreement:.3f} < {tolerances.min_token_agreement}"
+        result.details["failed"] = result.details["error"] = f"next-token agreement {agreement:.3f} < {tolerances.min_token_agreement}"
     return result
+
+
+def check_reference(outputs: Any) -> str | None:
+    """Why no candidate can be verified against these outputs of the original model (NaN/Inf in
+    them), or None. `outputs`: one output of any structure, or a list of them (held-out sets)."""
+    return _reference_problem([t for _, t in comparable_leaves(outputs)])
+
+
+def _reference_problem(tensors: list[torch.Tensor]) -> str | None:
+    bad = sum(nonfinite_count(t) for t in tensors)
+    if not bad:
+        return None
+    return f"the original model's output has {bad} NaN/Inf values on the held-out inputs; no candidate can be verified against it"
+
+
+def _failed(metric: str, threshold: float | None, error: str) -> Correctness:
+    return Correctness(metric, None, False, threshold, {"error": error})
+
+
+def _pooled(outputs: list[tuple[Any, Any]]) -> Pooled:
+    by_path: dict[str, list] = {}
+    for reference, candidate in outputs:
+        for pair in paired_leaves(reference, candidate):
+            by_path.setdefault(pair.path, []).append(pair)
+    return {
+        path: _Leaf(_rows_of([p.reference for p in pairs]), _rows_of([p.candidate for p in pairs]), pairs[0].number)
+        for path, pairs in by_path.items()
+    }
+
+
+def _rows_of(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """One leaf's values over the sets as rows [N, last dim] on the CPU, in their own dtype."""
+    width = {t.shape[-1] if t.dim() else 1 for t in tensors}
+    columns = width.pop() if len(width) == 1 else 1
+    return torch.cat([t.detach().to("cpu").reshape(-1, columns) for t in tensors])
+
+
+def _nonfinite_candidate(pooled: Pooled) -> str | None:
+    for path, leaf in pooled.items():
+        bad = nonfinite_count(leaf.candidate)
+        if bad:
+            return f"{path}: {bad} NaN/Inf values in the output"
+    return None
+
+
+def _inexact(pooled: Pooled) -> str | None:
+    for path, leaf in pooled.items():
+        if is_exact(leaf.reference):
+            differ = int((leaf.reference != leaf.candidate).sum())
+            if differ:
+                return f"{path}: {differ} of {leaf.reference.numel()} values differ (integer and bool outputs must match exactly)"
+    return None
+
+
+def _judge(metric: str, pooled: Pooled, threshold: float | None) -> Correctness:
+    """The named metric on the main floating leaf, relative L2 error on the others."""
+    floating = {path: leaf for path, leaf in pooled.items() if not is_exact(leaf.reference)}
+    main = _main_leaf(metric, floating)
+    if main is None:  # no leaf the row metric applies to: every floating leaf by relative error
+        metric, threshold = ("rel_error", None) if metric in ROW_METRICS else (metric, threshold)
+        main = next(iter(floating), None)
+    if main is None:  # integers and bools only, all equal
+        return Correctness(metric, None, True, threshold, {"exact_leaves": len(pooled)})
+    results = {path: _leaf(metric if path == main else "rel_error", leaf, threshold if path == main or metric == "rel_error" else OTHER_LEAF_MAX_ERROR) for path, leaf in floating.items()}
+    result = results[main]
+    if metric == "rel_error":  # every leaf under the same metric: the worst one speaks
+        result = max(results.values(), key=lambda r: r.value)
+    failed = next((path for path, r in results.items() if not r.passed), None)
+    if failed:
+        result.passed = False
+        result.details["error"] = f"{failed}: {_shortfall(results[failed])}"
+    if len(results) > 1:
+        result.details["leaf_values"] = {path: r.value for path, r in list(results.items())[:LISTED_LEAVES]}
+    return result
+
+
+def _main_leaf(metric: str, floating: Pooled) -> str | None:
+    if metric not in ROW_METRICS:
+        return next(iter(floating), None)
+    return next((path for path, leaf in floating.items() if leaf.reference.shape[-1] >= 2), None)
+
+
+def _leaf(metric: str, leaf: _Leaf, threshold: float | None) -> Correctness:
+    if threshold is None and leaf.number:
+        threshold = default_threshold(metric, torch.float32)
+    return COMPARATORS[metric]([leaf.reference], [leaf.candidate], threshold)
+
+
+def _shortfall(result: Correctness) -> str:
+    below = "<" if result.metric in ROW_METRICS else ">"
+    return f"{result.metric} {result.value:.4g} {below} {result.threshold:.4g}"
 
 
 def default_threshold(metric: str, *dtypes: torch.dtype) -> float:
     if metric == "rel_error":
         return max(REL_ERROR_BY_DTYPE.get(d, 1e-3) for d in dtypes) if dtypes else 1e-3
     return {"cosine": MIN_COSINE, "top1": MIN_TOP1, "logits": MIN_SQNR_DB}[metric]
-
-
-def _structure_problem(reference: list[torch.Tensor], candidate: list[torch.Tensor]) -> str:
-    if len(reference) != len(candidate):
-        return f"output has {len(candidate)} tensors, reference {len(reference)}"
-    for i, (r, c) in enumerate(zip(reference, candidate)):
-        if tuple(r.shape) != tuple(c.shape):
-            return f"output {i} has shape {tuple(c.shape)}, reference {tuple(r.shape)}"
-    return ""
 
 
 def _flat64(tensors: list[torch.Tensor]) -> torch.Tensor:

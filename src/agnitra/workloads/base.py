@@ -91,9 +91,12 @@ class Workload:
         return torch.float32
 
     def inputs(self, seed: int | None = None) -> tuple:
-        """Example inputs, or fresh ones of the same shapes when a seed is given and possible."""
-        if seed is None or self.make_inputs is None:
+        """Example inputs, or fresh ones of the same shapes when a seed is given: the workload's
+        own `make_inputs`, else inputs derived from the example ones (`like_inputs`)."""
+        if seed is None:
             return self.example_inputs
+        if self.make_inputs is None:
+            return like_inputs(self.example_inputs, seed)
         return self.make_inputs(seed)
 
     def param_count(self) -> int:
@@ -111,3 +114,38 @@ def tensor_leaves(tree: Any) -> list[torch.Tensor]:
     if hasattr(tree, "to_tuple") and callable(tree.to_tuple):  # transformers.ModelOutput
         tree = tree.to_tuple()
     return list(_tensors(tree))
+
+
+def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -> Any:
+    """Fresh inputs like `example`, seeded: same structure, shapes, dtypes and devices.
+
+    Floating tensors get normal values with each tensor's own mean and std, kept within its range
+    where the example has one sign (images in [0, 1], positive scales); integer and bool tensors
+    get uniform values within the example's [min, max] (token ids stay in the vocabulary, an
+    all-ones mask stays all ones); other leaves are kept. `batch=(old, new)` also resizes dim 0
+    of every tensor whose dim 0 is `old` to `new` (another shape of the same inputs).
+    """
+    generator = torch.Generator().manual_seed(seed)
+
+    def fresh(leaf: Any) -> Any:
+        if not isinstance(leaf, torch.Tensor) or leaf.is_complex() or leaf.numel() == 0:
+            return leaf
+        shape = list(leaf.shape)
+        if batch is not None and shape and shape[0] == batch[0]:
+            shape[0] = batch[1]
+        return _values_like(leaf.detach().cpu(), shape, generator).to(leaf.device)
+
+    return torch.utils._pytree.tree_map(fresh, example)
+
+
+def _values_like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
+    low, high = example.min(), example.max()
+    if not example.is_floating_point():  # integers and bools: uniform in the example's range
+        values = torch.randint(int(low), int(high) + 1, shape, generator=generator)
+        return values.to(example.dtype)
+    wide = example.double()
+    std = wide.std().item() if example.numel() > 1 else 0.0
+    values = torch.randn(shape, generator=generator, dtype=torch.float64) * std + wide.mean().item()
+    if low >= 0 or high <= 0:  # one sign: keep the example's range
+        values = values.clamp(low.item(), high.item())
+    return values.to(example.dtype)
