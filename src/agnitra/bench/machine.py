@@ -22,6 +22,8 @@ BUSY_SHARE = 0.25  # other processes using a quarter of the cores (at least half
 BUSY_MIN_CORES = 0.5
 BUSY_GPU_PERCENT = 10.0  # the GPU's utilisation while this process launched nothing
 NOISY_CV = 0.10  # round-to-round variation of a variant's medians past which timings are noisy
+# timed rounds shorter than this are not metered: CPU times tick in 10 ms steps (the probe speaks)
+MIN_METERED_S = 0.2
 
 
 @dataclass
@@ -56,7 +58,8 @@ class MachineWatch:
         try:
             yield
         finally:
-            self.during = meter.stop()
+            load = meter.stop()
+            self.during = load if load.seconds >= MIN_METERED_S else None
 
     def conditions(self, round_cv: dict[str, float | None]) -> dict[str, Any]:
         load = self.during or self.before
