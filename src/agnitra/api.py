@@ -7,6 +7,7 @@ from typing import Sequence
 
 import torch
 
+from agnitra import arguments
 from agnitra.bench.harness import BenchConfig, Progress
 from agnitra.bench.harness import benchmark as run_harness
 from agnitra.config import Settings, load_settings
@@ -31,6 +32,8 @@ def describe_device(device: torch.device, settings: Settings | None = None, refr
 
 def profile(model, example_inputs=None, *, device=None, runs: int = 50, warmup: int = 5, settings: Settings | None = None, **load_options) -> ProfileReport:
     """Operator table, latency, peak memory and NVML telemetry of one workload."""
+    _check_repeats(runs, warmup)
+    _check_load_options(device, load_options)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     return profile_workload(workload, dev, describe_device(dev, settings), runs=runs, warmup=warmup)
 
@@ -53,16 +56,17 @@ def benchmark(
     **load_options,
 ) -> BenchReport:
     """Measure several variants of one workload side by side in one interleaved run."""
-    if runs is not None and runs < 1 or warmup is not None and warmup < 0:
-        raise UserError("--runs must be at least 1 and --warmup at least 0")
-    from agnitra.bench.variants import Variant, get_variant
+    from agnitra.bench.variants import Variant
 
     names = [v if isinstance(v, Variant) else v.strip() for v in variants if isinstance(v, Variant) or v.strip()]
     if not names:
         raise UserError("no variants given; e.g. --variants eager,compile")
-    for name in names:
-        if not isinstance(name, Variant):
-            get_variant(name)  # unknown names fail before anything is built
+    arguments.each_one_of("--variants", [n for n in names if not isinstance(n, Variant)], _variant_names(), "variant")
+    _check_repeats(runs, warmup)
+    arguments.non_negative("--temperature", temperature)
+    arguments.count("--top-k", top_k)
+    arguments.positive("--threshold", threshold)
+    _check_load_options(device, load_options)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold)
     return run_harness(workload, dev, describe_device(dev, settings), config, progress)
@@ -70,6 +74,8 @@ def benchmark(
 
 def inspect(model, example_inputs=None, *, device=None, runs: int = 10, warmup: int = 3, timed: bool = True, settings: Settings | None = None, **load_options) -> InspectReport:
     """Capture the graph, annotate costs and measured time, roll up hotspots, compute the signature."""
+    _check_repeats(runs, warmup)
+    _check_load_options(device, load_options)
     import datetime as dt
 
     from agnitra.ir import annotate_bounds, capture_workload, module_hotspots, signature
@@ -121,6 +127,12 @@ def write_reports(report: BenchReport | ProfileReport | InspectReport, out_dir: 
 
 def tune_matmul(shape: tuple[int, int, int], *, dtype: str = "bf16", runs: int = 20, device=None, kernel: str = "matmul", force: bool = True, max_trials: int = 40, progress=None, settings: Settings | None = None):
     """Autotune the matmul template for one problem; the result is cached for this device."""
+    for size in shape:
+        arguments.count("--dim/--shape", size)
+    arguments.one_of("--dtype", dtype, ("bf16", "fp16", "fp32"))
+    arguments.count("--runs", runs)
+    arguments.count("--max-trials", max_trials)
+    _check_device(device)
     from agnitra.kernels.tune_matmul import tune_matmul as run
     from agnitra.kernels.tuning_cache import TuningCache
 
@@ -134,18 +146,9 @@ def tune_matmul(shape: tuple[int, int, int], *, dtype: str = "bf16", runs: int =
 OBJECTIVES = ("latency", "throughput", "memory", "energy")
 
 
-def parse_duration(text: str | float | int) -> float:
-    """'10m', '90s', '1h', '300' -> seconds."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    raw = str(text).strip().lower()
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if raw and raw[-1] in units:
-            return float(raw[:-1]) * units[raw[-1]]
-        return float(raw)
-    except ValueError:
-        raise UserError(f"bad duration '{text}'; write e.g. 90s, 10m or 1h") from None
+def parse_duration(text: str | float | int, flag: str = "a duration") -> float:
+    """'10m', '90s', '1h', '300' -> seconds; > 0."""
+    return arguments.duration(flag, text)
 
 
 def default_peers(workload: Workload, device: torch.device) -> list[str]:
@@ -183,6 +186,16 @@ def optimize(
     The answer is never slower than the baseline: when no candidate beats it in the final
     interleaved run, the original model is returned and the report says so.
     """
+    arguments.one_of("--objective", objective, OBJECTIVES, "objective")
+    arguments.duration("--budget", budget)
+    arguments.duration("--candidate-timeout", candidate_timeout)
+    arguments.positive("--max-error", max_error)
+    arguments.fraction("--min-cosine", min_cosine)
+    arguments.fraction("--min-token-agreement", min_token_agreement)
+    arguments.finite("--min-sqnr", min_sqnr_db)
+    arguments.count("--check-positions", check_positions)
+    arguments.each_one_of("--peers", peers, _variant_names(), "variant")
+    _check_load_options(device, load_options)
     from agnitra.search.budget import Budget
 
     clock = Budget(parse_duration(budget))  # the whole run counts, loading the model included
@@ -238,3 +251,49 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         write_reports(result.report, folder.path)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
         optimized.save(folder.path)  # + what load() needs to rebuild the model
     return optimized
+
+
+# ---- arguments, checked before any work (agnitra.arguments holds the rules) ----------------------
+
+
+def _check_repeats(runs: int | None, warmup: int | None) -> None:
+    arguments.count("--runs", runs)
+    arguments.count("--warmup", warmup, minimum=0)
+
+
+def _check_device(device) -> None:
+    from agnitra.device import CHOICES
+
+    if isinstance(device, str):
+        arguments.one_of("--device", device.split(":")[0].strip().lower(), CHOICES, "device")
+
+
+def _check_load_options(device, load_options: dict) -> None:
+    """What every verb hands to prepare_workload: known names, each value in range."""
+    from inspect import signature
+
+    from agnitra.workloads.base import TaskKind
+    from agnitra.workloads.loaders import parse_input_shape
+    from agnitra.workloads.prepare import DTYPES
+    from agnitra.workloads.registry import SIZES
+
+    known = [name for name in signature(prepare_workload).parameters if name not in ("model", "example_inputs", "device")]
+    unknown = sorted(set(load_options) - set(known))
+    if unknown:
+        raise UserError(f"unknown option(s) {', '.join(unknown)}; the model options are: {', '.join(known)}")
+    _check_device(device)
+    dtype = load_options.get("dtype")
+    arguments.one_of("--dtype", dtype.lower() if isinstance(dtype, str) else dtype, DTYPES, "dtype")
+    for name in ("batch", "seq_len", "tokens"):
+        arguments.count("--" + name.replace("_", "-"), load_options.get(name))
+    arguments.one_of("--task", load_options.get("task"), [kind.value for kind in TaskKind], "task")
+    arguments.one_of("--size", load_options.get("size"), SIZES, "size")
+    for text in load_options.get("input_shapes") or ():
+        parse_input_shape(text)
+
+
+def _variant_names() -> list[str]:
+    import agnitra.bench.variants  # noqa: F401  (registers the built-in variants)
+    from agnitra.bench.variants.base import VARIANTS
+
+    return list(VARIANTS)

@@ -1,30 +1,65 @@
 """`agnitra`: one entry point, subcommands over the SDK in agnitra.api.
 
-User errors end in one line on stderr and exit code 2; `--debug` shows the traceback. Progress
-goes to stderr so `--json` leaves stdout a single JSON document.
+User errors, usage errors included, end in one line on stderr and exit code 2; `--debug` shows the
+traceback. Ctrl-C and SIGTERM end in one line and exit 130 and 143. While a command works, what
+libraries print goes to a log file (the run folder's agnitra.log, else logs/last.log under the
+cache dir; `--verbose` copies it to stderr), so `--json` leaves stdout a single JSON document.
+Progress bars only on a terminal; off one, tables print as tab-separated rows.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from agnitra import arguments
+from agnitra.console_io import UserStreams, library_output_to, log_path
 from agnitra.errors import AgnitraError, UserError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Agnitra: measure, optimize and verify PyTorch models for inference.")
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="Agnitra: measure, optimize and verify PyTorch models for inference. Any command also takes --verbose (library logs on stderr as well as in the log file) and --debug (tracebacks).",
+)
 zoo_app = typer.Typer(no_args_is_help=True, help="Built-in workloads.")
 app.add_typer(zoo_app, name="zoo")
 
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
+GLOBAL_FLAGS = ("--debug", "--verbose")
+# click's ClickException as the installed typer raises it: typer >= 0.2x vendors click
+# (typer._click), older typer uses the click package; typer.BadParameter derives from it either way
+_CLICK_EXCEPTION = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+@dataclass
+class _Session:
+    """What one `main()` call's commands share: where our output goes, and what to say on Ctrl-C."""
+
+    streams: UserStreams
+    argv: list[str] = field(default_factory=list)
+    verbose: bool = False
+    interrupt_note: str = "interrupted"
+
+
+def _consoles(streams: UserStreams) -> tuple[Console, Console]:
+    """Results on the user's stdout, messages on their stderr; off a terminal lines are not wrapped."""
+    stdout_tty, stderr_tty = streams.stdout.isatty(), streams.stderr.isatty()
+    return Console(file=streams.stdout, soft_wrap=not stdout_tty), Console(file=streams.stderr, soft_wrap=True, force_terminal=None if stderr_tty else False)
+
+
+_session = _Session(UserStreams(sys.stdout, sys.stderr))
+out, err = _consoles(_session.streams)
 
 DeviceOpt = typer.Option(None, "--device", help="cpu | cuda | auto (default: AGNITRA_DEVICE, else auto)")
 DtypeOpt = typer.Option(None, "--dtype", help="fp32 | fp16 | bf16 (default: the workload's own for the device)")
@@ -35,12 +70,25 @@ TaskOpt = typer.Option(None, "--task", help="lm | encoder | embedding | classifi
 TokensOpt = typer.Option(None, "--tokens", help="decoders: new tokens per generation")
 SizeOpt = typer.Option("full", "--size", help="zoo workloads: full, or tiny (every dimension shrunk, for smoke tests)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
-OutOpt = typer.Option(None, "--out", help="write report.json, metrics.csv and report.html here")
+PickleOpt = typer.Option(False, "--allow-pickle", help="load pickled objects from the model file: this runs code from it; only for files you trust")
+OutOpt = typer.Option(None, "--out", help="write report.json, metrics.csv and report.html here (and agnitra.log, what libraries printed)")
+
+
+@contextmanager
+def _working(out_dir: Optional[Path], show_progress: bool):
+    """The work of a command: what libraries print goes to the log, a progress bar on a terminal."""
+    from agnitra.config import load_settings
+
+    path = log_path(out_dir, load_settings().cache_path)
+    echo_to = _session.streams.stderr if _session.verbose else None
+    with library_output_to(path, f"agnitra {' '.join(_session.argv)} (pid {os.getpid()})", echo_to=echo_to):
+        with _progress(show_progress) as progress:
+            yield progress
 
 
 @contextmanager
 def _progress(enabled: bool):
-    if not enabled:
+    if not enabled or not err.is_terminal:
         yield None
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True) as bar:
@@ -55,9 +103,24 @@ def _emit(report, as_json: bool, out_dir: Optional[Path], render) -> None:
         paths = write_reports(report, out_dir)
         err.print(f"wrote {', '.join(str(p) for p in paths.values())}")
     if as_json:
-        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+        _print_json(report.to_dict())
     else:
         render(report)
+
+
+def _print_json(document) -> None:
+    out.file.write(json.dumps(document, indent=2) + "\n")
+    out.file.flush()
+
+
+def _show(table: Table) -> None:
+    """A table drawn on a terminal; elsewhere whole, as tab-separated rows."""
+    from agnitra.report.console import plain_rows
+
+    if out.is_terminal:
+        out.print(table)
+    else:
+        out.print(plain_rows(table), markup=False, highlight=False)
 
 
 @zoo_app.command("list")
@@ -68,13 +131,25 @@ def zoo_list() -> None:
     table = Table(title="Agnitra workload zoo", title_justify="left")
     for col, justify in (("name", "left"), ("task", "left"), ("params", "right"), ("description", "left")):
         table.add_column(col, justify=justify)
-    for entry in zoo_entries():
-        table.add_row(f"zoo:{entry.name}", entry.task.value, _millions(entry.count_params("full")), entry.description)
-    out.print(table)
+    with _working(None, show_progress=False):
+        rows = [(f"zoo:{entry.name}", entry.task.value, _millions(entry.count_params("full")), entry.description) for entry in zoo_entries()]
+    for row in rows:
+        table.add_row(*row)
+    _show(table)
 
 
 def _millions(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def _names(text: Optional[str]) -> Optional[list[str]]:
+    """A comma-separated flag as names; None when not given, [] when given empty (--peers "")."""
+    return None if text is None else [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _pickle(allow_pickle: bool) -> dict:
+    """--allow-pickle as a load option, passed only when given (the default is the loader's own: no)."""
+    return {"allow_pickle": True} if allow_pickle else {}
 
 
 @app.command()
@@ -89,6 +164,7 @@ def profile(
     size: str = SizeOpt,
     runs: int = typer.Option(50, "--runs", help="timed calls"),
     warmup: int = typer.Option(5, "--warmup", help="warm-up calls"),
+    allow_pickle: bool = PickleOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
@@ -96,10 +172,10 @@ def profile(
     from agnitra import api
     from agnitra.report.console import ops_table
 
-    with _progress(not as_json) as progress:
+    with _working(out_dir, not as_json) as progress:
         if progress:
             progress("loading and profiling", 0.1)
-        report = api.profile(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup)
+        report = api.profile(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, **_pickle(allow_pickle))
 
     def render(r) -> None:
         _print_device(r.device)
@@ -110,7 +186,7 @@ def profile(
             out.print(f"GPU: utilisation {r.nvml['utilization_mean']:.0f}%, power {r.nvml['power_mean_w']:.0f} W, energy {r.nvml['energy_j']:.2f} J ({r.nvml['energy_source']})")
         else:
             out.print(f"NVML: {r.nvml_reason}")
-        out.print(ops_table(r.ops, limit=20))
+        _show(ops_table(r.ops, limit=20))
 
     _emit(report, as_json, out_dir, render)
 
@@ -135,6 +211,7 @@ def bench(
     no_check: bool = typer.Option(False, "--no-check", help="skip the correctness comparison"),
     no_ops: bool = typer.Option(False, "--no-ops", help="skip the operator breakdown"),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="also measure a recipe against the variants: a recipe.json, or inline as 'int8-weight-only + compile(mode=reduce-overhead)' (repeatable)"),
+    allow_pickle: bool = PickleOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
@@ -149,11 +226,11 @@ def bench(
         for text in recipe:
             loaded = Recipe.load_or_parse(text)
             chosen.append(RecipeVariant(loaded, name=f"recipe: {loaded.name}"))
-    with _progress(not as_json) as progress:
+    with _working(out_dir, not as_json) as progress:
         report = api.benchmark(
             model, variants=chosen, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
             input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k,
-            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress,
+            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress, **_pickle(allow_pickle),
         )
     _emit(report, as_json, out_dir, _render_bench)
 
@@ -163,7 +240,7 @@ def _render_bench(report) -> None:
 
     _print_device(report.device)
     out.print(f"conditions: {json.dumps({k: v for k, v in report.conditions.items() if k != 'shapes'})}")
-    out.print(bench_table(report))
+    _show(bench_table(report))
     for summary in (decode_summary(report), weights_summary(report)):
         if summary:
             out.print(summary)
@@ -172,7 +249,7 @@ def _render_bench(report) -> None:
         out.print(f"roofline ({r.notes}): {r.flops / 1e9:.3f} GFLOP, {r.bytes / 1e6:.1f} MB compulsory -> floor {r.floor_ms:.4f} ms ({r.bound}-bound, {r.dtype})")
     if report.op_breakdown:
         unit = "decode step" if report.conditions.get("mode") == "decode" else "forward call"
-        out.print(ops_table(report.op_breakdown, limit=15, title=f"Operator breakdown of one {unit} (eager)"))
+        _show(ops_table(report.op_breakdown, limit=15, title=f"Operator breakdown of one {unit} (eager)"))
     for note in report.notes:
         out.print(f"[dim]note: {note}[/]")
 
@@ -201,13 +278,14 @@ def optimize(
     min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="mean cosine similarity required (embeddings)"),
     min_token_agreement: Optional[float] = typer.Option(None, "--min-token-agreement", help="decoders: next-token agreement required (teacher-forced)"),
     min_sqnr: Optional[float] = typer.Option(None, "--min-sqnr", help="decoders: logit SQNR in dB required against the original (default 20)"),
-    check_positions: Optional[int] = typer.Option(None, "--check-positions", min=1, help="decoders: teacher-forced positions verified (default: --tokens), in windows of --tokens"),
+    check_positions: Optional[int] = typer.Option(None, "--check-positions", help="decoders: teacher-forced positions verified (default: --tokens), in windows of --tokens"),
     transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: search only these transforms"),
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
     candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants for the final run (default: the best built-in ones)"),
     resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
+    allow_pickle: bool = PickleOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = typer.Option(Path("runs/optimize"), "--out", help="run directory: report, recipe, journal"),
 ) -> None:
@@ -221,13 +299,14 @@ def optimize(
         raise UserError("give a model to optimize, e.g. `agnitra optimize zoo:tinylm`, or --list-transforms")
     if resume and not (out_dir / "candidates.jsonl").is_file():
         raise UserError(f"--resume: {out_dir} holds no earlier run (candidates.jsonl); drop --resume or point --out at it")
-    with _progress(not as_json) as progress:
+    _session.interrupt_note = f"interrupted; partial results in {out_dir}; resume with --resume" if out_dir is not None else "interrupted"
+    with _working(out_dir, not as_json) as progress:
         optimized = api.optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, check_positions=check_positions,
-            transforms=transforms.split(",") if transforms else None, exclude_transforms=exclude_transforms.split(",") if exclude_transforms else None,
+            transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
             candidate_timeout=candidate_timeout,
-            peers=peers.split(",") if peers is not None else None, out=out_dir, resume=resume, progress=progress,
+            peers=_names(peers), out=out_dir, resume=resume, progress=progress, **_pickle(allow_pickle),
         )
     if out_dir is not None:
         err.print(f"wrote {out_dir}/: report.json, report.html, metrics.csv, candidates.csv, recipe.json, agnitra.json")
@@ -245,15 +324,15 @@ def _list_transforms() -> None:
     for t in all_transforms():
         params = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(t.Params))
         table.add_row(t.name, t.stage, params or "—", t.description, t.requires or "—")
-    out.print(table)
+    _show(table)
 
 
 def _render_optimize(report) -> None:
     from agnitra.report.console import bench_table, candidates_table
 
     _print_device(report.bench.device)
-    out.print(candidates_table(report))
-    out.print(bench_table(report.bench, title="Final interleaved run: baseline, peers, finalists"))
+    _show(candidates_table(report))
+    _show(bench_table(report.bench, title="Final interleaved run: baseline, peers, finalists"))
     for item in report.search["not_applicable"]:
         out.print(f"[dim]not applicable: {item['transform']}: {item['reason']}[/]")
     out.print(f"[bold]{report.verdict}[/]")
@@ -272,16 +351,18 @@ def inspect(
     runs: int = typer.Option(10, "--runs", help="profiled calls for the time attribution"),
     no_time: bool = typer.Option(False, "--no-time", help="costs only, no measured time"),
     limit: int = typer.Option(15, "--limit", help="hotspot rows to show"),
+    allow_pickle: bool = PickleOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
     """The captured graph: hotspots by module (time, FLOPs, bytes, intensity, bound), graph breaks, op mix."""
     from agnitra import api
 
-    with _progress(not as_json) as progress:
+    arguments.count("--limit", limit)
+    with _working(out_dir, not as_json) as progress:
         if progress:
             progress("capturing, annotating and timing", 0.2)
-        report = api.inspect(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, timed=not no_time)
+        report = api.inspect(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, timed=not no_time, **_pickle(allow_pickle))
     _emit(report, as_json, out_dir, lambda r: _render_inspect(r, limit))
 
 
@@ -295,10 +376,13 @@ def _render_inspect(report, limit: int) -> None:
     if t:
         busy = f", GPU busy {t['device_busy_ms']:.3f} ms" if t.get("device_busy_ms") is not None else ""
         out.print(f"measured {t['measured_ms']:.3f} ms per call{busy}; ranked by {t['resource']} time; {t['attributed_share']:.1%} of it attributed to named modules")
-    out.print(hotspot_table(report.hotspots, limit=limit))
-    out.print(op_mix_table(ir))
+    _show(hotspot_table(report.hotspots, limit=limit))
+    _show(op_mix_table(ir))
     breaks = graph_breaks_table(ir)
-    out.print(breaks if breaks is not None else "graph breaks: none")
+    if breaks is not None:
+        _show(breaks)
+    else:
+        out.print("graph breaks: none")
     for note in ir.notes:
         out.print(f"[dim]note: {note}[/]")
 
@@ -310,7 +394,7 @@ def tune_matmul_cmd(
     dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
     runs: int = typer.Option(20, "--runs", help="timed runs per configuration"),
     kernel: str = typer.Option("matmul", "--kernel", help="matmul | matmul_bias_gelu"),
-    max_trials: int = typer.Option(40, "--max-trials", min=1, help="configurations tried; every one when this covers the space, else Optuna TPE"),
+    max_trials: int = typer.Option(40, "--max-trials", help="configurations tried; every one when this covers the space, else Optuna TPE"),
     device: Optional[str] = DeviceOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -320,17 +404,18 @@ def tune_matmul_cmd(
 
     if (dim is None) == (shape is None):
         raise UserError("give either --dim N or --shape M,N,K")
-    problem = (dim, dim, dim) if dim else _parse_shape(shape)
+    problem = (dim, dim, dim) if dim is not None else _parse_shape(shape)
 
     def show(trial) -> None:
         if not as_json:
             status = f"{trial.ms:.4f} ms" if trial.ok else f"failed: {trial.reason[:80]}"
             out.print(f"  {trial.config}  {status}", highlight=False)
 
-    tuning = api.tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, max_trials=max_trials, progress=show)
+    with _working(None, show_progress=False):
+        tuning = api.tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, max_trials=max_trials, progress=show)
     r = tuning.result
     if as_json:
-        sys.stdout.write(json.dumps({"shape": list(problem), "dtype": r.dtype, "best": r.best, "best_ms": r.best_ms, "best_tflops": tuning.tflops(r.best_ms), "default": r.default, "default_ms": r.default_ms, "head_to_head_ms": tuning.best_ms, "torch_matmul_ms": tuning.torch_ms, "torch_tflops": tuning.tflops(tuning.torch_ms), "vs_torch": tuning.vs_torch, "strategy": r.strategy, "trials": to_dict(r.trials)}, indent=2) + "\n")
+        _print_json({"shape": list(problem), "dtype": r.dtype, "best": r.best, "best_ms": r.best_ms, "best_tflops": tuning.tflops(r.best_ms), "default": r.default, "default_ms": r.default_ms, "head_to_head_ms": tuning.best_ms, "torch_matmul_ms": tuning.torch_ms, "torch_tflops": tuning.tflops(tuning.torch_ms), "vs_torch": tuning.vs_torch, "strategy": r.strategy, "trials": to_dict(r.trials)})
         return
     for config, ms in r.head_to_head:
         out.print(f"  finalist, head to head: {config}  {ms:.4f} ms", highlight=False)
@@ -358,9 +443,10 @@ def device_cmd(
     from agnitra.device import resolve_device
     from agnitra.report.schema import to_dict
 
-    report = api.describe_device(resolve_device(device), refresh=refresh)
+    with _working(None, show_progress=False):
+        report = api.describe_device(resolve_device(device), refresh=refresh)
     if as_json:
-        sys.stdout.write(json.dumps(to_dict(report), indent=2) + "\n")
+        _print_json(to_dict(report))
         return
     _print_device(report)
     for key, value in report.signature.items():
@@ -372,42 +458,109 @@ def version() -> None:
     """Versions of Agnitra and what it runs on."""
     from agnitra.telemetry.signature import software_versions
 
-    for name, value in software_versions().items():
+    with _working(None, show_progress=False):
+        versions = software_versions()
+    for name, value in versions.items():
         out.print(f"{name} {value or '-'}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM in the main process. Not a KeyboardInterrupt, so that neither typer (which
+    turns one into an exit code, or click's Abort) nor a library's `except` swallows it on the way."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM
+
+
+@contextmanager
+def _signals_interrupt():
+    """SIGINT and SIGTERM raise Interrupted in this process while the block runs. A child forked
+    meanwhile inherits the handler: there it does what the signal's default would."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    main_pid = os.getpid()
+
+    def handler(signum, frame) -> None:
+        if os.getpid() != main_pid:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        app(args=argv, prog_name="agnitra", standalone_mode=False)
+        yield
+    finally:
+        for signum, before in previous.items():
+            signal.signal(signum, before if before is not None else signal.SIG_DFL)
+
+
+def _usage_error(exc) -> int:
+    """click's usage errors in one line: the problem, the command, where its help is."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `agnitra` or `agnitra zoo` alone: their help
+        return app(args=[*exc.ctx.command_path.split()[1:], "--help"], prog_name="agnitra", standalone_mode=False) or 0
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "agnitra"
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    message = message[:1].lower() + message[1:]
+    err.print(f"[red]error:[/] {escape(message)} (`{command}`); see `{command} --help`", highlight=False)
+    return exc.exit_code
+
+
+def _interrupted(exit_code: int) -> int:
+    err.print(_session.interrupt_note, highlight=False)
+    return exit_code
+
+
+def _run(argv: list[str], debug: bool) -> int:
+    """The command's exit code; every error becomes one line on stderr unless `debug`."""
+    try:
+        code = app(args=argv, prog_name="agnitra", standalone_mode=False)
+    except Interrupted as exc:
+        return _interrupted(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):  # a KeyboardInterrupt not from our handler (older click: Abort)
+        return _interrupted(130)
     except UserError as exc:
         if debug:
             raise
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return exc.exit_code
     except AgnitraError as exc:
         if debug:
             raise
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         return 1
-    except (typer.Abort, KeyboardInterrupt):
-        err.print("interrupted")
-        return 130
     except Exception as exc:  # noqa: BLE001 - anything else is a defect; say so in one line
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
+        if isinstance(exc, _CLICK_EXCEPTION):
+            return _usage_error(exc)
         if debug:
             raise
         from agnitra.errors import first_line
 
-        err.print(f"[red]internal error:[/] {first_line(exc)} (rerun with --debug for the traceback, and please report it)", highlight=False)
+        err.print(f"[red]internal error:[/] {escape(first_line(exc))} (rerun with --debug for the traceback, and please report it)", highlight=False)
         return 1
-    return 0
+    if code == 130:  # typer >= 0.2x returns a KeyboardInterrupt as exit code 130
+        return _interrupted(130)
+    return code if isinstance(code, int) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _session, out, err
+    argv = list(sys.argv[1:] if argv is None else argv)
+    flags = {flag: flag in argv for flag in GLOBAL_FLAGS}
+    argv = [a for a in argv if a not in GLOBAL_FLAGS]
+    streams = UserStreams.of_process()
+    _session = _Session(streams, argv=argv, verbose=flags["--verbose"])
+    out, err = _consoles(streams)
+    try:
+        with _signals_interrupt():
+            return _run(argv, debug=flags["--debug"])
+    except Interrupted as exc:  # arrived while an error above was being reported
+        return _interrupted(exc.exit_code)
+    finally:
+        streams.close()
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Rich renderers for the terminal: the variant table of `bench`, operator tables, decode lines.
 
-These only build `rich` objects and strings; printing is the CLI's business.
+These only build `rich` objects and strings; printing is the CLI's business. Off a terminal (a
+pipe, a file, CI logs) a table is not drawn at some width and cut: `plain_rows` gives it as
+tab-separated rows, whole.
 """
 
 from __future__ import annotations
 
+from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -145,3 +148,22 @@ def _decode_line(variant: VariantResult) -> str:
         f"prefill {format_time_ms(decode.prefill_ms)} "
         f"(prompt {decode.prompt_len}, {decode.new_tokens} new tokens, batch {decode.batch})"
     )
+
+
+def plain_rows(table: Table) -> str:
+    """The table as plain text, every cell whole: `# title`, the header row, then one
+    tab-separated row per entry (tabs and newlines inside a cell become spaces), `# caption`."""
+    columns = [[_plain(cell) for cell in column.cells] for column in table.columns]
+    lines = [f"# {_plain(table.title)}"] if table.title else []
+    lines.append("\t".join(_plain(column.header) for column in table.columns))
+    lines += ["\t".join(row) for row in zip(*columns)]
+    if table.caption:
+        lines.append(f"# {_plain(table.caption)}")
+    return "\n".join(lines)
+
+
+def _plain(cell: RenderableType | None) -> str:
+    if isinstance(cell, str):
+        cell = Text.from_markup(cell)
+    text = cell.plain if isinstance(cell, Text) else ("" if cell is None else str(cell))
+    return " ".join(text.split())
