@@ -35,12 +35,13 @@ class MachineWatch:
     during: CpuLoad | None = None  # others' use during the timed rounds
     gpu_utilization: float | None = None
     gpu_reason: str = ""
-    threads_before: int = field(default_factory=torch.get_num_threads)
-    threads: int = field(default_factory=torch.get_num_threads)
+    threads_before: int = field(default_factory=torch.get_num_threads)  # torch's CPU threads as found
+    threads: int = field(default_factory=torch.get_num_threads)  # during the run
 
     @contextlib.contextmanager
     def sized(self) -> Iterator["MachineWatch"]:
         """Probe the others' load, size torch's CPU threads to the free cores; restore after."""
+        self.threads_before = self.threads = torch.get_num_threads()
         if self.probe_s > 0:
             self.before = probe_cpu(self.probe_s)
             self.gpu_utilization, self.gpu_reason = probe_gpu_utilization(self.device)

@@ -141,7 +141,7 @@ def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -
 def _values_like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
     low, high = example.min(), example.max()
     if not example.is_floating_point():  # integers and bools: uniform in the example's range
-        values = torch.randint(int(low), int(high) + 1, shape, generator=generator)
+        values = torch.randint(int(low), min(int(high) + 1, torch.iinfo(torch.int64).max), shape, generator=generator)
         return values.to(example.dtype)
     wide = example.double()
     std = wide.std().item() if example.numel() > 1 else 0.0
