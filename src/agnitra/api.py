@@ -201,10 +201,8 @@ def optimize(
     clock = Budget(parse_duration(budget))  # the whole run counts, loading the model included
     if objective not in OBJECTIVES:
         raise UserError(f"unknown objective '{objective}'; use one of: {', '.join(OBJECTIVES)}")
-    from agnitra.transforms import get_transform
-
-    for name in list(transforms or []) + list(exclude_transforms or []):
-        get_transform(name)  # an unknown name is a one-line user error, before any work
+    if not _registers_transforms(model):
+        _check_transform_names(transforms, exclude_transforms)  # one-line user errors, before any work
     if resume and not out:
         raise UserError("resume needs the run folder of the earlier run: give out=DIR (--out DIR)")
     tolerances = Tolerances(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db, check_positions=check_positions)
@@ -218,6 +216,18 @@ def optimize(
             folder.close()
 
 
+def _registers_transforms(model) -> bool:
+    """A user's Python file may register transforms of its own when it is loaded."""
+    return isinstance(model, str) and model.rpartition(":")[0].endswith(".py")
+
+
+def _check_transform_names(transforms, exclude_transforms) -> None:
+    from agnitra.transforms import get_transform
+
+    for name in list(transforms or []) + list(exclude_transforms or []):
+        get_transform(name)
+
+
 def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, transforms, exclude_transforms, strategy, candidate_timeout, peers, resume, progress, settings, load_options):
     from agnitra.bench.isolated import workload_source
     from agnitra.optimized import OptimizedModel
@@ -225,6 +235,7 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
     from agnitra.search.run_folder import journal_key
 
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    _check_transform_names(transforms, exclude_transforms)  # a model file may register its own
     device_report = describe_device(dev, settings)
     setup = RunSetup(folder=folder)
     if folder is not None:
@@ -274,16 +285,16 @@ def _check_load_options(device, load_options: dict) -> None:
 
     from agnitra.workloads.base import TaskKind
     from agnitra.workloads.loaders import parse_input_shape
-    from agnitra.workloads.prepare import DTYPES
+    from agnitra.workloads import prepare
     from agnitra.workloads.registry import SIZES
 
-    known = [name for name in signature(prepare_workload).parameters if name not in ("model", "example_inputs", "device")]
+    known = [name for name in signature(prepare.prepare_workload).parameters if name not in ("model", "example_inputs", "device")]
     unknown = sorted(set(load_options) - set(known))
     if unknown:
         raise UserError(f"unknown option(s) {', '.join(unknown)}; the model options are: {', '.join(known)}")
     _check_device(device)
     dtype = load_options.get("dtype")
-    arguments.one_of("--dtype", dtype.lower() if isinstance(dtype, str) else dtype, DTYPES, "dtype")
+    arguments.one_of("--dtype", dtype.lower() if isinstance(dtype, str) else dtype, prepare.DTYPES, "dtype")
     for name in ("batch", "seq_len", "tokens"):
         arguments.count("--" + name.replace("_", "-"), load_options.get(name))
     arguments.one_of("--task", load_options.get("task"), [kind.value for kind in TaskKind], "task")

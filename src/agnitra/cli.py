@@ -120,7 +120,7 @@ def _show(table: Table) -> None:
     if out.is_terminal:
         out.print(table)
     else:
-        out.print(plain_rows(table), markup=False, highlight=False)
+        out.file.write(plain_rows(table) + "\n")  # as is: Rich would expand the tabs
 
 
 @zoo_app.command("list")

@@ -1,0 +1,258 @@
+"""Bad input through the CLI and the SDK: exit 2 (130/143 for signals), exactly one line on stderr
+naming the problem and the fix, no traceback; `--json` leaves stdout one JSON document whatever
+the model prints.
+
+In-process cases run `agnitra.cli.main(argv)` with `prepare_workload` replaced by a function that
+fails the test: a flag must be refused before any model is built. Signals and descriptor-level
+output run the CLI as a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import agnitra
+from agnitra import api
+from agnitra.cli import main
+from agnitra.errors import UserError
+
+TINY = ["zoo:tinylm", "--size", "tiny", "--device", "cpu"]
+
+
+@pytest.fixture(autouse=True)
+def nothing_is_built(monkeypatch):
+    def built(*args, **kwargs):
+        raise AssertionError("a model was built before the arguments were checked")
+
+    monkeypatch.setattr(api, "prepare_workload", built)
+
+
+def _cli(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _assert_one_line_error(code, out, err, *fragments, exit_code=2):
+    lines = err.strip().splitlines()
+    assert code == exit_code, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: ") and "Traceback" not in err and "internal error" not in err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert out == ""
+
+
+# ---- usage errors: click's, through whichever click the installed typer uses -----------------
+
+
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (["optimize", "--foo", *TINY], ["no such option", "--foo", "see `agnitra optimize --help`"]),
+        (["nosuch"], ["no such command 'nosuch'", "see `agnitra --help`"]),
+        (["bench"], ["missing argument", "see `agnitra bench --help`"]),
+        (["bench", *TINY, "--batch", "abc"], ["'--batch'", "see `agnitra bench --help`"]),
+        (["profile", *TINY, "--runs", "many"], ["'--runs'", "see `agnitra profile --help`"]),
+        (["optimize", *TINY, "--min-cosine", "high"], ["'--min-cosine'", "see `agnitra optimize --help`"]),
+        (["zoo", "lst"], ["no such command 'lst'", "see `agnitra zoo --help`"]),
+    ],
+    ids=["unknown-flag", "unknown-command", "missing-argument", "batch-abc", "runs-word", "min-cosine-word", "unknown-subcommand"],
+)
+def test_usage_errors_are_one_line_with_exit_2(argv, fragments, capsys):
+    _assert_one_line_error(*_cli(argv, capsys), *fragments)
+
+
+def test_help_still_works(capsys):
+    code, out, err = _cli(["optimize", "--help"], capsys)
+    assert code == 0 and "--budget" in out and "--allow-pickle" in out and err == ""
+    code, out, _ = _cli([], capsys)  # `agnitra` alone: its help
+    assert code == 0 and "optimize" in out
+
+
+# ---- every flag checked up front, with the accepted values -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, fragments",
+    [
+        (["bench", *TINY, "--batch", "0"], ["--batch must be a whole number >= 1, got 0"]),
+        (["bench", *TINY, "--seq-len", "-3"], ["--seq-len must be a whole number >= 1"]),
+        (["bench", *TINY, "--tokens", "0"], ["--tokens must be a whole number >= 1"]),
+        (["bench", *TINY, "--runs", "0"], ["--runs must be a whole number >= 1"]),
+        (["bench", *TINY, "--warmup", "-1"], ["--warmup must be a whole number >= 0"]),
+        (["bench", *TINY, "--top-k", "0"], ["--top-k must be a whole number >= 1"]),
+        (["bench", *TINY, "--temperature", "-0.5"], ["--temperature must be a number >= 0"]),
+        (["optimize", *TINY, "--budget", "-1"], ["--budget must be a positive duration", "90s, 10m or 1h"]),
+        (["optimize", *TINY, "--budget", "0"], ["--budget must be a positive duration"]),
+        (["optimize", *TINY, "--budget", "soon"], ["--budget must be a positive duration"]),
+        (["optimize", *TINY, "--candidate-timeout", "0s"], ["--candidate-timeout must be a positive duration"]),
+        (["optimize", *TINY, "--min-cosine", "2"], ["--min-cosine must be a number in (0, 1]"]),
+        (["optimize", *TINY, "--min-cosine", "0"], ["--min-cosine must be a number in (0, 1]"]),
+        (["optimize", *TINY, "--min-token-agreement", "1.5"], ["--min-token-agreement must be a number in (0, 1]"]),
+        (["optimize", *TINY, "--max-error", "0"], ["--max-error must be a number > 0"]),
+        (["optimize", *TINY, "--check-positions", "0"], ["--check-positions must be a whole number >= 1"]),
+        (["optimize", *TINY, "--objective", "fast"], ["--objective: unknown objective 'fast'", "latency, throughput, memory, energy"]),
+        (["optimize", *TINY, "--peers", "compile,warp"], ["--peers: unknown variant 'warp'", "onnxruntime-int8"]),
+        (["bench", "zoo:tinylm", "--device", "tpu"], ["--device: unknown device 'tpu'", "cpu, cuda, auto"]),
+        (["bench", *TINY, "--dtype", "fp8"], ["--dtype: unknown dtype 'fp8'", "bf16"]),
+        (["bench", *TINY, "--variants", "eager,turbo"], ["--variants: unknown variant 'turbo'", "compile-max-autotune"]),
+        (["bench", *TINY, "--variants", ","], ["no variants given"]),
+        (["bench", *TINY, "--task", "vision"], ["--task: unknown task 'vision'", "classifier"]),
+        (["bench", "zoo:tinylm", "--size", "huge"], ["--size: unknown size 'huge'", "full, tiny"]),
+        (["bench", "model.pt", "--input-shape", "1,128"], ["bad --input-shape '1,128'", "1x3x224x224"]),
+        (["inspect", *TINY, "--limit", "0"], ["--limit must be a whole number >= 1"]),
+        (["profile", *TINY, "--warmup", "-2"], ["--warmup must be a whole number >= 0"]),
+        (["tune-matmul", "--dim", "0"], ["--dim/--shape must be a whole number >= 1"]),
+        (["tune-matmul", "--shape", "1,2"], ["bad --shape '1,2'", "M,N,K"]),
+        (["tune-matmul", "--dim", "64", "--max-trials", "0"], ["--max-trials must be a whole number >= 1"]),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) and v and v[0] in ("bench", "optimize", "inspect", "profile", "tune-matmul") else None,
+)
+def test_out_of_range_flags_are_refused_before_any_work(argv, fragments, capsys):
+    _assert_one_line_error(*_cli(argv, capsys), *fragments)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m, x: agnitra.optimize(m, x, device="cpu", budget="-1"), "--budget must be a positive duration"),
+        (lambda m, x: agnitra.optimize(m, x, device="cpu", budget=0), "--budget must be a positive duration"),
+        (lambda m, x: agnitra.optimize(m, x, device="cpu", min_cosine=2.0), "--min-cosine must be a number in (0, 1]"),
+        (lambda m, x: agnitra.benchmark(m, x, device="cpu", runs=0), "--runs must be a whole number >= 1"),
+        (lambda m, x: agnitra.profile(m, x, device="cpu", bach=2), "unknown option(s) bach"),
+        (lambda m, x: agnitra.inspect(m, x, device="gpu"), "--device: unknown device 'gpu'"),
+    ],
+    ids=["budget-minus-one", "budget-zero", "min-cosine-2", "runs-0", "unknown-keyword", "device-gpu"],
+)
+def test_the_sdk_checks_the_same(call, message):
+    with pytest.raises(UserError) as info:
+        call(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
+    assert message in str(info.value)
+
+
+# ---- Ctrl-C and SIGTERM ------------------------------------------------------------------------
+
+
+def _agnitra(args, cache: Path) -> subprocess.Popen:
+    env = {**os.environ, "AGNITRA_CACHE_DIR": str(cache)}
+    return subprocess.Popen([sys.executable, "-m", "agnitra.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _wait_for(path: Path, proc: subprocess.Popen) -> None:
+    """Until the command has started its work (it writes the log's header line first)."""
+    for _ in range(600):
+        if path.is_file() and path.stat().st_size > 0 or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    time.sleep(1.0)  # inside the work by now
+
+
+@pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_bench_ends_in_one_line(signum, exit_code, tmp_path):
+    proc = _agnitra(["bench", *TINY, "--runs", "100000", "--no-check", "--no-ops"], tmp_path)
+    _wait_for(tmp_path / "logs" / "last.log", proc)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == exit_code, err
+    assert err.strip() == "interrupted" and out == ""
+
+
+def test_sigint_during_optimize_names_the_run_folder_and_resume(tmp_path):
+    run = tmp_path / "run"
+    proc = _agnitra(["optimize", *TINY, "--budget", "5m", "--out", str(run)], tmp_path)
+    _wait_for(run / "agnitra.log", proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == f"interrupted; partial results in {run}; resume with --resume" and out == ""
+
+
+def test_the_handler_acts_only_in_the_process_that_installed_it():
+    """A child forked while the handler is installed dies of SIGTERM as by default."""
+    from agnitra.cli import _signals_interrupt
+
+    with _signals_interrupt():
+        pid = os.fork()
+        if pid == 0:  # the child: killed by the signal, or exit 7 if the handler raised instead
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(10)
+            finally:
+                os._exit(7)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+
+
+# ---- output: one JSON document, library prints in the log, whole tables off a terminal -----------
+
+NOISY_MODEL = textwrap.dedent(
+    """
+    import os
+    import torch
+
+    class Noisy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            print("python print from forward")
+            os.write(1, b"fd-1 write from forward\\n")
+            os.write(2, b"fd-2 write from forward\\n")
+            return self.linear(x)
+
+    def make():
+        print("python print from the factory")
+        return Noisy(), (torch.randn(3, 4),)
+    """
+)
+
+
+def _bench_noisy(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, str, str]:
+    (tmp_path / "noisy.py").write_text(NOISY_MODEL)
+    proc = _agnitra(["bench", f"{tmp_path}/noisy.py:make", "--device", "cpu", "--runs", "2", "--warmup", "1", "--no-ops", "--json", *extra], tmp_path)
+    out, err = proc.communicate(timeout=120)
+    return proc, out, err
+
+
+def test_json_is_one_document_while_the_model_prints(tmp_path):
+    proc, out, err = _bench_noisy(tmp_path)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["schema"] == "agnitra.bench/1"  # nothing before or after the document
+    assert "from forward" not in err and "Traceback" not in err
+    log = (tmp_path / "logs" / "last.log").read_text()
+    for line in ("python print from forward", "fd-1 write from forward", "fd-2 write from forward", "python print from the factory"):
+        assert line in log
+
+
+def test_verbose_shows_library_output_on_stderr_and_out_keeps_the_log(tmp_path):
+    run = tmp_path / "run"
+    proc, out, err = _bench_noisy(tmp_path, "--verbose", "--out", str(run))
+    assert proc.returncode == 0, err
+    assert json.loads(out)["schema"] == "agnitra.bench/1"
+    assert "fd-1 write from forward" in err and "python print from forward" in err
+    assert "fd-2 write from forward" in (run / "agnitra.log").read_text()
+
+
+def test_tables_off_a_terminal_are_whole_tab_separated_rows(capsys):
+    from agnitra.workloads.registry import zoo_entries
+
+    code, out, _ = _cli(["zoo", "list"], capsys)
+    assert code == 0
+    rows = out.splitlines()
+    assert rows[0] == "# Agnitra workload zoo" and rows[1] == "name\ttask\tparams\tdescription"
+    for entry in zoo_entries():  # every description whole, however long
+        assert f"zoo:{entry.name}\t{entry.task.value}\t" in out and f"\t{' '.join(entry.description.split())}\n" in out + "\n"
+    assert all(len(row.split("\t")) == 4 for row in rows[1:])
