@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from agnitra.verify import compare, default_threshold, logit_stats, relative_error, sqnr_db
+from agnitra.verify import check_reference, compare, compare_sets, default_threshold, logit_stats, relative_error, sqnr_db
 
 
 def test_relative_error_and_sqnr():
@@ -90,3 +90,29 @@ def test_logits_metric_passes_on_sqnr():
 def test_unknown_metric_is_rejected():
     with pytest.raises(ValueError):
         compare("nope", [torch.ones(1)], [torch.ones(1)])
+
+
+def test_a_row_metric_judges_the_main_leaf_and_the_others_by_relative_error():
+    torch.manual_seed(0)
+    logits, hidden = torch.randn(8, 5), torch.randn(8, 16)
+    reference = {"logits": logits, "hidden": hidden}
+    close = compare("top1", reference, {"logits": logits, "hidden": hidden * 1.05})
+    assert close.passed and close.value == 1.0 and close.details["leaf_values"]["output['hidden']"] == pytest.approx(0.05)
+    far = compare("top1", reference, {"logits": logits, "hidden": hidden * 1.5})
+    assert not far.passed and far.details["error"] == "output['hidden']: rel_error 0.5 > 0.1"
+
+
+def test_sets_are_pooled_row_by_row():
+    ref = torch.eye(5)  # five rows, argmax on the diagonal
+    flipped = ref.clone()
+    flipped[0] = torch.tensor([0.0, 1.0, 0.0, 0.0, 0.0])
+    # one row of ten disagrees: 0.9 over both sets, though one set alone agrees on 0.8
+    result = compare_sets("top1", [(ref, flipped), (ref, ref)])
+    assert result.passed and result.value == pytest.approx(0.9) and result.details["sets"] == 2
+
+
+def test_the_reference_is_checked_for_nan():
+    assert check_reference([{"a": torch.ones(2)}, 1.5]) is None
+    said = check_reference([{"a": torch.tensor([1.0, float("inf")])}, float("nan")])
+    assert said == "the original model's output has 2 NaN/Inf values on the held-out inputs; no candidate can be verified against it"
+    assert compare("rel_error", torch.tensor([float("nan")]), torch.ones(1)).details["error"] == said.replace("2 NaN", "1 NaN")

@@ -168,7 +168,11 @@ def _judge(metric: str, pooled: Pooled, threshold: float | None) -> Correctness:
         main = next(iter(floating), None)
     if main is None:  # integers and bools only, all equal
         return Correctness(metric, None, True, threshold, {"exact_leaves": len(pooled)})
-    results = {path: _leaf(metric if path == main else "rel_error", leaf, threshold if path == main or metric == "rel_error" else OTHER_LEAF_MAX_ERROR) for path, leaf in floating.items()}
+    other_threshold = threshold if metric == "rel_error" else OTHER_LEAF_MAX_ERROR
+    results = {
+        path: _leaf(metric, leaf, threshold) if path == main else _leaf("rel_error", leaf, other_threshold)
+        for path, leaf in floating.items()
+    }
     result = results[main]
     if metric == "rel_error":  # every leaf under the same metric: the worst one speaks
         result = max(results.values(), key=lambda r: r.value)
