@@ -117,11 +117,11 @@ def test_torchscript_needs_shapes(tmp_path):
     assert smoke_test(workload)[0].shape == (3, 2)
 
 
-def test_pickle_is_not_torchscript(tmp_path):
+def test_a_state_dict_is_not_a_model(tmp_path):
     path = tmp_path / "state.pt"
     torch.save({"w": torch.ones(2)}, str(path), _use_new_zipfile_serialization=False)
-    with pytest.raises(WorkloadError, match="not a TorchScript archive"):
-        load_workload(str(path), BuildOptions())
+    with pytest.raises(WorkloadError, match=r"holds dict \(weights, not a model\); build the model in file.py:factory"):
+        load_workload(str(path), BuildOptions(), input_shapes=["2"])
 
 
 def test_unknown_variant_fails_before_building(capsys):

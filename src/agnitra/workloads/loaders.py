@@ -3,15 +3,20 @@
 - `zoo:NAME`                      a built-in workload
 - `path/to/file.py:factory`       factory() returns (model, example_inputs) or a Workload
 - `model.pt2`                     a torch.export archive (example inputs saved inside)
-- `model.pt` / `.ts` / `.torchscript`  TorchScript; input shapes from --input-shape
+- `model.pt` / `.ts` / `.torchscript`  TorchScript (or a model saved whole with torch.save, with
+                                  --allow-pickle); input shapes from --input-shape
 - `model.onnx`                    run through ONNX Runtime; shapes from the graph or --input-shape
 
+Files are read without running code they carry unless `allow_pickle` says the user trusts them
+(see `safe_load`). A flag that does not apply to the model source is refused, not ignored:
+--batch/--seq-len/--tokens reach a factory only through parameters of those names.
 Every failure a user can cause ends as a one-line WorkloadError naming the problem and the fix.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import re
 import sys
 import zipfile
@@ -22,7 +27,8 @@ import torch
 
 from agnitra.errors import NotApplicable, UserError, WorkloadError, first_line
 from agnitra.workloads.base import TaskKind, Workload, tensor_leaves
-from agnitra.workloads.registry import BuildOptions, build_workload
+from agnitra.workloads.registry import BuildOptions, build_workload, get_entry
+from agnitra.workloads.safe_load import is_damaged_zip, is_torchscript, load_checkpoint, load_export_archive, load_torchscript, open_zip, quiet_library
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
@@ -59,18 +65,22 @@ def random_inputs(specs: list[InputSpec], device: torch.device, seed: int) -> tu
     return tuple(out)
 
 
-def load_workload(spec: str, options: BuildOptions, input_shapes: list[str] | None = None, task: str | None = None) -> Workload:
+SIZE_FLAGS = ("batch", "seq_len", "tokens", "size")  # options a factory takes as parameters of these names
+
+
+def load_workload(spec: str, options: BuildOptions, input_shapes: list[str] | None = None, task: str | None = None, allow_pickle: bool = False) -> Workload:
     """Resolve a model spec into a Workload on options.device."""
     shapes = [parse_input_shape(s) for s in input_shapes or []]
     if spec.startswith("zoo:"):
-        return build_workload(spec[4:], options)
-    path_text, sep, factory = spec.rpartition(":")
-    if sep and path_text.endswith(".py"):
-        workload = _from_factory(Path(path_text), factory, options)
-    elif spec.endswith(".py"):
-        raise UserError(f"'{spec}' names a Python file but no factory; write {spec}:FUNCTION (a function returning (model, example_inputs))")
+        workload = _from_zoo(spec[4:], options, shapes)
     else:
-        workload = _from_file(Path(spec), options, shapes)
+        path_text, sep, factory = spec.rpartition(":")
+        if sep and path_text.endswith(".py"):
+            workload = _from_factory(Path(path_text), factory, options, shapes)
+        elif spec.endswith(".py"):
+            raise UserError(f"'{spec}' names a Python file but no factory; write {spec}:FUNCTION (a function returning (model, example_inputs))")
+        else:
+            workload = _from_file(Path(spec), options, shapes, allow_pickle)
     if task:
         workload.task = TaskKind(task)
         workload.comparison = ""
@@ -78,34 +88,87 @@ def load_workload(spec: str, options: BuildOptions, input_shapes: list[str] | No
     return workload
 
 
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _given(options: BuildOptions, names: tuple[str, ...] = SIZE_FLAGS) -> list[str]:
+    """The size flags the user set: None means not given, and --size only counts when not "full"."""
+    return [n for n in names if (options.size != "full" if n == "size" else getattr(options, n) is not None)]
+
+
+def refuse_flags(source: str, unused: list[str], why: str) -> None:
+    """A flag the model source has no use for is an error, not a silent no-op."""
+    if unused:
+        raise UserError(f"{flag(unused[0])} does not apply to {source}: {why}; drop {flag(unused[0])}")
+
+
+def _from_zoo(name: str, options: BuildOptions, shapes: list[InputSpec]) -> Workload:
+    entry = get_entry(name)
+    source = f"zoo:{name}"
+    refuse_flags(source, ["input_shape"] if shapes else [], "a zoo workload makes its own inputs (set --batch or --seq-len)")
+    refuse_flags(source, ["seq_len"] if entry.task == TaskKind.CLASSIFIER and options.seq_len else [], "it classifies fixed-size inputs, with no sequence")
+    workload = build_workload(name, options)
+    refuse_flags(source, ["tokens"] if options.tokens and workload.decoder is None else [], "it is not a decoder generating tokens (--tokens sets new tokens per generation)")
+    return workload
+
+
 def _require_file(path: Path) -> None:
     if not path.exists():
         raise WorkloadError(f"model file not found: {path} (check the path, or use zoo:NAME for a built-in workload)")
+    if path.is_dir():
+        raise WorkloadError(f"{path} is a directory, not a model file; give a file (.pt2, .onnx, TorchScript) or file.py:factory")
     if not path.is_file():
-        raise WorkloadError(f"{path} is not a file")
+        raise WorkloadError(f"{path} is not a regular file; give a model file (.pt2, .onnx, TorchScript) or file.py:factory")
+    if path.stat().st_size == 0:
+        raise WorkloadError(f"{path} is empty (0 bytes); save or copy the model again")
 
 
-def _from_factory(path: Path, factory: str, options: BuildOptions) -> Workload:
+def _from_factory(path: Path, factory: str, options: BuildOptions, shapes: list[InputSpec]) -> Workload:
     _require_file(path)
     if not factory.isidentifier():
         raise UserError(f"bad factory name '{factory}' in '{path}:{factory}'; write path/to/file.py:function_name")
+    source = f"{path}:{factory}"
+    refuse_flags(source, ["input_shape"] if shapes else [], "the factory returns its own example inputs")
+    fn = _import_function(path, factory)
+    arguments = _factory_arguments(fn, source, options)
+    try:
+        made = fn(**arguments)
+    except Exception as exc:  # noqa: BLE001
+        raise WorkloadError(f"{source}() raised {first_line(exc)}") from exc
+    return _as_workload(made, source, options.device)
+
+
+def _import_function(path: Path, factory: str):
     module_name = f"agnitra_user_{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 - user code raises anything
+    except Exception as exc:  # noqa: BLE001 - user code raises anything (SyntaxError included)
         raise WorkloadError(f"importing {path} failed: {first_line(exc)} (run it with python to see the error)") from exc
     fn = getattr(module, factory, None)
     if not callable(fn):
         available = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == module_name)
         raise WorkloadError(f"{path} has no function '{factory}'; functions defined there: {', '.join(available) or 'none'}")
+    return fn
+
+
+def _factory_arguments(fn, source: str, options: BuildOptions) -> dict:
+    """--batch/--seq-len/--tokens/--size as keyword arguments, where the factory has such a parameter."""
     try:
-        made = fn()
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(f"{path}:{factory}() raised {first_line(exc)}") from exc
-    return _as_workload(made, f"{path}:{factory}", options.device)
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin or C function: no parameters we can see
+        parameters = {}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    arguments = {}
+    for name in _given(options):
+        accepted = takes_any or (name in parameters and parameters[name].kind is not inspect.Parameter.POSITIONAL_ONLY)
+        if not accepted:
+            raise UserError(f"{source} takes no '{name}' parameter; add one to it or drop {flag(name)}")
+        arguments[name] = getattr(options, name)
+    return arguments
 
 
 def _as_workload(made, source: str, device: torch.device) -> Workload:
@@ -118,7 +181,7 @@ def _as_workload(made, source: str, device: torch.device) -> Workload:
     else:
         raise WorkloadError(f"{source} returned {type(made).__name__}; it must return (model, example_inputs) or an agnitra.Workload")
     workload.source = source
-    workload.model = _inference_mode(workload.model.to(device))
+    workload.model = inference_mode(workload.model.to(device))
     workload.example_inputs = tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in workload.example_inputs)
     first = next((t for t in workload.example_inputs if isinstance(t, torch.Tensor)), None)
     if first is not None and first.dim() > 0:
@@ -126,52 +189,60 @@ def _as_workload(made, source: str, device: torch.device) -> Workload:
     return workload
 
 
-def _inference_mode(model: torch.nn.Module) -> torch.nn.Module:
+def inference_mode(model: torch.nn.Module) -> torch.nn.Module:
     try:
         return model.eval()
     except NotImplementedError:  # torch.export modules are fixed in inference form already
         return model
 
 
-def _from_file(path: Path, options: BuildOptions, shapes: list[InputSpec]) -> Workload:
+def _from_file(path: Path, options: BuildOptions, shapes: list[InputSpec], allow_pickle: bool) -> Workload:
     _require_file(path)
     suffix = path.suffix.lower()
     if suffix == ".pt2":
-        return _from_pt2(path, options.device)
+        return _from_pt2(path, options, shapes, allow_pickle)
     if suffix == ".onnx":
         return _from_onnx(path, options, shapes)
     if suffix in TORCHSCRIPT_SUFFIXES:
-        return _from_torchscript(path, options.device, shapes)
+        return _from_torchscript(path, options, shapes, allow_pickle)
     raise WorkloadError(f"cannot tell what {path} is; use zoo:NAME, file.py:factory, *.pt2, *.onnx or TorchScript ({', '.join(TORCHSCRIPT_SUFFIXES)})")
 
 
-def _from_pt2(path: Path, device: torch.device) -> Workload:
-    try:
-        program = torch.export.load(str(path))
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(f"{path} is not a readable torch.export archive ({first_line(exc)}); re-save it with torch.export.save") from exc
+def _from_pt2(path: Path, options: BuildOptions, shapes: list[InputSpec], allow_pickle: bool) -> Workload:
+    unused = _given(options) + (["input_shape"] if shapes else [])
+    refuse_flags(str(path), unused, "a .pt2 archive fixes its example inputs (export again with other example inputs to change them)")
+    program = load_export_archive(path, allow_pickle)
     example = getattr(program, "example_inputs", None)
     if not example or not example[0]:
         raise WorkloadError(f"{path} holds no example inputs; export with torch.export.export(model, example_args) and save again")
     args, kwargs = example
     if kwargs:
         raise WorkloadError(f"{path} was exported with keyword inputs ({', '.join(kwargs)}); Agnitra needs positional example inputs")
-    model = program.module()
-    return _as_workload((model, tuple(args)), str(path), device)
+    with quiet_library():
+        model = program.module()
+    return _as_workload((model, tuple(args)), str(path), options.device)
 
 
-def _from_torchscript(path: Path, device: torch.device, shapes: list[InputSpec]) -> Workload:
-    if not zipfile.is_zipfile(path):
-        raise WorkloadError(f"{path} is not a TorchScript archive (a plain state_dict or pickle is not a model; give file.py:factory instead)")
-    try:
-        model = torch.jit.load(str(path), map_location=device)
-    except Exception as exc:  # noqa: BLE001
-        raise WorkloadError(f"{path} could not be loaded as TorchScript ({first_line(exc)}); save it with torch.jit.save") from exc
+def _from_torchscript(path: Path, options: BuildOptions, shapes: list[InputSpec], allow_pickle: bool) -> Workload:
+    refuse_flags(str(path), _given(options), "TorchScript input shapes come from --input-shape (write the batch into it, e.g. 8x3x224x224)")
     if not shapes:
-        raise WorkloadError("TorchScript does not record input shapes; pass them, e.g. --input-shape 1x3x224x224 (one per input)")
+        raise WorkloadError(f"{path} does not record input shapes; pass them, e.g. --input-shape 1x3x224x224 (one per input)")
+    device = options.device
+    model = _scripted_or_saved(path, device, allow_pickle)
     workload = _as_workload((model, random_inputs(shapes, device, 0)), str(path), device)
     workload.make_inputs = lambda seed: random_inputs(shapes, device, seed)
     return workload
+
+
+def _scripted_or_saved(path: Path, device: torch.device, allow_pickle: bool) -> torch.nn.Module:
+    """A TorchScript archive, else a model saved whole with torch.save (a zip or a legacy pickle)."""
+    if is_damaged_zip(path):
+        raise WorkloadError(f"{path} is a damaged zip archive (cut short, or its end is missing); save or copy the model again")
+    if zipfile.is_zipfile(path):
+        with open_zip(path, "TorchScript archive", "save it with torch.jit.save") as archive:
+            if is_torchscript(archive):
+                return load_torchscript(path, archive, device, allow_pickle)
+    return load_checkpoint(path, device, allow_pickle)
 
 
 def _from_onnx(path: Path, options: BuildOptions, shapes: list[InputSpec]) -> Workload:
@@ -179,8 +250,10 @@ def _from_onnx(path: Path, options: BuildOptions, shapes: list[InputSpec]) -> Wo
 
     from agnitra.ort.session import OrtModule, input_specs, open_session
 
+    refuse_flags(str(path), [n for n in _given(options) if n in ("tokens", "size")], "an ONNX graph is fixed: it has no decode loop and no size to pick")
     try:
-        onnx.checker.check_model(str(path))
+        with quiet_library():
+            onnx.checker.check_model(str(path))
     except Exception as exc:  # noqa: BLE001 - onnx raises ValidationError, DecodeError, ...
         raise WorkloadError(f"{path} is not a valid ONNX model ({first_line(exc)}); re-export it") from exc
     try:
@@ -188,6 +261,7 @@ def _from_onnx(path: Path, options: BuildOptions, shapes: list[InputSpec]) -> Wo
     except NotApplicable as exc:
         raise WorkloadError(f"cannot run {path} on {options.device.type}: {exc}") from exc
     graph_inputs = input_specs(session)
+    _refuse_unused_sizes(path, options, shapes, graph_inputs)
     specs = shapes or [_spec_from_graph(name, dims, dtype, options) for name, dims, dtype in graph_inputs]
     if len(specs) != len(graph_inputs):
         raise WorkloadError(f"{path} takes {len(graph_inputs)} inputs ({', '.join(n for n, _, _ in graph_inputs)}) but {len(specs)} --input-shape were given")
@@ -195,6 +269,15 @@ def _from_onnx(path: Path, options: BuildOptions, shapes: list[InputSpec]) -> Wo
     workload = _as_workload((module, random_inputs(specs, options.device, 0)), str(path), options.device)
     workload.make_inputs = lambda seed: random_inputs(specs, options.device, seed)
     return workload
+
+
+def _refuse_unused_sizes(path: Path, options: BuildOptions, shapes: list[InputSpec], graph_inputs: list) -> None:
+    """--batch/--seq-len fill an ONNX graph's symbolic dimensions; with none to fill they are refused."""
+    if shapes:
+        refuse_flags(str(path), _given(options, ("batch", "seq_len")), "--input-shape gives its input shapes (write the batch and length there)")
+    symbolic = {("batch" if i == 0 else "seq_len") for _, dims, _ in graph_inputs for i, d in enumerate(dims) if not (isinstance(d, int) and d > 0)}
+    fixed = ", ".join(f"{name} {tuple(dims)}" for name, dims, _ in graph_inputs)
+    refuse_flags(str(path), [n for n in _given(options, ("batch", "seq_len")) if n not in symbolic], f"its graph fixes those dimensions ({fixed})")
 
 
 def _spec_from_graph(name: str, dims: list, dtype: torch.dtype, options: BuildOptions) -> InputSpec:

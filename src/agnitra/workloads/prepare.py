@@ -3,10 +3,17 @@
 The one entry every verb goes through (profile, inspect, bench, optimize, load): a zoo name, a
 model file or a live `nn.Module` with example inputs, resolved onto the device, cast when asked
 and run once on its example inputs so that shape and dtype problems surface as one-line errors.
+
+A model the user hands over (an `nn.Module` or a `Workload`) is never changed: the verbs work on
+an independent copy (`model_copy`: its own modules and Parameter objects, buffers cloned), moved,
+cast and put in eval mode there, so the user's parameters, dtype, device, train/eval flags,
+`requires_grad` and hooks are as they were. Model files are read without running code they carry
+unless `allow_pickle` says the user trusts them (`safe_load`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
@@ -15,7 +22,8 @@ from agnitra.config import load_settings
 from agnitra.device import resolve_device
 from agnitra.errors import UserError
 from agnitra.workloads.base import TaskKind, Workload
-from agnitra.workloads.loaders import load_workload, smoke_test
+from agnitra.workloads.loaders import inference_mode, load_workload, smoke_test
+from agnitra.workloads.model_copy import independent_copy
 from agnitra.workloads.registry import BuildOptions
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -41,24 +49,54 @@ def prepare_workload(
     input_shapes: list[str] | None = None,
     task: str | None = None,
     size: str = "full",
+    allow_pickle: bool = False,
 ) -> tuple[Workload, torch.device]:
     """A runnable Workload on the resolved device, checked once on its example inputs."""
     dev = device if isinstance(device, torch.device) else resolve_device(device or load_settings().device)
-    if isinstance(model, Workload):
-        workload = model
-    elif isinstance(model, torch.nn.Module):
-        if example_inputs is None:
-            raise UserError("a model needs example_inputs (a tuple of tensors it accepts)")
-        inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
-        workload = Workload(name=type(model).__name__, model=model.to(dev).eval(), example_inputs=tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs), task=TaskKind(task or "generic"), source="python")
-        workload.batch = next((t.shape[0] for t in workload.example_inputs if isinstance(t, torch.Tensor) and t.dim() > 0), 1)
+    if isinstance(model, (Workload, torch.nn.Module)):
+        _refuse_file_options(model, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shapes, size=None if size == "full" else size, allow_pickle=allow_pickle or None)
+        workload = _from_python(model, example_inputs, dev, task)
     else:
         options = BuildOptions(device=dev, dtype=parse_dtype(dtype), batch=batch, seq_len=seq_len, tokens=tokens, size=size)
-        workload = load_workload(str(model), options, input_shapes=input_shapes, task=task)
+        workload = load_workload(str(model), options, input_shapes=input_shapes, task=task, allow_pickle=allow_pickle)
     if dtype and not (isinstance(model, str) and model.startswith("zoo:")):
         _cast(workload, parse_dtype(dtype))
     smoke_test(workload)
     return workload, dev
+
+
+def _refuse_file_options(model: Workload | torch.nn.Module, **given) -> None:
+    """Size and file options do nothing for a model handed over in Python: refused, not ignored."""
+    for name, value in given.items():
+        if value is not None:
+            what = "a Workload" if isinstance(model, Workload) else "a model passed with example_inputs"
+            raise UserError(f"{name}= does not apply to {what}: its example inputs fix the shapes and nothing is read from a file; drop {name}=")
+
+
+def _from_python(model: Workload | torch.nn.Module, example_inputs: Sequence | None, dev: torch.device, task: str | None) -> Workload:
+    """The user's module or Workload as a Workload over an independent copy of the module, on `dev`, in eval mode."""
+    if isinstance(model, Workload):
+        workload = dataclasses.replace(model, model=_inference_copy(model.model, dev))
+        workload.example_inputs = _on_device(workload.example_inputs, dev)
+        if task:
+            workload.task, workload.comparison = TaskKind(task), ""
+            workload.__post_init__()
+        return workload
+    if example_inputs is None:
+        raise UserError("a model needs example_inputs (a tuple of tensors it accepts)")
+    inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
+    workload = Workload(name=type(model).__name__, model=_inference_copy(model, dev), example_inputs=_on_device(inputs, dev), task=TaskKind(task or "generic"), source="python")
+    workload.batch = next((t.shape[0] for t in workload.example_inputs if isinstance(t, torch.Tensor) and t.dim() > 0), 1)
+    return workload
+
+
+def _inference_copy(model: torch.nn.Module, dev: torch.device) -> torch.nn.Module:
+    """The user's module copied (the original keeps its mode, dtype, device and tensors), on `dev`, in eval mode."""
+    return inference_mode(independent_copy(model).to(dev))
+
+
+def _on_device(inputs: tuple, dev: torch.device) -> tuple:
+    return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
 
 
 def _cast(workload: Workload, dtype: torch.dtype) -> None:
