@@ -74,6 +74,13 @@ PickleOpt = typer.Option(False, "--allow-pickle", help="load pickled objects fro
 OutOpt = typer.Option(None, "--out", help="write report.json, metrics.csv and report.html here (and agnitra.log, what libraries printed)")
 
 
+def _api():
+    """agnitra.api, imported inside the work (`_working`): what torch and friends print on import goes to the log."""
+    import agnitra.api
+
+    return agnitra.api
+
+
 @contextmanager
 def _working(out_dir: Optional[Path], show_progress: bool):
     """The work of a command: what libraries print goes to the log, a progress bar on a terminal."""
@@ -126,12 +133,12 @@ def _show(table: Table) -> None:
 @zoo_app.command("list")
 def zoo_list() -> None:
     """The built-in workloads with their parameter counts."""
-    from agnitra.workloads.registry import zoo_entries
-
     table = Table(title="Agnitra workload zoo", title_justify="left")
     for col, justify in (("name", "left"), ("task", "left"), ("params", "right"), ("description", "left")):
         table.add_column(col, justify=justify)
     with _working(None, show_progress=False):
+        from agnitra.workloads.registry import zoo_entries
+
         rows = [(f"zoo:{entry.name}", entry.task.value, _millions(entry.count_params("full")), entry.description) for entry in zoo_entries()]
     for row in rows:
         table.add_row(*row)
@@ -169,13 +176,12 @@ def profile(
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
     """Operator table (time, FLOPs, bytes), latency, peak memory and NVML telemetry."""
-    from agnitra import api
     from agnitra.report.console import ops_table
 
     with _working(out_dir, not as_json) as progress:
         if progress:
             progress("loading and profiling", 0.1)
-        report = api.profile(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, **_pickle(allow_pickle))
+        report = _api().profile(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, **_pickle(allow_pickle))
 
     def render(r) -> None:
         _print_device(r.device)
@@ -216,23 +222,22 @@ def bench(
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
     """Measure variants of one workload side by side, interleaved, with correctness and roofline."""
-    from agnitra import api
-
-    chosen: list = variants.split(",")
-    if recipe:
-        from agnitra.bench.variants.recipe import RecipeVariant
-        from agnitra.transforms.recipe import Recipe
-
-        for text in recipe:
-            loaded = Recipe.load_or_parse(text)
-            chosen.append(RecipeVariant(loaded, name=f"recipe: {loaded.name}"))
     with _working(out_dir, not as_json) as progress:
-        report = api.benchmark(
-            model, variants=chosen, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
+        report = _api().benchmark(
+            model, variants=variants.split(",") + _recipe_variants(recipe or []), device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
             input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k,
             threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress, **_pickle(allow_pickle),
         )
     _emit(report, as_json, out_dir, _render_bench)
+
+
+def _recipe_variants(texts: list[str]) -> list:
+    """--recipe: each a recipe.json or an inline recipe, measured as one more variant."""
+    from agnitra.bench.variants.recipe import RecipeVariant
+    from agnitra.transforms.recipe import Recipe
+
+    recipes = [Recipe.load_or_parse(text) for text in texts]
+    return [RecipeVariant(recipe, name=f"recipe: {recipe.name}") for recipe in recipes]
 
 
 def _render_bench(report) -> None:
@@ -290,8 +295,6 @@ def optimize(
     out_dir: Optional[Path] = typer.Option(Path("runs/optimize"), "--out", help="run directory: report, recipe, journal"),
 ) -> None:
     """Search recipes, verify each against the original, return the fastest correct model."""
-    from agnitra import api
-
     if list_transforms:
         _list_transforms()
         return
@@ -301,7 +304,7 @@ def optimize(
         raise UserError(f"--resume: {out_dir} holds no earlier run (candidates.jsonl); drop --resume or point --out at it")
     _session.interrupt_note = f"interrupted; partial results in {out_dir}; resume with --resume" if out_dir is not None else "interrupted"
     with _working(out_dir, not as_json) as progress:
-        optimized = api.optimize(
+        optimized = _api().optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
@@ -356,13 +359,11 @@ def inspect(
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
     """The captured graph: hotspots by module (time, FLOPs, bytes, intensity, bound), graph breaks, op mix."""
-    from agnitra import api
-
     arguments.count("--limit", limit)
     with _working(out_dir, not as_json) as progress:
         if progress:
             progress("capturing, annotating and timing", 0.2)
-        report = api.inspect(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, timed=not no_time, **_pickle(allow_pickle))
+        report = _api().inspect(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, input_shapes=input_shape, task=task, size=size, runs=runs, timed=not no_time, **_pickle(allow_pickle))
     _emit(report, as_json, out_dir, lambda r: _render_inspect(r, limit))
 
 
@@ -399,7 +400,6 @@ def tune_matmul_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Autotune Agnitra's matmul template for one shape and compare it with torch.matmul (cuBLAS)."""
-    from agnitra import api
     from agnitra.report.schema import to_dict
 
     if (dim is None) == (shape is None):
@@ -412,7 +412,7 @@ def tune_matmul_cmd(
             out.print(f"  {trial.config}  {status}", highlight=False)
 
     with _working(None, show_progress=False):
-        tuning = api.tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, max_trials=max_trials, progress=show)
+        tuning = _api().tune_matmul(problem, dtype=dtype, runs=runs, device=device, kernel=kernel, max_trials=max_trials, progress=show)
     r = tuning.result
     if as_json:
         _print_json({"shape": list(problem), "dtype": r.dtype, "best": r.best, "best_ms": r.best_ms, "best_tflops": tuning.tflops(r.best_ms), "default": r.default, "default_ms": r.default_ms, "head_to_head_ms": tuning.best_ms, "torch_matmul_ms": tuning.torch_ms, "torch_tflops": tuning.tflops(tuning.torch_ms), "vs_torch": tuning.vs_torch, "strategy": r.strategy, "trials": to_dict(r.trials)})
@@ -439,12 +439,11 @@ def device_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """The device signature and its measured ceilings."""
-    from agnitra import api
-    from agnitra.device import resolve_device
-    from agnitra.report.schema import to_dict
-
     with _working(None, show_progress=False):
-        report = api.describe_device(resolve_device(device), refresh=refresh)
+        from agnitra.device import resolve_device
+        from agnitra.report.schema import to_dict
+
+        report = _api().describe_device(resolve_device(device), refresh=refresh)
     if as_json:
         _print_json(to_dict(report))
         return

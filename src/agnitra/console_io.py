@@ -43,13 +43,17 @@ class UserStreams:
 def _kept(stream: IO[str], fd: int) -> IO[str]:
     """A stream reaching where `stream` goes even after `fd` is pointed elsewhere: a duplicate of
     the descriptor when `stream` writes to it, else `stream` itself (a test's capture object)."""
-    try:
-        if stream.fileno() != fd:
-            return stream
-    except (AttributeError, OSError, ValueError):
+    if not _writes_to(stream, fd):
         return stream
     stream.flush()
     return open(os.dup(fd), "w", buffering=1, encoding=getattr(stream, "encoding", None) or "utf-8", errors="replace")
+
+
+def _writes_to(stream: IO[str], fd: int) -> bool:
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def log_path(run_dir: Path | None, cache_dir: Path) -> Path:
@@ -59,34 +63,55 @@ def log_path(run_dir: Path | None, cache_dir: Path) -> Path:
 
 @contextmanager
 def library_output_to(path: Path, header: str, echo_to: IO[str] | None = None) -> Iterator[Path]:
-    """Descriptors 1 and 2, `sys.stdout` and `sys.stderr` into `path` while the block runs (a run
-    folder's log is appended to, logs/last.log started afresh); with `echo_to`, copied there too."""
+    """Descriptors 1 and 2 into `path` while the block runs (a run folder's log is appended to,
+    logs/last.log started afresh); with `echo_to`, copied there too. `sys.stdout` and `sys.stderr`
+    write to those descriptors and are left in place (a logging handler holding one keeps working
+    afterwards); where they do not (a notebook, a test's capture), they point at the log meanwhile."""
     log = _open_log(path)
     log.write(f"---- {header}\n".encode())
-    log.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    _flush_python_streams()
     saved = os.dup(1), os.dup(2)
-    saved_objects = sys.stdout, sys.stderr
     tee = _Tee(log, echo_to) if echo_to is not None else None
     target = tee.write_fd if tee is not None else log.fileno()
     os.dup2(target, 1)
     os.dup2(target, 2)
-    text = open(os.dup(target), "w", buffering=1, encoding="utf-8", errors="replace")
-    sys.stdout = sys.stderr = text
+    swapped = _swap_detached_streams(target)
     try:
         yield path
     finally:
-        text.flush()
-        sys.stdout, sys.stderr = saved_objects
+        _flush_python_streams()
+        for name, stream in swapped.items():
+            setattr(sys, name, stream)
         os.dup2(saved[0], 1)
         os.dup2(saved[1], 2)
         for fd in saved:
             os.close(fd)
-        text.close()
         if tee is not None:
             tee.finish()
         log.close()
+
+
+def _flush_python_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+
+
+def _swap_detached_streams(target: int) -> dict[str, IO[str]]:
+    """Point sys.stdout / sys.stderr at `target` where they do not write to fds 1 / 2; the
+    originals, to put back. The stand-in is never closed: a handler may still hold it."""
+    swapped = {}
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if not _writes_to(stream, fd):
+            swapped[name] = stream
+    if swapped:
+        stand_in = open(os.dup(target), "w", buffering=1, encoding="utf-8", errors="replace")
+        for name in swapped:
+            setattr(sys, name, stand_in)
+    return swapped
 
 
 def _open_log(path: Path) -> IO[bytes]:
