@@ -21,6 +21,7 @@ from agnitra.bench.harness import BenchConfig, Harness
 from agnitra.bench.heldout import baseline_problem
 from agnitra.bench.noise import faster_beyond_noise
 from agnitra.bench.variants.base import Prepared, Variant
+from agnitra.workloads.base import like_inputs
 from agnitra.workloads.registry import BuildOptions, build_workload
 
 EXAMPLE = torch.randn(2, 8, generator=torch.Generator().manual_seed(3))  # its sum is positive
@@ -151,14 +152,17 @@ def test_held_out_inputs_keep_dtypes_ranges_and_masks():
             return self.table(ids) * mask[..., None] * scale
 
     ids = torch.tensor([[0, 9, 3, 4], [5, 6, 7, 8]])
-    example = (ids, torch.ones(2, 4, dtype=torch.bool), torch.rand(2, 4, 1) + 0.5)
+    padded = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])  # right padding: no holes
+    example = (ids, padded, torch.rand(2, 4, 1) + 0.5)
     workload, _ = api.prepare_workload(Embed(), example, device="cpu")
     held_out = workload.inputs(10_000)
     assert [t.dtype for t in held_out] == [t.dtype for t in example] and [t.shape for t in held_out] == [t.shape for t in example]
     assert not torch.equal(held_out[0], ids) and 0 <= held_out[0].min() and held_out[0].max() <= 9
-    assert held_out[1].all()  # an all-ones mask stays all ones
+    assert torch.equal(held_out[1], padded)  # a mask keeps its pattern
     assert 0.5 <= held_out[2].min() and held_out[2].max() <= 1.5  # one sign: the example's range
     assert torch.equal(workload.inputs(10_000)[2], held_out[2])  # seeded: every variant sees the same
+    bigger = like_inputs(example, 1, batch=(2, 3))
+    assert [t.shape[0] for t in bigger] == [3, 3, 3] and torch.equal(bigger[1], padded[[0, 1, 0]])
 
 
 def test_derived_inputs_the_original_rejects_are_left_out(device_report):

@@ -121,9 +121,12 @@ def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -
 
     Floating tensors get normal values with each tensor's own mean and std, kept within its range
     where the example has one sign (images in [0, 1], positive scales); integer and bool tensors
-    get uniform values within the example's [min, max] (token ids stay in the vocabulary, an
-    all-ones mask stays all ones); other leaves are kept. `batch=(old, new)` also resizes dim 0
-    of every tensor whose dim 0 is `old` to `new` (another shape of the same inputs).
+    get uniform values within the example's [min, max] (token ids stay in the vocabulary), except
+    those of two values at most (attention masks, flags, segment ids), whose pattern is their
+    meaning: they keep the example's rows (a mask with holes where real padding has none would
+    test inputs no caller gives); other leaves are kept. `batch=(old, new)` also resizes dim 0 of
+    every tensor whose dim 0 is `old` to `new` (another shape of the same inputs), the kept rows
+    taken in turn.
     """
     generator = torch.Generator().manual_seed(seed)
 
@@ -140,6 +143,8 @@ def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -
 
 def _values_like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
     low, high = example.min(), example.max()
+    if not example.is_floating_point() and example.unique().numel() <= 2:  # masks, flags: kept
+        return example[torch.arange(shape[0]) % example.shape[0]] if shape else example.clone()
     if not example.is_floating_point():  # integers and bools: uniform in the example's range
         values = torch.randint(int(low), min(int(high) + 1, torch.iinfo(torch.int64).max), shape, generator=generator)
         return values.to(example.dtype)
