@@ -31,6 +31,7 @@ from agnitra.errors import AgnitraError, UserError, first_line
 
 Progress = Callable[[str, float], None]
 MAX_PICKLED_BYTES = 2 * 2**30  # larger models are not copied into a worker
+USER_MODULE_PREFIX = "agnitra_user_"  # how workloads.loaders names the model files it imports
 FILE_SUFFIXES = (".pt2", ".onnx", ".pt", ".pth", ".ts", ".torchscript", ".jit")
 
 
@@ -81,9 +82,7 @@ def workload_source(model: Any, load_options: dict[str, Any], workload, device: 
     if size > MAX_PICKLED_BYTES:
         return None, f"the model ({size / 2**30:.1f} GiB) is too large to copy into a worker process"
     try:
-        import cloudpickle
-
-        pickled = cloudpickle.dumps(workload)
+        pickled = _cloudpickle().dumps(workload)
     except Exception as exc:  # noqa: BLE001 - whatever the model holds that cannot be pickled
         return None, f"the model cannot be copied into a worker process ({first_line(exc)})"
     return WorkloadSource(str(device), pickled=pickled, extras=extras), ""
@@ -100,12 +99,21 @@ def _user_extras() -> bytes | None:
     extras = {"transforms": own(TRANSFORMS), "variants": own(VARIANTS)}
     if not extras["transforms"] and not extras["variants"]:
         return None
-    import cloudpickle
-
     try:
-        return cloudpickle.dumps(extras)
+        return _cloudpickle().dumps(extras)
     except Exception:  # noqa: BLE001 - a registration that cannot travel is simply not there
         return None
+
+
+def _cloudpickle():
+    """cloudpickle, told to copy the code of the user's model files (imported by the loader
+    under names no other process can import) rather than refer to it."""
+    import cloudpickle
+
+    for name, module in list(sys.modules.items()):
+        if name.startswith(USER_MODULE_PREFIX):
+            cloudpickle.register_pickle_by_value(module)
+    return cloudpickle
 
 
 def _module_of(entry: Any) -> str:
@@ -140,9 +148,15 @@ class Worker:
         self.conn: Connection | None = None
         self.starts = 0
 
+    def ensure_started(self, timeout: float) -> None:
+        """Start the worker (load the model there) unless it runs; a start past `timeout` is a
+        WorkerTimeout. Callers start it before timing a call, so loading is not the call's time."""
+        if self.process is None:
+            self._start(time.monotonic() + max(0.0, timeout))
+
     def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
         """fn(workload, device, *args, progress=...) in the worker, within `timeout` seconds
-        counted from now (a fresh worker's start-up included)."""
+        counted from now (a fresh worker's start-up included, unless started before)."""
         deadline = time.monotonic() + max(0.0, timeout)
         if self.process is None:
             self._start(deadline)
@@ -238,6 +252,9 @@ class InProcess:
                 raise
             except UserError as exc:
                 raise WorkerError(str(exc), user_error=True) from exc
+
+    def ensure_started(self, timeout: float) -> None:
+        pass
 
     def stop(self) -> None:
         pass

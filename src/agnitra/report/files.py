@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from agnitra.fileio import atomic_write_text
 from agnitra.report.html import bench_html, profile_html
 from agnitra.report.schema import BenchReport, OpRow, ProfileReport, VariantResult
 
@@ -109,12 +111,12 @@ def _csv_cell(value: Any) -> Any:
 
 
 def _write_csv(columns: Sequence[str], rows: Iterable[Sequence[Any]], path: Path) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([_csv_cell(value) for value in row])
-    return path
+    buffer = io.StringIO(newline="")
+    writer = csv.writer(buffer)
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_csv_cell(value) for value in row])
+    return _write_text(buffer.getvalue(), path)
 
 
 def _json_fallback(value: Any) -> Any:
@@ -137,5 +139,5 @@ def _write_json(data: Any, path: Path) -> Path:
 
 
 def _write_text(text: str, path: Path) -> Path:
-    path.write_text(text, encoding="utf-8")
-    return path
+    """Whole files only: a reader (or a run killed mid-write) never sees half a report."""
+    return atomic_write_text(path, text)

@@ -4,7 +4,6 @@ from the bench page's parts."""
 
 from __future__ import annotations
 
-import csv
 import html
 import json
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from agnitra.report.console_units import candidate_cells
-from agnitra.report.files import write_bench_report
+from agnitra.report.files import _write_csv, _write_json, _write_text, write_bench_report
 from agnitra.report.html import (
     _base_layout, _chart_grid, _chart_label, _Charts, _context_section, _header, _notes_list, _page,
     _results_table, _section, _table, _workload_name, latency_figure,
@@ -83,13 +82,8 @@ def optimize_html(report: OptimizeReport) -> str:
 def write_optimize_report(report: OptimizeReport, out_dir: Path) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = write_bench_report(report.bench, out_dir)  # metrics.csv of the final run; json/html replaced below
-    paths["json"].write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    paths["html"].write_text(optimize_html(report))
-    candidates = out_dir / "candidates.csv"
-    with open(candidates, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CANDIDATE_HEADERS)
-        writer.writerows(candidate_cells(c) for c in report.candidates)
-    recipe = out_dir / "recipe.json"
-    recipe.write_text(json.dumps(report.recipe, indent=2) + "\n")
+    _write_json(report.to_dict(), paths["json"])
+    _write_text(optimize_html(report), paths["html"])
+    candidates = _write_csv(CANDIDATE_HEADERS, (candidate_cells(c) for c in report.candidates), out_dir / "candidates.csv")
+    recipe = _write_json(report.recipe, out_dir / "recipe.json")
     return {**paths, "candidates": candidates, "recipe": recipe}

@@ -39,7 +39,8 @@ FINALISTS = 2
 MIN_GAIN = 1.0  # the answer must beat the baseline's median in the final run
 FINAL_RUN_SCALE = 2.5  # a final-run variant's timed work against a search run's (50 calls vs 20)
 RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
-ASSEMBLY_S = 5.0  # building the answer here and writing the reports
+ASSEMBLY_S = 5.0
+BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search  # building the answer here and writing the reports
 
 
 @dataclass
@@ -203,15 +204,19 @@ def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> O
 
 def _probe(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> BenchReport:
     """The baseline, first: a model that cannot be measured ends the run with the reason."""
+    limit = BASELINE_SHARE * budget.remaining()  # not a candidate: the run needs it, whatever --candidate-timeout says
     try:
-        return runner.call(probe_baseline, device_report, config, timeout=min(config.candidate_timeout_s, budget.remaining()))
+        runner.ensure_started(budget.remaining())
+    except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
+        raise UserError(f"the model could not be loaded in a worker process: {exc}; check that it loads (`agnitra bench`), or raise --budget") from None
+    try:
+        return runner.call(probe_baseline, device_report, config, timeout=limit)
     except WorkerError as exc:
         if exc.user_error:
             raise UserError(str(exc)) from None
         raise UserError(f"the original model could not be measured: {exc}; check that it runs on its example inputs (`agnitra bench`)") from None
     except WorkerTimeout:
-        limit = min(config.candidate_timeout_s, budget.total_s)
-        raise UserError(f"measuring the original model alone took longer than {limit:.0f} s; raise --budget (and --candidate-timeout), or lower --batch/--tokens") from None
+        raise UserError(f"measuring the original model alone took longer than {limit:.0f} s (half of what was left of the budget); raise --budget, or lower --batch/--tokens") from None
     except WorkerCrashed as exc:
         raise UserError(f"the original model could not be measured: {exc}; check that it runs (`agnitra bench`), or lower --batch if memory ran out") from None
 
@@ -325,8 +330,8 @@ def failure_reason(result: CandidateResult) -> str | None:
     else:
         return None
     parts = [p for p in str(text).split(": ") if p]
-    for i, part in enumerate(parts):
-        if part.endswith(("Error", "Exception", "Timeout")) and i + 1 < len(parts):
+    for i in reversed(range(len(parts) - 1)):  # the innermost error: 'setup: PatchError: step: RuntimeError: ...'
+        if parts[i].endswith(("Error", "Exception", "Timeout")):
             return ": ".join(parts[i:])
     return str(text)
 

@@ -159,6 +159,13 @@ def search(
             result = done[key]  # measured before the run was interrupted
         else:
             left = budget.remaining() - reserve(outcome.results)
+            if left >= MIN_CANDIDATE_S:
+                failure = _start(runner, left)  # after a killed candidate: a fresh worker, loaded
+                if failure:
+                    outcome.unmeasured = 1 + _count_left(strategy)
+                    outcome.notes.append(f"the worker process could not be started again ({failure}); {outcome.unmeasured} candidate(s) not measured")
+                    break
+                left = budget.remaining() - reserve(outcome.results)
             if left < MIN_CANDIDATE_S:
                 outcome.unmeasured = 1 + _count_left(strategy)
                 outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured, the rest of the {budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
@@ -170,6 +177,15 @@ def search(
         outcome.results.append(result)
         strategy.tell(candidate, result)
     return outcome
+
+
+def _start(runner, limit: float) -> str:
+    """'' once the runner is ready, else why it could not start."""
+    try:
+        runner.ensure_started(limit)
+        return ""
+    except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
+        return str(exc)
 
 
 def _count_left(strategy: Strategy) -> int:

@@ -1,0 +1,340 @@
+"""optimize's run folder, budget and isolation: nothing lost, nothing mixed, no limit ignored.
+
+Candidates run in a worker process; these tests give it transforms that sleep, crash the
+process or raise, and models that cannot be measured, and check that each ends as a record or a
+one-line error, that the budget holds, and that a killed run resumes only its own results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import agnitra
+from agnitra.cli import main
+from agnitra.errors import UserError
+from agnitra.fileio import atomic_write_text
+from agnitra.search.run_folder import RunFolder
+from agnitra.transforms.base import TRANSFORMS, Transform, register_transform
+from agnitra.workloads.base import TaskKind, Workload
+
+WORKER_MARK = "from agnitra.bench.isolated import worker_main"
+
+
+def _register(name, apply):
+    if name not in TRANSFORMS:
+        body = {"name": name, "stage": "module", "description": "test transform", "apply": lambda self, model, ctx, params: apply(model)}
+        register_transform(type(f"Safety_{name}", (Transform,), body))
+
+
+def _sleep_30(model):
+    time.sleep(30)
+    return model
+
+
+def _exit_process(model):
+    os._exit(3)  # the worker dies outright, as a segfault or the OOM killer would
+
+
+def _parametrized_failure(model):
+    raise RuntimeError("Serialization of parametrized modules is only supported through state_dict()")
+
+
+_register("safety-sleep", _sleep_30)
+_register("safety-exit", _exit_process)
+for _name in ("safety-fail-a", "safety-fail-b", "safety-fail-c"):
+    _register(_name, _parametrized_failure)
+_register("safety-identity", lambda model: model)
+
+
+def _mlp(name="mlp", width=16) -> Workload:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(width, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
+    make = lambda seed: (torch.randn(2, width, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
+    return Workload(name, model, make(0), TaskKind.GENERIC, batch=2, make_inputs=make)
+
+
+def _cli(args, capsys):
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _workers_of(parent: int) -> list[int]:
+    """Live worker processes whose parent is `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if WORKER_MARK in cmdline and ppid == parent:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+# ---- the run folder ---------------------------------------------------------------------------
+
+
+def test_unwritable_out_is_refused_before_any_work(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    t0 = time.perf_counter()
+    code, _, err = _cli(["optimize", "zoo:tinylm", "--size", "tiny", "--device", "cpu", "--out", str(blocker / "run")], capsys)
+    assert code == 2 and ("cannot be written" in err or "cannot write" in err) and "--out" in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert time.perf_counter() - t0 < 10  # refused before the model was built and measured
+
+
+def test_out_that_is_a_file_is_refused(tmp_path):
+    target = tmp_path / "report.txt"
+    target.write_text("keep me")
+    with pytest.raises(UserError, match="is a file, not a folder"):
+        agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity"], budget="30s", peers=[], out=target)
+    assert target.read_text() == "keep me"
+
+
+def test_second_run_on_one_folder_is_refused(tmp_path, capsys):
+    with RunFolder(tmp_path):
+        with pytest.raises(UserError, match=r"in use by another agnitra run \(pid \d+\)"):
+            agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity"], budget="30s", peers=[], out=tmp_path)
+        code, _, err = _cli(["optimize", "zoo:tinylm", "--size", "tiny", "--device", "cpu", "--out", str(tmp_path)], capsys)
+        assert code == 2 and "in use by another agnitra run" in err and len(err.strip().splitlines()) == 1
+    # the lock goes with the run that held it
+    with RunFolder(tmp_path):
+        pass
+
+
+def test_lock_is_released_when_its_process_is_killed(tmp_path):
+    code = f"from agnitra.search.run_folder import RunFolder; import time; f = RunFolder({str(tmp_path)!r}); print('locked', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(UserError, match=f"pid {holder.pid}"):
+            RunFolder(tmp_path)
+    finally:
+        holder.kill()
+        holder.wait()
+    with RunFolder(tmp_path):
+        pass
+
+
+def test_resume_refuses_another_runs_journal(tmp_path):
+    agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity"], budget="40s", peers=[], out=tmp_path)
+    with pytest.raises(UserError, match="holds results for another run.*workload") as info:
+        agnitra.optimize(_mlp("other-model", width=8), device="cpu", transforms=["safety-identity"], budget="40s", peers=[], out=tmp_path, resume=True)
+    assert "run without --resume, or choose another --out" in str(info.value)
+    with pytest.raises(UserError, match="tolerances"):
+        agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity"], budget="40s", peers=[], out=tmp_path, resume=True, max_error=0.5)
+
+
+def test_resume_skips_a_damaged_line_and_measures_that_candidate_again(tmp_path):
+    first = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity", "safety-fail-a"], budget="40s", peers=[], out=tmp_path)
+    journal = tmp_path / "candidates.jsonl"
+    header, *lines = journal.read_text().splitlines()
+    assert len(lines) == 2
+    journal.write_text("\n".join([header, lines[0], lines[1][: len(lines[1]) // 2]]) + "\n")  # killed mid-write
+    again = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity", "safety-fail-a"], budget="40s", peers=[], out=tmp_path, resume=True)
+    assert again.report.search["reused"] == 1
+    assert any("line 3 is damaged" in note for note in again.report.search["notes"])
+    assert [c.name for c in again.report.candidates] == [c.name for c in first.report.candidates]
+    assert len(journal.read_text().splitlines()) == 4  # the damaged line stays; the candidate measured again
+
+
+def test_resume_refuses_a_journal_without_header(tmp_path):
+    (tmp_path / "candidates.jsonl").write_text('{"name": "x"}\n')
+    with pytest.raises(UserError, match="no readable header"):
+        agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity"], budget="30s", peers=[], out=tmp_path, resume=True)
+
+
+def test_resume_without_a_folder_is_refused():
+    with pytest.raises(UserError, match="resume needs the run folder"):
+        agnitra.optimize(_mlp(), device="cpu", budget="30s", resume=True)
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    target = tmp_path / "report.json"
+    target.write_text("old")
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError):
+        atomic_write_text(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no half-written file left
+
+
+# ---- timeouts and the budget -------------------------------------------------------------------
+
+
+def test_candidate_past_its_timeout_is_killed_and_recorded(tmp_path):
+    t0 = time.perf_counter()
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-sleep", "safety-identity"], budget="60s", candidate_timeout="2s", peers=[], out=tmp_path)
+    elapsed = time.perf_counter() - t0
+    by_name = {c.name: c for c in fast.report.candidates}
+    assert by_name["safety-sleep"].status == "timeout" and "time limit of 2 s" in by_name["safety-sleep"].reason
+    assert by_name["safety-identity"].status == "ok"  # measured after the worker was replaced
+    assert fast.report.search["worker_starts"] >= 2  # the killed worker was replaced
+    assert elapsed < 30  # the 30 s sleep was cut short
+    assert not _workers_of(os.getpid())  # every worker stopped with the run
+
+
+def test_a_one_second_timeout_does_not_end_the_run(tmp_path, capsys):
+    model_file = tmp_path / "m.py"
+    model_file.write_text("import torch\ndef make():\n    return torch.nn.Linear(8, 4), (torch.randn(2, 8),)\n")
+    code, out, err = _cli(["optimize", f"{model_file}:make", "--device", "cpu", "--budget", "60s", "--candidate-timeout", "1s", "--transforms", "compile", "--peers", "", "--out", str(tmp_path / "run")], capsys)
+    assert code == 0, err
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["chosen"] is None or report["speedup"] > 1
+    assert all(c["status"] in ("ok", "timeout", "failed") for c in report["candidates"])
+
+
+def test_budget_bounds_the_whole_run(tmp_path):
+    t0 = time.perf_counter()
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-sleep", "safety-identity"], budget="15s", peers=[], out=tmp_path)
+    elapsed = time.perf_counter() - t0
+    assert elapsed <= 15 * 1.1, elapsed
+    assert fast.report.search["elapsed_s"] <= 15 * 1.1
+    assert {c.name: c.status for c in fast.report.candidates}.get("safety-sleep") in ("timeout", None)
+
+
+def test_a_crashed_worker_is_a_record_and_the_run_goes_on(tmp_path):
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-exit", "safety-identity"], budget="60s", peers=[], out=tmp_path)
+    by_name = {c.name: c for c in fast.report.candidates}
+    assert by_name["safety-exit"].status == "failed" and "worker process died (exit code 3)" in by_name["safety-exit"].reason
+    assert by_name["safety-identity"].status == "ok"
+
+
+# ---- the baseline ----------------------------------------------------------------------------------
+
+
+class _BreaksAfterFirstCall(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("the device is gone")
+        return self.linear(x)
+
+
+class _SlowModel(nn.Module):
+    def forward(self, x):
+        time.sleep(0.5)
+        return x + 1
+
+
+def test_a_baseline_that_cannot_be_measured_ends_the_run(capsys):
+    with pytest.raises(UserError, match="the original model could not be measured: .*the device is gone"):
+        agnitra.optimize(_BreaksAfterFirstCall(), (torch.randn(2, 4),), device="cpu", transforms=["safety-identity"], budget="60s", peers=[])
+
+
+def test_a_baseline_slower_than_the_budget_allows_ends_the_run():
+    with pytest.raises(UserError, match=r"measuring the original model alone took longer than \d+ s \(half of what was left of the budget\); raise --budget"):
+        agnitra.optimize(_SlowModel(), (torch.randn(2, 4),), device="cpu", transforms=["safety-identity"], budget="12s", peers=[])
+
+
+def test_a_non_finite_baseline_ends_the_run():
+    model = nn.Linear(4, 4)
+    with torch.no_grad():
+        model.weight[0, 0] = float("nan")
+    with pytest.raises(UserError, match="NaN/Inf values on its example inputs"):
+        agnitra.optimize(model, (torch.randn(2, 4),), device="cpu", transforms=["safety-identity"], budget="60s", peers=[])
+
+
+# ---- what the verdict says -------------------------------------------------------------------------
+
+
+def test_verdict_names_the_reason_most_candidates_failed_for(tmp_path):
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-fail-a", "safety-fail-b", "safety-fail-c"], budget="60s", peers=[], out=tmp_path)
+    assert fast.report.chosen is None
+    assert "3 of 3 candidates failed with: RuntimeError: Serialization of parametrized modules" in fast.report.verdict
+
+
+class _Unpicklable(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+        self.lock = threading.Lock()
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+def test_a_model_that_cannot_travel_runs_in_process_and_says_so(tmp_path):
+    fast = agnitra.optimize(_Unpicklable(), (torch.randn(2, 4),), device="cpu", transforms=["safety-identity"], budget="60s", peers=[], out=tmp_path)
+    assert fast.report.search["isolation"].startswith("in-process (the model cannot be copied into a worker process")
+    assert any("stopped only between Python steps" in note for note in fast.report.search["notes"])
+
+
+# ---- killed, then resumed --------------------------------------------------------------------------
+
+PLUGIN = textwrap.dedent(
+    """
+    import time
+    import torch
+    from agnitra.transforms.base import TRANSFORMS, Transform, register_transform
+
+    def _slow(self, model, ctx, params):
+        time.sleep(1.0)
+        return model
+
+    for name in ("plugin-a", "plugin-b", "plugin-c"):
+        if name not in TRANSFORMS:
+            register_transform(type("Plugin_" + name.replace("-", "_"), (Transform,), {"name": name, "description": "sleeps", "apply": _slow}))
+
+    def make():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()), (torch.randn(2, 8),)
+    """
+)
+
+
+def test_sigkill_then_resume_reuses_what_was_measured(tmp_path):
+    model_file = tmp_path / "plugin_model.py"
+    model_file.write_text(PLUGIN)
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "agnitra.cli", "optimize", f"{model_file}:make", "--device", "cpu", "--budget", "90s", "--transforms", "plugin-a,plugin-b,plugin-c", "--peers", "", "--out", str(run)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = run / "candidates.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (journal.is_file() and len(journal.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    workers = _workers_of(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    measured = len(journal.read_text().splitlines()) - 1
+    assert measured >= 2 and workers
+    time.sleep(1.0)
+    assert not any(_alive(pid) for pid in workers)  # the worker died with its parent
+    done = subprocess.run(args + ["--resume", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["search"]["reused"] == measured
+    assert len(report["candidates"]) == 6  # three alone, three pairs: the rest measured after the resume
