@@ -261,3 +261,30 @@ def test_tables_off_a_terminal_are_whole_tab_separated_rows(capsys):
     for entry in zoo_entries():  # every description whole, however long
         assert f"zoo:{entry.name}\t{entry.task.value}\t" in out and f"\t{' '.join(entry.description.split())}\n" in out + "\n"
     assert all(len(row.split("\t")) == 4 for row in rows[1:])
+
+
+def test_on_a_terminal_tables_are_drawn_and_library_prints_stay_in_the_log(tmp_path):
+    """Under a pseudo-terminal the progress bar runs, and Rich does not route the model's prints around it."""
+    import pty
+
+    (tmp_path / "noisy.py").write_text(NOISY_MODEL)
+    primary, secondary = pty.openpty()
+    env = {**os.environ, "AGNITRA_CACHE_DIR": str(tmp_path)}
+    args = ["bench", f"{tmp_path}/noisy.py:make", "--device", "cpu", "--runs", "2", "--warmup", "1", "--no-ops"]
+    proc = subprocess.Popen([sys.executable, "-m", "agnitra.cli", *args], stdin=secondary, stdout=secondary, stderr=secondary, env=env)
+    os.close(secondary)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:  # EIO: the terminal's other side closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(primary)
+    assert proc.wait(timeout=120) == 0
+    screen = b"".join(chunks).decode(errors="replace")
+    assert "┃" in screen and "eager" in screen  # a drawn table, not tab-separated rows
+    assert "from forward" not in screen and "a library warning" not in screen
+    assert "python print from forward" in (tmp_path / "logs" / "last.log").read_text()

@@ -98,7 +98,8 @@ def _progress(enabled: bool):
     if not enabled or not err.is_terminal:
         yield None
         return
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True) as bar:
+    # redirect_*=False: Rich would route sys.stdout/sys.stderr around the bar, past the log
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=err, transient=True, redirect_stdout=False, redirect_stderr=False) as bar:
         task = bar.add_task("starting", total=1.0)
         yield lambda message, fraction: bar.update(task, description=message, completed=fraction)
 
