@@ -1,9 +1,12 @@
 """The runtime patcher: applies a recipe to a live model and hands back a drop-in module.
 
 The user's model is never modified. The patcher makes a *structural copy* (new module objects
-with their own child, parameter and buffer dicts, sharing the tensors) and transforms replace
-modules, parameters and buffers in the copy only, so an 8B model is not duplicated. If any step
-fails the copy is dropped and the error says which step; the original is as it was.
+with their own child, parameter, buffer and hook dicts, and new Parameter objects over the same
+storage; see `workloads.model_copy`) and transforms replace modules, parameters and buffers in the
+copy only, so an 8B model is not duplicated, and `param.data = ...` or `module.to(dtype)` on the
+copy leaves the original's tensors alone. Parametrized modules (weight_norm, spectral_norm), tied
+weights and hooks are copied as they are. If any step fails the copy is dropped and the error
+says which step; the original is as it was.
 
 Order: module transforms (precision, quantization, layout) first, then decoders get fresh KV
 caches in the new precision, then runtime transforms (compile, CUDA graphs, threads) and
@@ -12,7 +15,6 @@ backends (ONNX Runtime) wrap the result.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -22,6 +24,7 @@ from agnitra.errors import AgnitraError, UserError, first_line
 from agnitra.models.generate import decode_one_token, prefill
 from agnitra.transforms.base import TransformContext, get_transform
 from agnitra.transforms.recipe import Recipe
+from agnitra.workloads.model_copy import independent_copy
 
 STAGE_ORDER = {"module": 0, "runtime": 1, "backend": 2}
 
@@ -46,23 +49,8 @@ class Patched:
 
 
 def structural_copy(model: nn.Module) -> nn.Module:
-    """New module objects and dicts all the way down; parameter and buffer tensors are shared."""
-    memo: dict[int, nn.Module] = {}
-
-    def clone(module: nn.Module) -> nn.Module:
-        if id(module) in memo:  # a module used twice stays one module
-            return memo[id(module)]
-        new = copy.copy(module)
-        memo[id(module)] = new
-        new._parameters = dict(module._parameters)
-        new._buffers = dict(module._buffers)
-        new._non_persistent_buffers_set = set(module._non_persistent_buffers_set)
-        new._modules = {k: (clone(v) if v is not None else None) for k, v in module._modules.items()}
-        for hooks in ("_forward_hooks", "_forward_pre_hooks"):
-            setattr(new, hooks, copy.copy(getattr(module, hooks)))
-        return new
-
-    return clone(model)
+    """New module and Parameter objects all the way down; parameter storage and buffers are shared."""
+    return independent_copy(model, clone_buffers=False)
 
 
 def validate_order(recipe: Recipe) -> None:
