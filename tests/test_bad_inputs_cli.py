@@ -30,11 +30,15 @@ TINY = ["zoo:tinylm", "--size", "tiny", "--device", "cpu"]
 
 
 @pytest.fixture(autouse=True)
-def nothing_is_built(monkeypatch):
+def nothing_is_built(monkeypatch, tmp_path):
+    """Fails a test that builds a model; logs and default run folders under tmp_path."""
+
     def built(*args, **kwargs):
         raise AssertionError("a model was built before the arguments were checked")
 
     monkeypatch.setattr(api, "prepare_workload", built)
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
 
 
 def _cli(argv, capsys):
@@ -121,6 +125,20 @@ def test_help_still_works(capsys):
 )
 def test_out_of_range_flags_are_refused_before_any_work(argv, fragments, capsys):
     _assert_one_line_error(*_cli(argv, capsys), *fragments)
+
+
+@pytest.mark.parametrize("verb", ["profile", "inspect", "bench", "optimize"])
+def test_allow_pickle_reaches_the_loader_only_when_given(verb, monkeypatch, capsys):
+    seen = []
+
+    def recorded(model, example_inputs=None, **options):
+        seen.append(options.get("allow_pickle", False))
+        raise UserError("stop here")
+
+    monkeypatch.setattr(api, "prepare_workload", recorded)
+    for flags in (["--allow-pickle"], []):
+        _assert_one_line_error(*_cli([verb, "model.pt2", "--device", "cpu", *flags], capsys), "stop here")
+    assert seen == [True, False]
 
 
 @pytest.mark.parametrize(
