@@ -264,7 +264,7 @@ def test_a_non_finite_baseline_ends_the_run():
     model = nn.Linear(4, 4)
     with torch.no_grad():
         model.weight[0, 0] = float("nan")
-    with pytest.raises(UserError, match="NaN/Inf values on its example inputs"):
+    with pytest.raises(UserError, match="NaN/Inf values on the held-out inputs; no candidate can be verified against it; fix the model"):
         agnitra.optimize(model, (torch.randn(2, 4),), device="cpu", transforms=["safety-identity"], budget="60s", peers=[])
 
 

@@ -197,6 +197,8 @@ class CandidateResult:
     correctness: Correctness | None = None
     setup_s: float | None = None
     eval_s: float | None = None
+    speedup_interval: list[float] | None = None  # [low, high] of the speedup in its own run
+    faster_beyond_noise: bool | None = None  # the interval's low end above 1: a real win
 
     @property
     def passed(self) -> bool:

@@ -46,6 +46,7 @@ class SearchConfig:
             runs=self.runs or (2 if decoder else 20),
             warmup=self.warmup if self.warmup is not None else (1 if decoder else 3),
             op_breakdown=False, signature=False, energy=False, roofline=False, tolerances=self.tolerances,
+            shape_check=False,  # screening at the example shapes; the final run checks another batch
         )
 
 
@@ -92,6 +93,7 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
     elif cand.status == "ok":
         result.baseline_ms = base.latency_ms.median
         result.speedup = base.latency_ms.median / cand.latency_ms.median
+        result.speedup_interval, result.faster_beyond_noise = cand.speedup_interval, cand.faster_beyond_noise
     free_candidate(device)
     return _timed(result, t0)
 
