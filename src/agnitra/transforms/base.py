@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from agnitra.errors import UserError
+from agnitra.errors import NotApplicable, UserError
 from agnitra.workloads.base import Workload
 
 
@@ -53,7 +53,11 @@ class Transform(abc.ABC):
     stage: ClassVar[str] = "module"
 
     def check(self, ctx: TransformContext, params: Any) -> None:
-        """Raise NotApplicable(reason) when this transform cannot run here. Default: always runs."""
+        """Raise NotApplicable(reason) when this transform cannot run here. Default: always runs.
+
+        Check the parameters' values before looking at `ctx`: a check that fails without the
+        context is about the parameters, and `parse_params` reports it as the user's error when
+        the recipe is read (see there)."""
 
     @abc.abstractmethod
     def apply(self, model: nn.Module, ctx: TransformContext, params: Any) -> nn.Module:
@@ -68,19 +72,56 @@ class Transform(abc.ABC):
         return self.Params()
 
     def parse_params(self, raw: dict[str, Any] | None) -> Any:
-        """Params from a plain dict (recipe.json): unknown keys and wrong types are user errors."""
+        """Params from a plain dict (recipe.json, an inline recipe): user errors for unknown keys,
+        wrong types (a bool is not a number) and values the transform refuses whatever the context.
+
+        The values are checked by running `check` against a context that cannot be read: a
+        NotApplicable raised before the check reads it depends on the parameters alone (e.g.
+        compile's mode); the first read ends the probe (device, dtype and model are judged
+        later, where the recipe runs)."""
+        if not isinstance(raw, (dict, type(None))):
+            raise UserError(f"transform '{self.name}': parameters must be key=value pairs, not {type(raw).__name__}")
         raw = dict(raw or {})
         known = {f.name: f for f in dataclasses.fields(self.Params)}
         unknown = sorted(set(raw) - set(known))
         if unknown:
             raise UserError(f"transform '{self.name}' has no parameter(s) {', '.join(unknown)}; it takes: {', '.join(known) or 'none'}")
         params = self.Params(**raw)
-        for name, f in known.items():
+        for name in known:
             value = getattr(params, name)
             expected = type(getattr(self.Params(), name))
-            if value is not None and expected is not type(None) and not isinstance(value, expected) and not (expected is float and isinstance(value, int)):
+            if value is not None and expected is not type(None) and not _is_a(value, expected):
                 raise UserError(f"transform '{self.name}': parameter {name}={value!r} should be {expected.__name__}")
+        self._check_values(params)
         return params
+
+    def _check_values(self, params: Any) -> None:
+        try:
+            self.check(_UnreadableContext(), params)
+        except NotApplicable as exc:
+            raise UserError(f"transform '{self.name}': {exc}") from exc
+        except _ContextRead:
+            pass  # the rest of the check needs the context: judged where the recipe runs
+        except Exception:  # noqa: BLE001 - a check that trips over the probe is not the user's error
+            pass
+
+
+def _is_a(value: Any, expected: type) -> bool:
+    """isinstance, where an int passes for a float and a bool does not pass for a number."""
+    if isinstance(value, bool) and expected is not bool:
+        return False
+    return isinstance(value, expected) or (expected is float and isinstance(value, int))
+
+
+class _ContextRead(BaseException):
+    """The probe's check read its context (a BaseException: a check's own `except Exception` lets it through)."""
+
+
+class _UnreadableContext:
+    """The context `parse_params` probes checks with: reading anything from it ends the probe."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise _ContextRead(name)
 
 
 TRANSFORMS: dict[str, Transform] = {}
