@@ -11,7 +11,7 @@ ROOT = Path(agnitra.__file__).parent
 
 # layer of each top-level package or module; a module may import only from layers <= its own
 LAYERS = {
-    "_version": 0, "errors": 0, "config": 0, "device": 0, "fileio": 0, "report.schema": 0, "report.units": 0,
+    "_version": 0, "errors": 0, "config": 0, "device": 0, "fileio": 0, "arguments": 0, "console_io": 0, "report.schema": 0, "report.units": 0,
     "models": 1,
     "workloads": 2, "ort": 2,
     "telemetry": 3,

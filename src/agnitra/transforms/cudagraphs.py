@@ -3,8 +3,10 @@
 Follows PyTorch's CUDA-graphs recipe (docs: notes/cuda, "CUDA Graphs"): warm-up iterations on a
 side stream, capture under `torch.cuda.graph` on static input buffers, and per call copy the
 new inputs into those buffers, replay, and return clones of the static outputs (the next
-replay overwrites them). A graph is valid for the shapes, dtypes and device it was captured
-with; other inputs are refused with an error naming both, never silently run another way.
+replay overwrites them). A graph is valid for the shapes and dtypes it was captured with: a call
+with new ones captures a graph of its own (as torch.compile's reduce-overhead mode records one per
+shape), up to MAX_GRAPHS; past that, or for inputs that are not tensors, the call is refused with
+an error naming the shapes, never silently run another way.
 Decoders get CUDA graphs through `compile` mode=reduce-overhead on their decode step instead.
 """
 
@@ -30,44 +32,35 @@ def _describe(signature) -> str:
     return ", ".join(f"{'x'.join(map(str, shape)) or 'scalar'} {str(dtype).replace('torch.', '')}" for shape, dtype in signature)
 
 
-def check_same_signature(captured, given: tuple) -> None:
-    """Raise unless `given` are tensors of the captured shapes and dtypes (a graph replays only those)."""
+MAX_GRAPHS = 8  # shapes captured at most; each graph keeps its own static buffers
+
+
+def check_tensors(given: tuple, kwargs: dict) -> None:
+    """Raise unless the call passes tensors only, positionally (what a graph can replay)."""
+    if kwargs:
+        raise WorkloadError(f"the CUDA graph takes positional inputs only; got keyword arguments {', '.join(kwargs)}")
     if not all(isinstance(t, torch.Tensor) for t in given):
         raise WorkloadError("the CUDA graph takes tensors only; got " + ", ".join(type(t).__name__ for t in given))
-    if _signature(given) != list(captured):
-        raise WorkloadError(
-            f"the CUDA graph was captured for inputs ({_describe(captured)}) and cannot replay ({_describe(_signature(given))}); "
-            "optimize again with these shapes, or leave out cuda-graphs"
-        )
 
 
-class CudaGraphRunner(ModelWrapper):
-    """Replays `inner(*inputs)` captured as a CUDA graph on static input buffers."""
+class _Graph:
+    """One captured graph: its static input buffers and outputs."""
 
-    def __init__(self, inner: nn.Module, example_inputs: tuple, device: torch.device, warmup: int = 3) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: nn.Module, example_inputs: tuple, device: torch.device, warmup: int) -> None:
         self.static_inputs = tuple(t.detach().to(device).clone() for t in example_inputs)
-        self.signature = _signature(self.static_inputs)
         self.graph = torch.cuda.CUDAGraph()
-        outputs = self._capture(device, warmup)
-        leaves, self.output_spec = tree_flatten(outputs)
-        self.static_outputs = leaves
-
-    def _capture(self, device: torch.device, warmup: int) -> Any:
         with torch.cuda.device(device), torch.no_grad():
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up: lazy init, cuBLAS workspaces, autotuning
                 for _ in range(warmup):
-                    self.inner(*self.static_inputs)
+                    inner(*self.static_inputs)
             torch.cuda.current_stream().wait_stream(side)
             with torch.cuda.graph(self.graph):
-                return self.inner(*self.static_inputs)
+                outputs = inner(*self.static_inputs)
+        self.static_outputs, self.output_spec = tree_flatten(outputs)
 
-    def forward(self, *args, **kwargs):
-        if kwargs:
-            raise WorkloadError(f"the CUDA graph takes positional inputs only; got keyword arguments {', '.join(kwargs)}")
-        check_same_signature(self.signature, args)
+    def replay(self, args: tuple) -> Any:
         for static, new in zip(self.static_inputs, args):
             if new.data_ptr() != static.data_ptr():
                 static.copy_(new)
@@ -75,11 +68,34 @@ class CudaGraphRunner(ModelWrapper):
         return tree_unflatten([o.clone() if isinstance(o, torch.Tensor) else o for o in self.static_outputs], self.output_spec)
 
 
+class CudaGraphRunner(ModelWrapper):
+    """Replays `inner(*inputs)` captured as a CUDA graph, one graph per input shape."""
+
+    def __init__(self, inner: nn.Module, example_inputs: tuple, device: torch.device, warmup: int = 3) -> None:
+        super().__init__(inner)
+        self.device, self.warmup = device, warmup
+        self.graphs: dict[tuple, _Graph] = {}
+        self._graph_for(tuple(example_inputs))
+
+    def _graph_for(self, args: tuple) -> _Graph:
+        signature = tuple(_signature(args))
+        if signature not in self.graphs:
+            if len(self.graphs) >= MAX_GRAPHS:
+                captured = "; ".join(_describe(s) for s in self.graphs)
+                raise WorkloadError(f"the CUDA graphs were captured for {MAX_GRAPHS} input shapes ({captured}) and will not capture ({_describe(signature)}); leave out cuda-graphs for inputs of many shapes")
+            self.graphs[signature] = _Graph(self.inner, args, self.device, self.warmup)
+        return self.graphs[signature]
+
+    def forward(self, *args, **kwargs):
+        check_tensors(args, kwargs)
+        return self._graph_for(args).replay(args)
+
+
 @register_transform
 class CudaGraphs(Transform):
     name = "cuda-graphs"
     description = "the forward pass captured once as a CUDA graph and replayed (no per-kernel launch cost)"
-    requires = "an NVIDIA GPU; a forward (non-decoder) workload with fixed input shapes"
+    requires = "an NVIDIA GPU; a forward (non-decoder) workload with tensor inputs (a graph is captured per input shape)"
     stage = "runtime"
 
     @dataclass
