@@ -316,25 +316,45 @@ PLUGIN = textwrap.dedent(
 )
 
 
-def test_sigkill_then_resume_reuses_what_was_measured(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
+def test_killed_or_interrupted_then_resume_reuses_what_was_measured(tmp_path, sig):
     model_file = tmp_path / "plugin_model.py"
     model_file.write_text(PLUGIN)
     run = tmp_path / "run"
     args = [sys.executable, "-m", "agnitra.cli", "optimize", f"{model_file}:make", "--device", "cpu", "--budget", "90s", "--transforms", "plugin-a,plugin-b,plugin-c", "--peers", "", "--out", str(run)]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     journal = run / "candidates.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (journal.is_file() and len(journal.read_text().splitlines()) >= 3):
         time.sleep(0.2)
     workers = _workers_of(proc.pid)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
     measured = len(journal.read_text().splitlines()) - 1
     assert measured >= 2 and workers
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130
+        assert err.strip().splitlines()[-1] == f"interrupted; partial results in {run}; resume with --resume"
     time.sleep(1.0)
-    assert not any(_alive(pid) for pid in workers)  # the worker died with its parent
+    assert not any(_alive(pid) for pid in workers)  # the worker went with its parent
     done = subprocess.run(args + ["--resume", "--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["search"]["reused"] == measured
     assert len(report["candidates"]) == 6  # three alone, three pairs: the rest measured after the resume
+
+
+class _Branchy(nn.Module):
+    """Takes one path or the other on its input: an export traced on one input freezes one."""
+
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x - 1
+
+
+def test_an_export_that_froze_a_branch_is_not_the_answer(tmp_path):
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(0))
+    x = x if x.sum() > 0 else -x  # values of both signs; the example takes the first branch
+    fast = agnitra.optimize(_Branchy(), (x,), device="cpu", transforms=["onnxruntime"], budget="90s", peers=[], out=tmp_path)
+    ort = [c for c in fast.report.candidates if c.name.startswith("onnxruntime")]
+    assert ort and all(not c.passed for c in ort)
+    assert fast.report.chosen is None and fast.recipe.steps == ()

@@ -339,7 +339,9 @@ def _render_optimize(report) -> None:
     _show(bench_table(report.bench, title="Final interleaved run: baseline, peers, finalists"))
     for item in report.search["not_applicable"]:
         out.print(f"[dim]not applicable: {item['transform']}: {item['reason']}[/]")
-    out.print(f"[bold]{report.verdict}[/]")
+    for note in report.search.get("notes", []) + report.bench.notes:
+        out.print(f"[dim]note: {note}[/]", highlight=False)
+    out.print(f"[bold]{report.verdict}[/]", highlight=False)
 
 
 @app.command()
