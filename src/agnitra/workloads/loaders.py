@@ -81,11 +81,20 @@ def load_workload(spec: str, options: BuildOptions, input_shapes: list[str] | No
             raise UserError(f"'{spec}' names a Python file but no factory; write {spec}:FUNCTION (a function returning (model, example_inputs))")
         else:
             workload = _from_file(Path(spec), options, shapes, allow_pickle)
+    return with_task(workload, task)
+
+
+def with_task(workload: Workload, task: str | None) -> Workload:
+    """--task: the task kind, and with it the comparison, replaced when given."""
     if task:
         workload.task = TaskKind(task)
         workload.comparison = ""
         workload.__post_init__()
     return workload
+
+
+def on_device(inputs: tuple, device: torch.device) -> tuple:
+    return tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs)
 
 
 def flag(name: str) -> str:
@@ -182,7 +191,7 @@ def _as_workload(made, source: str, device: torch.device) -> Workload:
         raise WorkloadError(f"{source} returned {type(made).__name__}; it must return (model, example_inputs) or an agnitra.Workload")
     workload.source = source
     workload.model = inference_mode(workload.model.to(device))
-    workload.example_inputs = tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in workload.example_inputs)
+    workload.example_inputs = on_device(workload.example_inputs, device)
     first = next((t for t in workload.example_inputs if isinstance(t, torch.Tensor)), None)
     if first is not None and first.dim() > 0:
         workload.batch = first.shape[0]
@@ -218,8 +227,11 @@ def _from_pt2(path: Path, options: BuildOptions, shapes: list[InputSpec], allow_
     args, kwargs = example
     if kwargs:
         raise WorkloadError(f"{path} was exported with keyword inputs ({', '.join(kwargs)}); Agnitra needs positional example inputs")
-    with quiet_library():
-        model = program.module()
+    try:
+        with quiet_library():
+            model = program.module()
+    except Exception as exc:  # noqa: BLE001 - torch raises anything on a program it cannot unlift
+        raise WorkloadError(f"{path} holds a program torch cannot turn into a module ({first_line(exc)}); export and save it again") from exc
     return _as_workload((model, tuple(args)), str(path), options.device)
 
 

@@ -22,7 +22,7 @@ from agnitra.config import load_settings
 from agnitra.device import resolve_device
 from agnitra.errors import UserError
 from agnitra.workloads.base import TaskKind, Workload
-from agnitra.workloads.loaders import inference_mode, load_workload, smoke_test
+from agnitra.workloads.loaders import inference_mode, load_workload, on_device, smoke_test, with_task
 from agnitra.workloads.model_copy import independent_copy
 from agnitra.workloads.registry import BuildOptions
 
@@ -77,15 +77,12 @@ def _from_python(model: Workload | torch.nn.Module, example_inputs: Sequence | N
     """The user's module or Workload as a Workload over an independent copy of the module, on `dev`, in eval mode."""
     if isinstance(model, Workload):
         workload = dataclasses.replace(model, model=_inference_copy(model.model, dev))
-        workload.example_inputs = _on_device(workload.example_inputs, dev)
-        if task:
-            workload.task, workload.comparison = TaskKind(task), ""
-            workload.__post_init__()
-        return workload
+        workload.example_inputs = on_device(workload.example_inputs, dev)
+        return with_task(workload, task)
     if example_inputs is None:
         raise UserError("a model needs example_inputs (a tuple of tensors it accepts)")
     inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
-    workload = Workload(name=type(model).__name__, model=_inference_copy(model, dev), example_inputs=_on_device(inputs, dev), task=TaskKind(task or "generic"), source="python")
+    workload = Workload(name=type(model).__name__, model=_inference_copy(model, dev), example_inputs=on_device(inputs, dev), task=TaskKind(task or "generic"), source="python")
     workload.batch = next((t.shape[0] for t in workload.example_inputs if isinstance(t, torch.Tensor) and t.dim() > 0), 1)
     return workload
 
@@ -93,10 +90,6 @@ def _from_python(model: Workload | torch.nn.Module, example_inputs: Sequence | N
 def _inference_copy(model: torch.nn.Module, dev: torch.device) -> torch.nn.Module:
     """The user's module copied (the original keeps its mode, dtype, device and tensors), on `dev`, in eval mode."""
     return inference_mode(independent_copy(model).to(dev))
-
-
-def _on_device(inputs: tuple, dev: torch.device) -> tuple:
-    return tuple(t.to(dev) if isinstance(t, torch.Tensor) else t for t in inputs)
 
 
 def _cast(workload: Workload, dtype: torch.dtype) -> None:
