@@ -85,8 +85,11 @@ def run_case(case: Case, device) -> dict:
     except Exception as exc:  # noqa: BLE001 - one broken case must not lose the others
         return {"id": case.id, "model": case.model, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}
     report = optimized.report
+    wall_s = time.perf_counter() - t0
+    budget_s = report.search["budget_s"]
     return {
-        "id": case.id, "model": case.model, "options": case.options, "status": "ok", "wall_s": round(time.perf_counter() - t0, 1),
+        "id": case.id, "model": case.model, "options": case.options, "status": "ok", "wall_s": round(wall_s, 1),
+        "budget_s": budget_s, "wall_over_budget": round(wall_s / budget_s, 3),
         "verdict": report.verdict, "headline": versus_peers(report), "report": report.to_dict(),
     }
 

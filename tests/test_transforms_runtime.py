@@ -272,6 +272,21 @@ def test_cuda_graphs_capture_a_graph_per_input_shape_up_to_a_limit(monkeypatch):
         runner(x=torch.zeros(1, 16))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graphs_replay_each_captured_shape_exactly():
+    from agnitra.transforms.cudagraphs import CudaGraphRunner
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 8)).to(CUDA).eval()
+    runner = CudaGraphRunner(model, (torch.randn(4, 64, device=CUDA),), CUDA)
+    with torch.no_grad():
+        for batch in (4, 5, 4, 7, 5):
+            x = torch.randn(batch, 64, device=CUDA)
+            torch.testing.assert_close(runner(x), model(x))
+    assert len(runner.graphs) == 3
+
+
 # ---- compile: programmatic dependent launch ------------------------------------------------------
 
 
