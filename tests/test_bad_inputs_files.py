@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -160,6 +161,35 @@ def test_pt2_guard_code_executed_by_torch_runs_nothing(legit_pt2, tmp_path):
     message = _one_line_user_error(str(evil), tmp_path, "--allow-pickle")
     assert "input guards" in message
     assert not pwned.exists()
+
+
+def test_pt2_payload_under_a_second_root_folder_is_still_found(legit_pt2, tmp_path):
+    """torch reads the first entry's folder; a benign copy under another folder hides nothing."""
+    pwned = tmp_path / "pwned"
+
+    def change(doc):
+        doc["guards_code"] = [f"{_opens(pwned)} is not None"]
+
+    evil = _rewrite(legit_pt2, tmp_path / "two-roots.pt2", _edit_program(change))
+    with zipfile.ZipFile(legit_pt2) as benign, zipfile.ZipFile(evil, "a") as archive:
+        for info in benign.infolist():
+            archive.writestr("zzz/" + info.filename.split("/", 1)[1], benign.read(info.filename))
+    _one_line_user_error(str(evil), tmp_path, "input guards")
+    assert not pwned.exists()
+
+
+@pytest.mark.parametrize("how, message", [("duplicate", "two entries named"), ("prefixed", "bytes come before its first entry")])
+def test_pt2_zip_tricks_are_refused_as_damaged(legit_pt2, tmp_path, how, message):
+    """Archives Python's zipfile and torch's reader could read differently are not read at all."""
+    path = tmp_path / f"{how}.pt2"
+    if how == "prefixed":
+        path.write_bytes(b"#!/bin/sh\n" + legit_pt2.read_bytes())
+    else:
+        _rewrite(legit_pt2, path, lambda inner, data: data)
+        with warnings.catch_warnings(), zipfile.ZipFile(path, "a") as archive:
+            warnings.simplefilter("ignore")  # zipfile warns about the duplicate name
+            archive.writestr(archive.namelist()[0], b"")
+    _one_line_user_error(str(path), tmp_path, message)
 
 
 def test_pt2_node_calling_a_python_function_is_refused(legit_pt2, tmp_path):

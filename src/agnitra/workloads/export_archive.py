@@ -70,19 +70,32 @@ class ArchiveCorrupt(Exception):
     """The archive cannot be read as a torch.export archive; the message says which part."""
 
 
-def members(archive: zipfile.ZipFile) -> dict[str, str]:
-    """Each entry's path inside the archive's root folder -> its full name in the zip."""
+def members(archive: zipfile.ZipFile) -> list[tuple[str, str]]:
+    """(path inside its root folder, full name) of every entry, under whichever root folder.
+
+    torch reads the entries under the first entry's folder; every folder is listed here, so no
+    entry escapes the checks by sitting under another one.
+    """
+    return [(n.split("/", 1)[1] if "/" in n else n, n) for n in archive.namelist() if not n.endswith("/")]
+
+
+def require_one_reading(archive: zipfile.ZipFile) -> None:
+    """Refuse, as damaged, an archive Python's zipfile and torch's reader could read differently:
+    two entries of one name (each reader may take another), bytes before the first entry."""
     names = archive.namelist()
-    roots = {n.split("/", 1)[0] for n in names if "/" in n}
-    strip = len(roots) == 1 and all("/" in n for n in names)
-    return {(n.split("/", 1)[1] if strip else n): n for n in names if not n.endswith("/")}
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ArchiveCorrupt(f"it holds two entries named {twice[0]}")
+    if names and min(info.header_offset for info in archive.infolist()) != 0:
+        raise ArchiveCorrupt("bytes come before its first entry")
 
 
 def untrusted_parts(archive: zipfile.ZipFile) -> list[str]:
     """What in the archive would run code or unpickle objects when torch loads it (empty: nothing)."""
+    require_one_reading(archive)
     entries = members(archive)
-    found = [f"compiled code ({path})" for path in entries if _is_compiled_code(path)][:1]
-    for path, name in entries.items():
+    found = [f"compiled code ({path})" for path, _ in entries if _is_compiled_code(path)][:1]
+    for path, name in entries:
         if PAYLOAD_CONFIG.match(path):
             found += _pickled_payloads(_read_json(archive, name, path))
         elif PROGRAM.match(path):

@@ -31,7 +31,7 @@ from typing import Iterator
 import torch
 
 from agnitra.errors import WorkloadError, first_line
-from agnitra.workloads.export_archive import ArchiveCorrupt, members, untrusted_parts
+from agnitra.workloads.export_archive import ArchiveCorrupt, members, require_one_reading, untrusted_parts
 
 TRUST_HINT = "pass --allow-pickle (SDK: allow_pickle=True) only if you trust where it came from"
 FORCE_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD"
@@ -136,7 +136,7 @@ def _refuse_untrusted_export(path: Path, archive: zipfile.ZipFile) -> None:
 
 def is_torchscript(archive: zipfile.ZipFile) -> bool:
     """TorchScript archives hold code/ and constants.pkl; torch.save's zips hold data.pkl alone."""
-    paths = members(archive)
+    paths = [path for path, _ in members(archive)]
     return "constants.pkl" in paths and any(p.startswith("code/") for p in paths)
 
 
@@ -146,7 +146,10 @@ TORCHSCRIPT_FIX = "save it with torch.jit.save"
 def load_torchscript(path: Path, archive: zipfile.ZipFile, device: torch.device, allow_pickle: bool = False) -> torch.nn.Module:
     if not allow_pickle:
         try:
+            require_one_reading(archive)
             _refuse_file_writing_code(path, archive)
+        except ArchiveCorrupt as exc:
+            raise unreadable(path, "TorchScript archive", TORCHSCRIPT_FIX, str(exc)) from exc
         except ZIP_READ_ERRORS as exc:
             raise unreadable(path, "TorchScript archive", TORCHSCRIPT_FIX, first_line(exc)) from exc
     with quiet_library():
@@ -157,7 +160,7 @@ def load_torchscript(path: Path, archive: zipfile.ZipFile, device: torch.device,
 
 
 def _refuse_file_writing_code(path: Path, archive: zipfile.ZipFile) -> None:
-    for inner, name in members(archive).items():
+    for inner, name in members(archive):
         if inner.startswith("code/") and inner.endswith(".py") and TORCHSCRIPT_WRITES_FILES.search(archive.read(name).decode("utf-8", "replace")):
             raise WorkloadError(f"{path}'s TorchScript code calls save() ({inner}), which writes files when the model loads or runs; {TRUST_HINT}")
 
