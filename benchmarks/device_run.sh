@@ -3,7 +3,7 @@
 #   bash benchmarks/device_run.sh profile      # device ceilings, profile of the llama-1b decode step
 #   bash benchmarks/device_run.sh llama1b      # llama-1b decode peers
 #   bash benchmarks/device_run.sh llama8b|bert|resnet|others   # the other peer cases
-#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1   # inspect, kernel tests and benchmark, decode recipes, optimize
+#   bash benchmarks/device_run.sh inspect|kernels|e2e|fused|decode|retune|prefetch|decode8b|optimize1b|resnet64|bert1|trust|trust1b   # inspect, kernel tests and benchmark, decode recipes, optimize
 #   bash benchmarks/device_run.sh gemv|gemvfair [1b|8b]|pdl [shapes]|pdltrig|pdle2e|pdle2e8|pdle2e8off|pdlkernels SHAPES TAG [COMPILES [--retune]]|abevict|abint8|abint8b|retune8|pdlnorms|abint8c|refine KERNEL SHAPES TAG|tcclamp|wahead|xnow|refinecached KERNEL SHAPES TAG|e2es14|xnow2|refinedecode|decodeonestep|abdecode|decodee2e TAG|xnow512|readfloor|tpefix|overlap|fixup|relaxed|warpk|warpkheld|warpkheld2|waitdebug [wait|wait_bounded]|waitcost|rawpair|parts|narrow [SHAPES]|narrowwait [SHAPES]|retune13 [SHAPES TAG]|retune14 [SHAPES TAG [tests|notests]]|waitab|narrows16 [SHAPES]|record8b|fused8b|nextpf [SHAPES [STEPS [CHAIN]]]|splits14|splits14b|xnowreg|smemdiag|l2ahead|l2chain|chainrank|heldfloor [SIZES]|heldgemv [SIZES]|heldtail|held|heldnarrow|warpksmall|warpksmall2|peerinf [SHAPES]|peerdrift [SHAPES]|parts13|atomicfix|cluster|clusterx [SHAPES]|clustersmall|stagess1|arrive|int4rows|lowreg [SHAPES TAG]|pipeearly|pipeearly8|early [SHAPES]|earlyab [SHAPES]|earlyab2|prewait|prewaitloop|explore|rows|maxnreg|stages|stages2|access|groups|groups8b|prefetch2|prefetch2-1b|ends|tc|tcstages|tcsplits|tcreg|tcreg1b|tcdecomp|stages8|rowsshort|rowswarps|rowsstages|inductor8|e2e8|e2e4peers|ncu|ncutc|ncusrc   # decode GEMVs
 #   bash benchmarks/device_run.sh tma [gemv]|rounds   # the persistent TMA matmul beside cuBLAS [and the GEMV rows, peers head to head]: tuned rows with peers, explorations, hardware counters
 set -u
@@ -94,6 +94,19 @@ tc_warp_k() {
       ro="compile(mode=reduce-overhead)"
       timeout 380 python3 -m agnitra.cli bench zoo:llama-8b --device cuda --dtype bf16 --seq-len 32 --tokens 128 --no-ops --variants eager \
         --recipe "$ro" --recipe "triton-kernels(weights=int8) + $ro" --recipe "int8-weight-only + $ro" --json > "$OUT/bench-llama-8b-decode.json"
+      ;;
+    trust|trust1b)  # issue 36 on the GPU: the trust tests (worker, budgets, verification, cuda-graphs per shape), then optimize within its budget
+      python3 -c "import scipy, typer, click, transformers, cloudpickle; print('scipy', scipy.__version__, 'typer', typer.__version__, 'click', click.__version__, 'transformers', transformers.__version__)"
+      if [ "$1" = trust ] || [ -n "${TRUST_TESTS:-}" ]; then
+        AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 200 -k "${TRUST_TESTS:-not onnxruntime_on_bert}" tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_run_safety.py tests/test_model_untouched.py > "$OUT/pytest-trust.txt" 2>&1; tail -25 "$OUT/pytest-trust.txt"
+      fi
+      if [ "$1" = trust ]; then
+        case_id=bert-base-b1-short
+      else
+        case_id=llama-1b-decode-short
+      fi
+      timeout 330 python3 benchmarks/optimize.py --preset h100 --cases "$case_id"; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
+      cp "runs/optimize-$case_id/candidates.jsonl" "runs/optimize-$case_id/agnitra.log" "$OUT/" 2>/dev/null
       ;;
     resnet64|bert1)  # agnitra optimize on resnet50 batch 64 / bert-base batch 1 within one command
       case_id=$([ "$1" = resnet64 ] && echo resnet50-b64-short || echo bert-base-b1-short)

@@ -198,7 +198,7 @@ def test_candidate_past_its_timeout_is_killed_and_recorded(tmp_path):
     assert by_name["safety-sleep"].status == "timeout" and "time limit of 2 s" in by_name["safety-sleep"].reason
     assert by_name["safety-identity"].status == "ok"  # measured after the worker was replaced
     assert fast.report.search["worker_starts"] >= 2  # the killed worker was replaced
-    assert elapsed < 30  # the 30 s sleep was cut short
+    assert by_name["safety-sleep"].eval_s < 10 and elapsed < 60  # the 30 s sleep was cut short
     assert not _workers_of(os.getpid())  # every worker stopped with the run
 
 

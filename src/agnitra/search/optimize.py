@@ -38,10 +38,13 @@ from agnitra.workloads.base import Workload
 
 FINALISTS = 2
 MIN_GAIN = 1.0  # the answer must beat the baseline's median in the final run
-FINAL_RUN_SCALE = 2.5  # a final-run variant's timed work against a search run's (50 calls vs 20)
+FINAL_RUN_SCALE = 2.5  # the final run's timed work against a search run's (50 calls vs 20)
 RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
 ASSEMBLY_S = 5.0
-WARM_SETUP = 0.5  # a final-run setup against the same kind of setup in the search (caches warm)
+WARM_EVAL = 0.6  # a variant's share of the final run against its whole search run (caches warm)
+ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
+SAFETY = 1.3
+PEER_SHARE = 0.4  # of the budget left after the baseline, for measuring the peers
 BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search  # building the answer here and writing the reports
 
 
@@ -153,11 +156,15 @@ def run_optimize(
     with runner:
         progress("measuring the original model", 0.02)
         probe = _probe(runner, device_report, config, budget)
-        reserve = FinalReserve(probe.variants[0], budget, peers)
+        progress("measuring the peers", 0.05)
+        peer_runs, peer_note = _probe_peers(runner, device_report, config, budget, peers)
+        peers = [v.name for v in peer_runs if v.status == "ok"]
+        notes += [peer_note] if peer_note else []
+        reserve = FinalReserve(probe.variants[0], peer_runs, budget, device.type == "cuda")
         outcome = search(get_strategy(strategy)(space), runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
         notes += outcome.notes
         results = outcome.results
-        finalists = rank(results, objective)[:FINALISTS]
+        finalists = final_candidates(results, peers, objective)
         progress("final interleaved run: baseline, peers, finalists", 0.9)
         final, final_failure = _final(runner, device_report, peers, finalists, tolerances, budget, reserve.assembly(results))
     search_info = {
@@ -223,26 +230,50 @@ def _probe(runner, device_report: DeviceReport, config: SearchConfig, budget: Bu
         raise UserError(f"the original model could not be measured: {exc}; check that it runs (`agnitra bench`), or lower --batch if memory ran out") from None
 
 
+def measure_peers(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, peers: list[str], progress=None) -> list[VariantResult]:
+    """The peers in a run of their own beside the baseline: what each costs to set up (its
+    compile, now cached for the final run), and whether it runs at all."""
+    report = Harness(workload, device, device_report, config.bench([Eager(), *peers], workload.decoder is not None), progress).run()
+    free_candidate(device)
+    return report.variants[1:]
+
+
+def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget, peers: list[str]) -> tuple[list[VariantResult], str]:
+    """Peers measured first, within PEER_SHARE of what is left; a peer that fails here is left
+    out of the final run, and if they cannot finish in time, none is compared (said)."""
+    if not peers:
+        return [], ""
+    limit = PEER_SHARE * budget.remaining()
+    try:
+        runs = runner.call(measure_peers, device_report, config, peers, timeout=limit)
+    except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
+        return [], f"peers ({', '.join(peers)}): not compared, measuring them {exc}; raise --budget to compare them"
+    failed = [f"{v.name} ({v.reason})" for v in runs if v.status != "ok"]
+    return runs, f"peers left out of the final run: {'; '.join(failed)}" if failed else ""
+
+
 class FinalReserve:
     """How much of the budget the rest of the run needs, from what has been measured so far:
-    the final run (each variant's setup, and its timed work scaled from the baseline's search
-    run) and building the answer here. Called before each candidate.
+    the final run and building the answer here. Called before each candidate.
 
-    A final-run setup is taken as WARM_SETUP of the same kind of setup in the search: compilers
-    find their caches warm by then (measured on MiniLM, CPU: 22.4 s in the search, 4.0 s in the
-    final run). The final run's own time limit is what keeps the budget; this only spares it."""
+    Each finalist is taken to cost WARM_EVAL of its whole search run (setup, the check at another
+    batch size, timing), each peer WARM_EVAL of its setup in the peers' run plus its timed work:
+    compilers find their caches warm by then (MiniLM on the CPU: a compile of 22.4 s in the search
+    took 4.0 s in the final run). The final run's own time limit is what keeps the budget; this
+    estimate only spares it from being cut short."""
 
-    def __init__(self, baseline: VariantResult, budget: Budget, peers: list[str]) -> None:
-        self.base_s = (baseline.setup_s or 0.0) + _timed_work_s(baseline)
+    def __init__(self, baseline: VariantResult, peers: list[VariantResult], budget: Budget, gpu: bool) -> None:
+        self.base_s = _final_cost(baseline)
+        self.peers = [v for v in peers if v.status == "ok"]
+        self.peer_s = sum(WARM_EVAL * (v.setup_s or 0.0) + _final_cost(v) for v in self.peers)
         self.budget = budget
-        self.peers = peers
+        self.energy_s = ENERGY_S if gpu else 0.0
 
     def __call__(self, results: list[CandidateResult]) -> float:
-        finalists = rank(results, "latency")[:FINALISTS]
-        setups = [_setup_of(results, _peer_kind(peer)) for peer in self.peers] + [r.setup_s or 0.0 for r in finalists]
-        timed = FINAL_RUN_SCALE * self.base_s * (1 + len(self.peers) + len(finalists))
-        estimate = timed + WARM_SETUP * sum(setups) + self.assembly(results)
-        return max(RESERVE_FLOOR * self.budget.total_s, 1.2 * estimate)
+        finalists = final_candidates(results, [v.name for v in self.peers], "latency")
+        finalists_s = sum(WARM_EVAL * (r.eval_s or 0.0) for r in finalists)
+        estimate = self.base_s + self.peer_s + finalists_s + self.energy_s * (1 + len(self.peers) + len(finalists)) + self.assembly(results)
+        return max(RESERVE_FLOOR * self.budget.total_s, SAFETY * estimate)
 
     def assembly(self, results: list[CandidateResult]) -> float:
         """Building the chosen recipe here: compiling is lazy (the first call pays), an export is not."""
@@ -250,23 +281,34 @@ class FinalReserve:
         return ASSEMBLY_S + max(exports or [0.0])
 
 
-def _peer_kind(peer: str) -> str:
-    return "onnxruntime" if peer.startswith("onnxruntime") else "compile"
+def _peer_recipe_key(peer: str) -> str | None:
+    """The recipe key of a peer that is a recipe (the compile modes), else None."""
+    from agnitra.bench.variants import get_variant
+
+    try:
+        variant = get_variant(peer)
+    except Exception:  # noqa: BLE001 - an unknown peer is refused elsewhere
+        return None
+    return variant.recipe.key() if isinstance(variant, RecipeVariant) else None
+
+
+def final_candidates(results: list[CandidateResult], peers: list[str], objective: str) -> list[CandidateResult]:
+    """The best candidates for the final run, leaving out a recipe a peer already runs there
+    (`compile-max-autotune` is `compile(mode=max-autotune)`: the peer stands for it, and if it
+    wins, its recipe is the answer)."""
+    in_peers = {_peer_recipe_key(peer) for peer in peers}
+    return [r for r in rank(results, objective) if r.key not in in_peers][:FINALISTS]
 
 
 def _has_step(result: CandidateResult, transform: str) -> bool:
     return any(step["transform"] == transform for step in result.recipe.get("steps", []))
 
 
-def _setup_of(results: list[CandidateResult], transform: str) -> float:
-    """The longest setup measured for a candidate with this kind of step (0 if none yet)."""
-    return max([r.setup_s for r in results if r.setup_s is not None and _has_step(r, transform)] or [0.0])
-
-
-def _timed_work_s(baseline: VariantResult) -> float:
-    """Seconds the baseline's timed calls (or decode steps) took in its search run."""
-    latency = baseline.latency_ms
-    return latency.samples * latency.median / 1e3 if latency is not None else 0.0
+def _final_cost(variant: VariantResult) -> float:
+    """A variant's timed work in the final run, scaled from its search run's (more calls), and
+    its verification (as many again)."""
+    latency = variant.latency_ms
+    return 2 * FINAL_RUN_SCALE * latency.samples * latency.median / 1e3 if latency is not None else 0.0
 
 
 def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, assembly_s: float) -> tuple[FinalRun | None, str]:

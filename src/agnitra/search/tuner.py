@@ -46,7 +46,6 @@ class SearchConfig:
             runs=self.runs or (2 if decoder else 20),
             warmup=self.warmup if self.warmup is not None else (1 if decoder else 3),
             op_breakdown=False, signature=False, energy=False, roofline=False, tolerances=self.tolerances,
-            shape_check=False,  # screening at the example shapes; the final run checks another batch
         )
 
 
