@@ -97,15 +97,11 @@ tc_warp_k() {
       ;;
     trust|trust1b)  # issue 36 on the GPU: the trust tests (worker, budgets, verification, cuda-graphs per shape), then optimize within its budget
       python3 -c "import scipy, typer, click, transformers, cloudpickle; print('scipy', scipy.__version__, 'typer', typer.__version__, 'click', click.__version__, 'transformers', transformers.__version__)"
-      if [ "$1" = trust ] || [ -n "${TRUST_TESTS:-}" ]; then
-        AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 200 -k "${TRUST_TESTS:-not onnxruntime_on_bert}" tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_run_safety.py tests/test_model_untouched.py > "$OUT/pytest-trust.txt" 2>&1; tail -25 "$OUT/pytest-trust.txt"
+      if [ -n "${TRUST_TESTS:-}" ]; then  # e.g. TRUST_TESTS="not onnxruntime_on_bert"
+        AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 200 -k "$TRUST_TESTS" tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_run_safety.py tests/test_model_untouched.py > "$OUT/pytest-trust.txt" 2>&1; tail -25 "$OUT/pytest-trust.txt"
       fi
-      if [ "$1" = trust ]; then
-        case_id=bert-base-b1-short
-      else
-        case_id=llama-1b-decode-short
-      fi
-      timeout 330 python3 benchmarks/optimize.py --preset h100 --cases "$case_id"; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
+      case_id=${TRUST_CASE:-$([ "$1" = trust ] && echo bert-base-b1-short || echo llama-1b-decode-short)}
+      timeout "${TRUST_LIMIT:-330}" python3 benchmarks/optimize.py --preset h100 --cases "$case_id"; cp benchmarks/results/optimize-nvidia-*.json "$OUT/"
       cp "runs/optimize-$case_id/candidates.jsonl" "runs/optimize-$case_id/agnitra.log" "$OUT/" 2>/dev/null
       ;;
     resnet64|bert1)  # agnitra optimize on resnet50 batch 64 / bert-base batch 1 within one command

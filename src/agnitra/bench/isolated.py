@@ -147,6 +147,7 @@ class Worker:
         self.process: subprocess.Popen | None = None
         self.conn: Connection | None = None
         self.starts = 0
+        self.start_s = 0.0  # how long the last start took (loading the model there): a restart's cost
 
     def ensure_started(self, timeout: float) -> None:
         """Start the worker (load the model there) unless it runs; a start past `timeout` is a
@@ -198,8 +199,10 @@ class Worker:
         child_end.close()
         self.conn = Connection(parent_end.detach())
         self.starts += 1
+        t0 = time.monotonic()
         self.conn.send(("setup", list(sys.path), self.source))
         self._reply(deadline, deadline - time.monotonic(), starting=True)
+        self.start_s = time.monotonic() - t0
 
     def _reply(self, deadline: float, timeout: float, starting: bool = False) -> Any:
         what = "starting the worker (loading the model)" if starting else "the call"
@@ -243,6 +246,7 @@ class InProcess:
         self.workload, self.device = workload, device
         self.progress = progress or (lambda message, fraction: None)
         self.starts = 0
+        self.start_s = 0.0
 
     def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
         with alarm(timeout):

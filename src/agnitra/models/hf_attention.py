@@ -110,7 +110,9 @@ class StackedSelfAttention(nn.Module):
         self._hf_module = sys.modules[type(attention).__module__]  # its attention functions
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
-        cache = {name: kwargs.pop(name) for name in _CACHE_PARAMETERS & kwargs.keys()}
+        # a comprehension over the names, not `frozenset & kwargs.keys()`: TorchDynamo (torch 2.11)
+        # cannot trace that reflected set operation and falls back to eager for the whole model
+        cache = {name: kwargs.pop(name) for name in _CACHE_PARAMETERS if name in kwargs}
         if any(value is not None for name, value in cache.items() if name != "cache_position"):
             raise RuntimeError("StackedSelfAttention is an encoder layer: it takes no KV cache")
         input_shape = hidden_states.shape[:-1]
