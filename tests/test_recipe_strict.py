@@ -42,6 +42,10 @@ from agnitra.workloads.prepare import prepare_workload
         ("threads(count=true)", "parameter count=True should be int"),
         ("precision(dtype=fp8)", "precision dtype must be one of bf16, fp16"),
         ("int4-weight-only(group_size=7)", "group_size must be one of 32, 64, 128, 256"),
+        ("threads(count=-1)", "threads count must be 0 (physical cores) or more, not -1"),
+        ("onnxruntime(threads=-2)", "onnxruntime threads must be 0 (torch's count) or more, not -2"),
+        ("cuda-graphs(warmup=0)", "CUDA-graph capture needs at least one warm-up call"),
+        ("triton-kernels(weights=int3)", "weights must be one of keep, int8, int4, not 'int3'"),
     ],
 )
 def test_malformed_inline_recipes_are_refused_in_one_line(text, message):

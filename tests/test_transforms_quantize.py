@@ -154,7 +154,7 @@ def test_int4_skips_layers_not_divisible_by_group(tinylm):
     assert len(converted) == 2 and all(m.in_features == 128 and m.layout == "cpu" for m in converted)
     with pytest.raises(NotApplicable, match="group_size 256"):
         _apply(tinylm, "int4-weight-only", {"group_size": 256})
-    with pytest.raises(NotApplicable, match="group_size must be one of"):
+    with pytest.raises(UserError, match="group_size must be one of"):  # the parameter alone is wrong: a user error
         _apply(tinylm, "int4-weight-only", {"group_size": 48})
 
 

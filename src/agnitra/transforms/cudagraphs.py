@@ -103,10 +103,10 @@ class CudaGraphs(Transform):
         warmup: int = 3
 
     def check(self, ctx: TransformContext, params) -> None:
+        check(params.warmup >= 1, "CUDA-graph capture needs at least one warm-up call")
         check(ctx.device.type == "cuda", f"CUDA graphs need a GPU; this run is on {ctx.device.type}")
         check(not ctx.decoder, "decoders get CUDA graphs through compile mode=reduce-overhead on their decode step")
         check(all(isinstance(t, torch.Tensor) for t in ctx.workload.example_inputs), "CUDA graphs capture tensor inputs only; the workload passes other values")
-        check(params.warmup >= 1, "CUDA-graph capture needs at least one warm-up call")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         return CudaGraphRunner(model, ctx.workload.example_inputs, ctx.device, params.warmup)

@@ -140,11 +140,11 @@ class OnnxRuntime(Transform):
         threads: int = 0  # 0: torch's thread count (or the `threads` transform's)
 
     def check(self, ctx: TransformContext, params) -> None:
+        check(params.threads >= 0, f"onnxruntime threads must be 0 (torch's count) or more, not {params.threads}")
         check(not ctx.decoder, "decoders run in Agnitra's static-KV-cache decode loop, which is not exported to ONNX")
         check(not isinstance(unwrap(ctx.workload.model), OrtModule), "the model is already an ONNX model run by ONNX Runtime")
         check(not (params.int8 and ctx.device.type != "cpu"), "ONNX Runtime dynamic int8 quantisation targets the CPU provider")
         check(ctx.dtype != torch.bfloat16, BF16_REASON)
-        check(params.threads >= 0, f"onnxruntime threads must be 0 (torch's count) or more, not {params.threads}")
         check(all(isinstance(t, torch.Tensor) for t in ctx.workload.example_inputs), "ONNX models take tensors; the workload passes other values")
         provider_for(ctx.device)  # NotApplicable early, before a costly export
 

@@ -77,8 +77,8 @@ class Threads(Transform):
         count: int = 0
 
     def check(self, ctx: TransformContext, params) -> None:
-        check(ctx.device.type == "cpu", f"the thread count matters on the CPU; this run is on {ctx.device.type.upper()}")
         check(params.count >= 0, f"threads count must be 0 (physical cores) or more, not {params.count}")
+        check(ctx.device.type == "cpu", f"the thread count matters on the CPU; this run is on {ctx.device.type.upper()}")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         return ThreadsWrapper(model, params.count or physical_cores())

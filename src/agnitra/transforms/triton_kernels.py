@@ -93,9 +93,9 @@ class TritonKernels(Transform):
         skip: str = ""  # comma-separated qualified-name parts to leave as they are (e.g. "output")
 
     def check(self, ctx: TransformContext, params) -> None:
+        check(params.weights in WEIGHT_MODES, f"weights must be one of {', '.join(WEIGHT_MODES)}, not {params.weights!r}")
         usable, reason = triton_available(ctx.device)
         check(usable, reason)
-        check(params.weights in WEIGHT_MODES, f"weights must be one of {', '.join(WEIGHT_MODES)}, not {params.weights!r}")
         check(ctx.dtype.is_floating_point, "the kernels take floating-point activations")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
