@@ -10,8 +10,6 @@ models are read by `ir.onnx_import`.
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import operator
 from typing import Any
 
@@ -22,13 +20,14 @@ from agnitra.errors import first_line
 from agnitra.ir.graph import GraphBreak, GraphIR, IRNode, aten_kind
 from agnitra.ir.trace import trace_dispatch
 from agnitra.telemetry.opcount import cost_of
+from agnitra.workloads.safe_load import quiet_library  # a failed export logs the whole graph; its one line says it
 
 
 def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) -> GraphIR:
     """The IR of `model(*example_inputs)`: exported when possible, else traced with graph breaks."""
     name = name or type(model).__name__
     try:
-        with torch.no_grad(), _quiet_logs():
+        with torch.no_grad(), quiet_library():
             program = torch.export.export(model, tuple(example_inputs), strict=False)
         return ir_from_export(program, name)
     except Exception as exc:  # noqa: BLE001 - export raises many types; the fallback says why
@@ -38,17 +37,6 @@ def capture(model: nn.Module, example_inputs: tuple, name: str | None = None) ->
     ir.graph_breaks = dynamo_graph_breaks(model, tuple(example_inputs))
     ir.notes.insert(0, f"torch.export failed ({export_error}); nodes come from a dispatch-level trace of one eager run")
     return ir
-
-
-@contextlib.contextmanager
-def _quiet_logs():
-    """A failed export logs the whole graph; the fallback reports the failure in one line."""
-    previous = logging.root.manager.disable
-    logging.disable(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        logging.disable(previous)
 
 
 def _type_name(value: Any) -> str:
@@ -143,7 +131,7 @@ def dynamo_graph_breaks(model: nn.Module, example_inputs: tuple) -> list[GraphBr
     import torch._dynamo
 
     try:
-        with torch.no_grad(), _quiet_logs():
+        with torch.no_grad(), quiet_library():
             explained = torch._dynamo.explain(model)(*example_inputs)
     except Exception as exc:  # noqa: BLE001 - explain itself can fail; say so as a break
         return [GraphBreak(reason=f"TorchDynamo could not analyse the model: {first_line(exc)}", location="")]
