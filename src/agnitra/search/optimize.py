@@ -38,7 +38,7 @@ from agnitra.workloads.base import Workload
 
 FINALISTS = 2
 MIN_GAIN = 1.0  # the answer must beat the baseline's median in the final run
-FINAL_RUN_SCALE = 2.5  # the final run's timed work against a search run's (50 calls vs 20)
+FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against that of a search-length run (50 timed calls vs 20, the checks the same)
 RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
 ASSEMBLY_S = 5.0
 WARM_EVAL = 0.35  # a variant's share of the final run against its search run (caches warm; H100 llama-1b: 0.2-0.27, MiniLM CPU: 0.18)
@@ -155,12 +155,16 @@ def run_optimize(
         notes.append(f"candidates ran in this process, not in a worker: {setup.in_process_reason}; a candidate past its time limit is stopped only between Python steps")
     with runner:
         progress("measuring the original model", 0.02)
+        probe_started = budget.elapsed()
         probe = _probe(runner, device_report, config, budget)
+        probe_s = budget.elapsed() - probe_started
         progress("measuring the peers", 0.05)
+        peers_started = budget.elapsed()
         peer_runs, peer_note = _probe_peers(runner, device_report, config, budget, peers)
+        peers_s = budget.elapsed() - peers_started
         peers = [v.name for v in peer_runs if v.status == "ok"]
         notes += [peer_note] if peer_note else []
-        reserve = FinalReserve(probe.variants[0], peer_runs, budget, device.type == "cuda", restart_s=runner.start_s)
+        reserve = FinalReserve(MeasuredRuns(probe_s, probe.variants, peers_s, peer_runs), budget, device.type == "cuda", restart_s=runner.start_s)
         outcome = search(get_strategy(strategy)(space), runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
         notes += outcome.notes
         results = outcome.results
@@ -252,28 +256,48 @@ def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budg
     return runs, f"peers left out of the final run: {'; '.join(failed)}" if failed else ""
 
 
+@dataclass
+class MeasuredRuns:
+    """The two runs before the search, as the final run will repeat them: the baseline alone, and
+    the baseline with the peers; each one's wall time and variants."""
+
+    baseline_s: float
+    baseline: list[VariantResult]
+    peers_s: float
+    peers: list[VariantResult]
+
+    def per_variant_s(self) -> float:
+        """A variant's share of a run, setups aside: choosing held-out inputs, timing, checks."""
+        if self.peers:
+            rest = self.peers_s - sum(v.setup_s or 0.0 for v in self.peers)
+            return max(0.0, rest) / (1 + len(self.peers))
+        return max(0.0, self.baseline_s - sum(v.setup_s or 0.0 for v in self.baseline))
+
+
 class FinalReserve:
     """How much of the budget the rest of the run needs, from what has been measured so far:
     the final run and building the answer here. Called before each candidate.
 
-    Each finalist is taken to cost WARM_EVAL of its whole search run (setup, the check at another
-    batch size, timing), each peer WARM_EVAL of its setup in the peers' run plus its timed work:
-    compilers find their caches warm by then (MiniLM on the CPU: a compile of 22.4 s in the search
-    took 4.0 s in the final run). The final run's own time limit is what keeps the budget; this
-    estimate only spares it from being cut short."""
+    The final run repeats the baseline-and-peers run with the finalists added: each variant costs
+    its share of that run's work besides setups (held-out inputs, timing, checks), scaled up for
+    the final run's longer timing, and WARM_EVAL of its setup (peers) or of its whole search run
+    (finalists), since compilers find their caches warm by then (measured: 0.2-0.27 of a cold
+    compile on the H100, 0.18 on the CPU). The final run's own time limit is what keeps the
+    budget; this estimate only spares it from being cut short."""
 
-    def __init__(self, baseline: VariantResult, peers: list[VariantResult], budget: Budget, gpu: bool, restart_s: float = 0.0) -> None:
-        self.base_s = _final_cost(baseline)
-        self.peers = [v for v in peers if v.status == "ok"]
-        self.peer_s = sum(WARM_EVAL * (v.setup_s or 0.0) + _final_cost(v) for v in self.peers)
+    def __init__(self, measured: MeasuredRuns, budget: Budget, gpu: bool, restart_s: float = 0.0) -> None:
+        self.share_s = FINAL_SHARE_SCALE * measured.per_variant_s()
+        self.peers = [v for v in measured.peers if v.status == "ok"]
+        self.peer_setup_s = WARM_EVAL * sum(v.setup_s or 0.0 for v in self.peers)
         self.budget = budget
         self.energy_s = ENERGY_S if gpu else 0.0
         self.restart_s = restart_s  # a candidate cut short at the reserve's edge leaves a worker to start again
 
     def __call__(self, results: list[CandidateResult]) -> float:
         finalists = final_candidates(results, [v.name for v in self.peers], "latency")
-        finalists_s = sum(WARM_EVAL * (r.eval_s or 0.0) for r in finalists)
-        estimate = self.restart_s + self.base_s + self.peer_s + finalists_s + self.energy_s * (1 + len(self.peers) + len(finalists)) + self.assembly(results)
+        variants = 1 + len(self.peers) + len(finalists)
+        finalists_s = sum(max(0.0, WARM_EVAL * (r.eval_s or 0.0) - self.share_s) for r in finalists)  # beyond their share
+        estimate = self.restart_s + (self.share_s + self.energy_s) * variants + self.peer_setup_s + finalists_s + self.assembly(results)
         return max(RESERVE_FLOOR * self.budget.total_s, SAFETY * estimate)
 
     def assembly(self, results: list[CandidateResult]) -> float:
@@ -303,13 +327,6 @@ def final_candidates(results: list[CandidateResult], peers: list[str], objective
 
 def _has_step(result: CandidateResult, transform: str) -> bool:
     return any(step["transform"] == transform for step in result.recipe.get("steps", []))
-
-
-def _final_cost(variant: VariantResult) -> float:
-    """A variant's timed work in the final run, scaled from its search run's (more calls), and
-    its verification (as many again)."""
-    latency = variant.latency_ms
-    return 2 * FINAL_RUN_SCALE * latency.samples * latency.median / 1e3 if latency is not None else 0.0
 
 
 def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, assembly_s: float) -> tuple[FinalRun | None, str]:
