@@ -358,3 +358,16 @@ def test_an_export_that_froze_a_branch_is_not_the_answer(tmp_path):
     ort = [c for c in fast.report.candidates if c.name.startswith("onnxruntime")]
     assert ort and all(not c.passed for c in ort)
     assert fast.report.chosen is None and fast.recipe.steps == ()
+
+
+def test_verdict_compares_with_the_best_correct_peer_and_names_a_faster_wrong_one():
+    from agnitra.report.schema import BenchReport, Correctness, Latency, VariantResult
+    from agnitra.search.optimize import _win_verdict
+
+    def variant(name, ms, passed=True, interval=None):
+        return VariantResult(name, "ok", latency_ms=Latency(ms, ms, ms, ms, 50), correctness=Correctness("cosine", 0.999, passed, 0.99), speedup_interval=interval)
+
+    bench = BenchReport({}, None, {}, [variant("eager", 18.0), variant("compile", 16.0), variant("onnxruntime-int8", 5.0, passed=False), variant("ours", 6.0, interval=[2.9, 3.1])])
+    line = _win_verdict(bench, bench.variants[3], ["compile", "onnxruntime-int8"])
+    assert line.startswith("ours: 3.00x (2.90-3.10) faster than the baseline (18.000 -> 6.000 ms), 2.67x faster than the best peer, compile (16.000 ms)")
+    assert "onnxruntime-int8 was faster (5.000 ms) but failed verification" in line

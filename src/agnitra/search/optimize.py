@@ -371,14 +371,17 @@ def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str]) ->
 
 
 def _against_peers(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
-    measured = [v for v in bench.variants if v.name in peers and v.name != chosen.name and v.status == "ok" and v.latency_ms and (v.correctness is None or v.correctness.passed)]
+    ran = [v for v in bench.variants if v.name in peers and v.name != chosen.name and v.status == "ok" and v.latency_ms]
+    measured = [v for v in ran if v.correctness is None or v.correctness.passed]
+    faster_but_wrong = [v for v in ran if v not in measured and v.latency_ms.median < chosen.latency_ms.median]
+    wrong = "".join(f"; {v.name} was faster ({v.latency_ms.median:.3f} ms) but failed verification" for v in faster_but_wrong)
     if not measured:
-        return ", no peer measured" if not peers else ", no peer finished with correct outputs"
+        return (", no peer measured" if not peers else ", no peer finished with correct outputs") + wrong
     best = min(measured, key=lambda v: v.latency_ms.median)
     ratio = best.latency_ms.median / chosen.latency_ms.median
     if ratio >= 1:
-        return f", {ratio:.2f}x faster than the best peer, {best.name} ({best.latency_ms.median:.3f} ms)"
-    return f", {ratio:.2f}x the speed of the best peer, {best.name} ({best.latency_ms.median:.3f} ms), which is faster but not a recipe Agnitra can return"
+        return f", {ratio:.2f}x faster than the best peer, {best.name} ({best.latency_ms.median:.3f} ms)" + wrong
+    return f", {ratio:.2f}x the speed of the best peer, {best.name} ({best.latency_ms.median:.3f} ms), which is faster but not a recipe Agnitra can return" + wrong
 
 
 def _nothing_helped(results: list[CandidateResult], finalists: list[CandidateResult], bench: BenchReport) -> str:
