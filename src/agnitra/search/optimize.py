@@ -37,15 +37,16 @@ from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
 
 FINALISTS = 2
-MIN_GAIN = 1.0  # the answer must beat the baseline's median in the final run
-FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against that of a search-length run (50 timed calls vs 20, the checks the same)
-RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
-ASSEMBLY_S = 5.0
-WARM_EVAL = 0.35  # a variant's share of the final run against its search run (caches warm; H100 llama-1b: 0.2-0.27, MiniLM CPU: 0.18)
-ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
-SAFETY = 1.3
+MIN_GAIN = 1.0  # without a noise verdict, the answer must beat the baseline's median in the final run
+BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search
 PEER_SHARE = 0.4  # of the budget left after the baseline, for measuring the peers
-BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search  # building the answer here and writing the reports
+# the final-run reserve (FinalReserve)
+RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
+FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-length run's (50 timed calls vs 20, the checks the same)
+WARM_EVAL = 0.35  # a setup in the final run against the search's (caches warm; H100 llama-1b: 0.2-0.27, MiniLM CPU: 0.18)
+ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
+ASSEMBLY_S = 5.0  # building the answer here and writing the reports
+SAFETY = 1.3
 
 
 @dataclass
