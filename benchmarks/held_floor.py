@@ -37,7 +37,7 @@ from agnitra.kernels._triton import tl, triton
 from agnitra.kernels.autotune import sets_past_l2
 from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_wait
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # overlap_floor, explore_gemv, sass_loop: benchmarks/
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # overlap_floor, read_floor, sass_loop: benchmarks/
 from result_file import fraction_of_copy  # noqa: E402 - benchmarks/
 
 OVERLAP_RECORD = Path(__file__).resolve().parent / "results" / "overlap-floor-nvidia-h100-80gb-hbm3-2026-11-22.json"  # the consuming floor's best configs
@@ -102,7 +102,7 @@ class HeldPass:
         return bool(torch.equal(got, want))
 
     def time(self, cfg: dict, runs: int, pdl: bool = True) -> float:
-        from explore_gemv import median_pass_ms
+        from read_floor import median_pass_ms
 
         return median_pass_ms(lambda i: self.launch(cfg, i, pdl), runs, self.device)
 
@@ -130,7 +130,7 @@ def family(words: int, splits=(1, 2, 4, 8), warps=(4, 8), stages=(1, 3), blocks=
 def consuming_floor(n: int, row_bytes: int, device, l2_bytes, runs: int, copy_gbps: float, record: Path) -> dict:
     """overlap_floor.py's best configurations at this size (from its committed file `record`), timed again
     in this run: the read-only chain that sums its pre-wait reads at once, beside the held one."""
-    from explore_gemv import ReadPass
+    from read_floor import ReadPass
 
     rows = [r for r in json.loads(record.read_text())["rows"] if (r["rows"], r["row_bytes"]) == (n, row_bytes)] if record.exists() else []
     if not rows:

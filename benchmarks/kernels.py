@@ -14,7 +14,8 @@ the default configuration's time, and the peers measured in the same process:
   projections have none). On Hopper ours launch with programmatic dependent launch, so the row
   also times ours without it (ms_without_pdl) and adds torch.compile's int8 with Inductor's PDL
   (torch_compile_int8_pdl) as a peer; both are timed in CUDA graphs of 20 calls of themselves,
-  the case most favourable to PDL (pdl_trigger.py --mixed times it between torch kernels);
+  the case most favourable to PDL (`pdl_trigger.py --mixed`, at the tag lab-2026-11-26, timed it
+  between torch kernels);
 - fused norms: eager and torch.compile of the same PyTorch code;
 - matmul: torch.matmul (cuBLAS).
 Writes benchmarks/results/kernels-<device>-<date>.json.
@@ -176,7 +177,7 @@ def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int, ceilings
     (read_floor_pdl; the plain floor leaves out what PDL gives ours). Neither is the most a chain of
     reads can overlap: with part of each pass's reads after its wait a read-only chain goes faster still
     (overlap_floor.py: 88% of copy at 8.4 MB, 99% at 16.8 MB, 101% at 29.4 MB, overlap-floor-*.json)."""
-    from explore_gemv import read_floor
+    from read_floor import read_floor
 
     m, n, k = shape
     row_bytes = k // 2 if int4 else k

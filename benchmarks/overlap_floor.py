@@ -26,7 +26,7 @@ from agnitra import api
 from agnitra.device import resolve_device
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from explore_gemv import ReadPass  # noqa: E402 - the read-only kernel and its buffers
+from read_floor import ReadPass  # noqa: E402 - the read-only kernel and its buffers
 from result_file import fraction_of_copy, write_result  # noqa: E402 - benchmarks/
 
 PARTS = ("none", "half", "all")  # how much of a program's span it reads before its wait

@@ -16,7 +16,7 @@ from agnitra.ir.hotspots import Hotspot, module_hotspots
 from agnitra.report.inspect_console import graph_breaks_table, hotspot_table, op_mix_table
 from agnitra.report.inspect_files import write_inspect_report
 from agnitra.report.inspect_html import hotspot_figure, inspect_html, op_mix_figure
-from agnitra.report.schema import INSPECT_SCHEMA, DeviceReport, InspectReport
+from agnitra.results import INSPECT_SCHEMA, DeviceReport, InspectReport
 from agnitra.report.units import format_flops, format_percent, format_time_us
 
 XSS = "<script>alert(1)</script>"

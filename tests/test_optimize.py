@@ -203,7 +203,7 @@ def test_exclude_transforms_keeps_them_out_of_the_search(tmp_path):
 def test_memory_objective_ranks_by_the_candidates_own_weights():
     """A run's peak holds the baseline's tensors too, so a candidate sharing them all (nothing new
     allocated) would look smallest by peak; the memory objective ranks by the model's own weights."""
-    from agnitra.report.schema import CandidateResult, Correctness
+    from agnitra.results import CandidateResult, Correctness
     from agnitra.search.optimize import rank
 
     ok = Correctness(metric="logits", value=40.0, passed=True)

@@ -23,7 +23,7 @@ from agnitra.report.html import (
     profile_html,
     throughput_figure,
 )
-from agnitra.report.schema import (
+from agnitra.results import (
     PROFILE_SCHEMA,
     SCHEMA,
     BenchReport,

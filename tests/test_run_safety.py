@@ -361,7 +361,7 @@ def test_an_export_that_froze_a_branch_is_not_the_answer(tmp_path):
 
 
 def test_verdict_compares_with_the_best_correct_peer_and_names_a_faster_wrong_one():
-    from agnitra.report.schema import BenchReport, Correctness, Latency, VariantResult
+    from agnitra.results import BenchReport, Correctness, Latency, VariantResult
     from agnitra.search.optimize import _win_verdict
 
     def variant(name, ms, passed=True, interval=None):

@@ -5,7 +5,7 @@ from agnitra.api import benchmark, describe_device, inspect, optimize, prepare_w
 from agnitra.optimized import OptimizedModel, load
 from agnitra.transforms.recipe import Recipe
 from agnitra.ir import GraphIR, capture
-from agnitra.report.schema import BenchReport, ProfileReport, VariantResult
+from agnitra.results import BenchReport, ProfileReport, VariantResult
 from agnitra.workloads.base import DecoderSpec, TaskKind, Workload
 
 __all__ = [

@@ -13,7 +13,7 @@ from agnitra.bench.harness import benchmark as run_harness
 from agnitra.config import Settings, load_settings
 from agnitra.device import resolve_device
 from agnitra.errors import UserError
-from agnitra.report.schema import BenchReport, DeviceReport, InspectReport, OptimizeReport, ProfileReport
+from agnitra.results import BenchReport, DeviceReport, InspectReport, OptimizeReport, ProfileReport
 from agnitra.telemetry.ceilings import load_or_measure
 from agnitra.telemetry.profile import profile_workload
 from agnitra.telemetry.signature import device_signature, signature_id
@@ -22,12 +22,43 @@ from agnitra.workloads.prepare import parse_dtype, prepare_workload
 from agnitra.verify import Tolerances
 
 
-def describe_device(device: torch.device, settings: Settings | None = None, refresh: bool = False) -> DeviceReport:
+def describe_device(device: torch.device | str | None = None, settings: Settings | None = None, refresh: bool = False) -> DeviceReport:
     """Signature and measured ceilings (cached per signature under the cache dir)."""
     settings = settings or load_settings()
+    device = device if isinstance(device, torch.device) else resolve_device(device or settings.device)
     signature = device_signature(device)
     ceilings = load_or_measure(device, signature, settings.cache_path, refresh=refresh)
     return DeviceReport(name=signature["name"], kind=device.type, signature={**signature, "id": signature_id(signature)}, ceilings=ceilings)
+
+
+def zoo_entries():
+    """The built-in workloads (name, task, description, parameter counts)."""
+    from agnitra.workloads.registry import zoo_entries as entries
+
+    return entries()
+
+
+def transforms():
+    """Every registered transform (name, stage, parameters, description, what it needs)."""
+    from agnitra.transforms import all_transforms
+
+    return all_transforms()
+
+
+def recipe_variant(text: str):
+    """A recipe (a recipe.json path, or written inline) as one more variant for `benchmark`."""
+    from agnitra.bench.variants.recipe import RecipeVariant
+    from agnitra.transforms.recipe import Recipe
+
+    recipe = Recipe.load_or_parse(text)
+    return RecipeVariant(recipe, name=f"recipe: {recipe.name}")
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of Agnitra and what it runs on."""
+    from agnitra.telemetry.signature import software_versions
+
+    return software_versions()
 
 
 def profile(model, example_inputs=None, *, device=None, runs: int = 50, warmup: int = 5, settings: Settings | None = None, **load_options) -> ProfileReport:

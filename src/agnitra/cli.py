@@ -138,9 +138,7 @@ def zoo_list() -> None:
     for col, justify in (("name", "left"), ("task", "left"), ("params", "right"), ("description", "left")):
         table.add_column(col, justify=justify)
     with _working(None, show_progress=False):
-        from agnitra.workloads.registry import zoo_entries
-
-        rows = [(f"zoo:{entry.name}", entry.task.value, _millions(entry.count_params("full")), entry.description) for entry in zoo_entries()]
+        rows = [(f"zoo:{entry.name}", entry.task.value, _millions(entry.count_params("full")), entry.description) for entry in _api().zoo_entries()]
     for row in rows:
         table.add_row(*row)
     _show(table)
@@ -234,11 +232,7 @@ def bench(
 
 def _recipe_variants(texts: list[str]) -> list:
     """--recipe: each a recipe.json or an inline recipe, measured as one more variant."""
-    from agnitra.bench.variants.recipe import RecipeVariant
-    from agnitra.transforms.recipe import Recipe
-
-    recipes = [Recipe.load_or_parse(text) for text in texts]
-    return [RecipeVariant(recipe, name=f"recipe: {recipe.name}") for recipe in recipes]
+    return [_api().recipe_variant(text) for text in texts]
 
 
 def _render_bench(report) -> None:
@@ -318,14 +312,12 @@ def optimize(
 
 
 def _list_transforms() -> None:
-    from agnitra.transforms import all_transforms
-
     table = Table(title="Transforms", title_justify="left")
     for col in ("name", "stage", "parameters", "what it does", "needs"):
         table.add_column(col, overflow="fold")
     import dataclasses
 
-    for t in all_transforms():
+    for t in _api().transforms():
         params = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(t.Params))
         table.add_row(t.name, t.stage, params or "—", t.description, t.requires or "—")
     _show(table)
@@ -403,7 +395,7 @@ def tune_matmul_cmd(
     as_json: bool = JsonOpt,
 ) -> None:
     """Autotune Agnitra's matmul template for one shape and compare it with torch.matmul (cuBLAS)."""
-    from agnitra.report.schema import to_dict
+    from agnitra.results import to_dict
 
     if (dim is None) == (shape is None):
         raise UserError("give either --dim N or --shape M,N,K")
@@ -443,10 +435,9 @@ def device_cmd(
 ) -> None:
     """The device signature and its measured ceilings."""
     with _working(None, show_progress=False):
-        from agnitra.device import resolve_device
-        from agnitra.report.schema import to_dict
+        from agnitra.results import to_dict
 
-        report = _api().describe_device(resolve_device(device), refresh=refresh)
+        report = _api().describe_device(device, refresh=refresh)
     if as_json:
         _print_json(to_dict(report))
         return
@@ -458,10 +449,8 @@ def device_cmd(
 @app.command()
 def version() -> None:
     """Versions of Agnitra and what it runs on."""
-    from agnitra.telemetry.signature import software_versions
-
     with _working(None, show_progress=False):
-        versions = software_versions()
+        versions = _api().versions()
     for name, value in versions.items():
         out.print(f"{name} {value or '-'}")
 

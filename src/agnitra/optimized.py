@@ -81,7 +81,7 @@ def _weights(model: nn.Module) -> dict:
 
 def load(directory: str | Path, model: nn.Module | str | Workload, example_inputs: tuple | None = None, device: str | torch.device | None = None, **load_options) -> OptimizedModel:
     """Rebuild an optimized model: the original (module, workload or zoo spec) plus the saved recipe."""
-    from agnitra.api import prepare_workload
+    from agnitra.workloads.prepare import prepare_workload
     from agnitra.transforms.base import TransformContext
     from agnitra.transforms.patcher import apply_recipe
 

@@ -1,4 +1,4 @@
-"""Result dataclasses shared by `bench`, `profile` and their reports; JSON via `to_dict`.
+"""Result dataclasses every stage returns (bench, profile, inspect, optimize, candidates); JSON via `to_dict`.
 
 `SCHEMA` versions the JSON: keys are only ever added within a major version.
 """

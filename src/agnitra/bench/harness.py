@@ -29,7 +29,7 @@ from agnitra.bench.noise import faster_beyond_noise, round_cv
 from agnitra.bench.variants import Prepared, Variant, get_variant
 from agnitra.errors import NotApplicable, first_line
 from agnitra.models.generate import Generator, random_prompt
-from agnitra.report.schema import BenchReport, Correctness, DecodeStats, DeviceReport, Throughput, VariantResult
+from agnitra.results import BenchReport, Correctness, DecodeStats, DeviceReport, Throughput, VariantResult
 from agnitra.telemetry.memory import peak_memory, resident_bytes
 from agnitra.telemetry.nvml import NvmlSampler, open_reader
 from agnitra.telemetry.opcount import count_ops

@@ -11,11 +11,12 @@ from __future__ import annotations
 import contextlib
 import warnings
 from pathlib import Path
+from typing import Protocol
 
 import torch
 
 from agnitra.errors import NotApplicable, first_line
-from agnitra.workloads.base import Workload, tensor_leaves
+from agnitra.pytree import tensor_leaves
 
 
 @contextlib.contextmanager
@@ -33,18 +34,26 @@ def eager_attention(model: torch.nn.Module, wanted: bool):
             restore()
 
 
-def input_names(workload: Workload) -> list[str]:
+class Exportable(Protocol):
+    """What an export reads of a workload: its model, example inputs and hints."""
+
+    model: torch.nn.Module
+    example_inputs: tuple
+    hints: dict
+
+
+def input_names(workload: Exportable) -> list[str]:
     """The ONNX graph's input names, in the order of the workload's example inputs."""
     return list(workload.hints.get("input_names") or [f"input_{i}" for i in range(len(workload.example_inputs))])
 
 
-def _names(workload: Workload) -> tuple[list[str], list[str]]:
+def _names(workload: Exportable) -> tuple[list[str], list[str]]:
     with torch.no_grad():
         n_out = len(tensor_leaves(workload.model(*workload.example_inputs)))
     return input_names(workload), [f"output_{i}" for i in range(n_out)]
 
 
-def export_onnx(workload: Workload, path: Path, opset: int = 17) -> str:
+def export_onnx(workload: Exportable, path: Path, opset: int = 17) -> str:
     """Write `path`; returns which exporter succeeded. Dim 0 (batch) of inputs/outputs is dynamic."""
     input_names, output_names = _names(workload)
     dynamic = {n: {0: "batch"} for n in input_names + output_names}
@@ -91,7 +100,7 @@ def quantize_int8(path: Path, out: Path) -> None:
     )
 
 
-def build_ort_model(workload: Workload, workdir: Path, device: torch.device, optimize: bool = True, int8: bool = False) -> tuple[Path, list[str]]:
+def build_ort_model(workload: Exportable, workdir: Path, device: torch.device, optimize: bool = True, int8: bool = False) -> tuple[Path, list[str]]:
     """Export, then (when the hints say what it is) fuse, then (optionally) quantise, in `workdir`.
 
     Returns the path of the model to run and a note per step (the `onnxruntime` transform and the

@@ -11,7 +11,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from agnitra.report.schema import BenchReport, Correctness, OpRow, VariantResult
+from agnitra.results import BenchReport, Correctness, OpRow, VariantResult
 from agnitra.report.units import (
     MISSING,
     format_bytes,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agnitra.report.schema import CandidateResult, own_memory_bytes
+from agnitra.results import CandidateResult, own_memory_bytes
 
 
 def candidate_cells(c: CandidateResult) -> list[str]:

@@ -17,7 +17,7 @@ from typing import Any, Iterable, Sequence
 
 from agnitra.fileio import atomic_write_text
 from agnitra.report.html import bench_html, profile_html
-from agnitra.report.schema import BenchReport, OpRow, ProfileReport, VariantResult
+from agnitra.results import BenchReport, OpRow, ProfileReport, VariantResult
 
 JSON_NAME = "report.json"
 CSV_NAME = "metrics.csv"

@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 import plotly.graph_objects as go
 import plotly.offline
 
-from agnitra.report.schema import BenchReport, DeviceReport, Latency, OpRow, ProfileReport, VariantResult
+from agnitra.results import BenchReport, DeviceReport, Latency, OpRow, ProfileReport, VariantResult
 from agnitra.report.units import (
     MISSING,
     format_bandwidth,

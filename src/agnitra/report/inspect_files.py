@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agnitra.report.files import _prepare, _write_json, _write_text
 from agnitra.report.inspect_html import inspect_html
-from agnitra.report.schema import InspectReport, to_dict
+from agnitra.results import InspectReport, to_dict
 
 INSPECT_JSON_NAME = "inspect.json"
 IR_JSON_NAME = "ir.json"

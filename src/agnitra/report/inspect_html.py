@@ -35,7 +35,7 @@ from agnitra.report.html import (
     _workload_name,
 )
 from agnitra.report.inspect_console import cover_caption, is_timed, module_label, op_mix_with_time
-from agnitra.report.schema import InspectReport
+from agnitra.results import InspectReport
 from agnitra.report.units import (
     MISSING,
     format_bytes,

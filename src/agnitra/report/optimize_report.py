@@ -16,7 +16,7 @@ from agnitra.report.html import (
     _base_layout, _chart_grid, _chart_label, _Charts, _context_section, _header, _notes_list, _page,
     _results_table, _section, _table, _workload_name, latency_figure,
 )
-from agnitra.report.schema import OptimizeReport, own_memory_bytes
+from agnitra.results import OptimizeReport, own_memory_bytes
 
 CANDIDATE_HEADERS = ["candidate", "status", "speedup", "median ms", "baseline ms", "model MiB", "correctness", "prior", "setup s", "reason"]
 

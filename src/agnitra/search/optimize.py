@@ -25,7 +25,7 @@ from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import UserError
 from agnitra.models.generate import decode_one_token, prefill
-from agnitra.report.schema import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
+from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
 from agnitra.search.budget import Budget
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import recipe_space

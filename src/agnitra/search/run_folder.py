@@ -19,7 +19,7 @@ from typing import Any
 
 from agnitra.errors import UserError
 from agnitra.fileio import ensure_writable_dir
-from agnitra.report.schema import CandidateResult, to_dict
+from agnitra.results import CandidateResult, to_dict
 
 JOURNAL = "candidates.jsonl"
 LOCK = ".agnitra.lock"

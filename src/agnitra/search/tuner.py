@@ -21,7 +21,7 @@ from agnitra.bench.isolated import WorkerCrashed, WorkerError, WorkerTimeout
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import first_line
-from agnitra.report.schema import BenchReport, CandidateResult, DeviceReport, own_memory_bytes
+from agnitra.results import BenchReport, CandidateResult, DeviceReport, own_memory_bytes
 from agnitra.search.budget import Budget
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate

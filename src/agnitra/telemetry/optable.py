@@ -16,7 +16,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from agnitra.device import synchronize
-from agnitra.report.schema import OpRow
+from agnitra.results import OpRow
 from agnitra.telemetry.opcount import OpCost, aggregate, count_ops
 
 

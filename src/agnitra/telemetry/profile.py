@@ -12,7 +12,7 @@ from typing import Callable
 import torch
 
 from agnitra.models.generate import decode_one_token
-from agnitra.report.schema import DeviceReport, ProfileReport
+from agnitra.results import DeviceReport, ProfileReport
 from agnitra.telemetry.memory import peak_memory
 from agnitra.telemetry.nvml import NvmlSampler, open_reader
 from agnitra.telemetry.opcount import count_ops

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from agnitra.report.schema import Roofline
+from agnitra.results import Roofline
 from agnitra.telemetry.ceilings import matmul_peak
 from agnitra.telemetry.opcount import unique_bytes
 

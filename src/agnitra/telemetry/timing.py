@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from agnitra.report.schema import Latency
+from agnitra.results import Latency
 
 
 def summarize(samples_ms: list[float]) -> Latency:

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 import torch
 
-from agnitra.report.schema import Correctness
+from agnitra.results import Correctness
 from agnitra.verify.leaves import StructureMismatch, comparable_leaves, is_exact, nonfinite_count, paired_leaves
 
 Comparator = Callable[[list[torch.Tensor], list[torch.Tensor], float | None], Correctness]

@@ -9,6 +9,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from agnitra.pytree import iter_tensors, tensor_leaves  # noqa: F401 - tensor_leaves: where callers import it
+
 
 class TaskKind(str, Enum):
     LM = "lm"
@@ -74,7 +76,7 @@ class Workload:
 
     @property
     def device(self) -> torch.device:
-        for t in _tensors(self.example_inputs):
+        for t in iter_tensors(self.example_inputs):
             return t.device
         for p in self.model.parameters():
             return p.device
@@ -85,7 +87,7 @@ class Workload:
         for p in self.model.parameters():
             if p.is_floating_point():
                 return p.dtype
-        for t in _tensors(self.example_inputs):
+        for t in iter_tensors(self.example_inputs):
             if t.is_floating_point():
                 return t.dtype
         return torch.float32
@@ -101,19 +103,6 @@ class Workload:
 
     def param_count(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
-
-
-def _tensors(tree: Any):
-    for leaf in torch.utils._pytree.tree_leaves(tree):
-        if isinstance(leaf, torch.Tensor):
-            yield leaf
-
-
-def tensor_leaves(tree: Any) -> list[torch.Tensor]:
-    """Every tensor in a nested output (tuples, dicts, HF ModelOutput), in order."""
-    if hasattr(tree, "to_tuple") and callable(tree.to_tuple):  # transformers.ModelOutput
-        tree = tree.to_tuple()
-    return list(_tensors(tree))
 
 
 def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -> Any:
