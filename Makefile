@@ -25,6 +25,7 @@ demo: $(STAMP)
 # pytest exits 5 when it collects no tests: that is not a failure of the suite. Two workers
 # (pytest-xdist): many tests wait on worker processes and sleeps, so two cores finish in ~6 min, not ~9.5.
 test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q -n 2 tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # After upgrading a dependency in .venv and passing `make test`: pin what passed (torch stays

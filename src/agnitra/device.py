@@ -1,8 +1,6 @@
-"""Device selection: `--device cpu|cuda|auto`, else AGNITRA_DEVICE, else auto."""
+"""Device selection: `--device cpu|cuda|auto`, else the settings (AGNITRA_DEVICE, agnitra.toml), else auto."""
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -13,7 +11,9 @@ CHOICES = ("cpu", "cuda", "auto")
 
 def resolve_device(requested: str | None = None) -> torch.device:
     """The torch.device to run on. Asking for CUDA where there is none is a user error."""
-    choice = (requested or os.environ.get("AGNITRA_DEVICE") or "auto").strip().lower()
+    from agnitra.config import load_settings
+
+    choice = (requested or load_settings().device or "auto").strip().lower()
     base = choice.split(":")[0]
     if base not in CHOICES:
         raise UserError(f"unknown device '{choice}'; use one of: {', '.join(CHOICES)}")

@@ -72,7 +72,6 @@ def time_device_calls(fn: Callable[[int], object], count: int, device: torch.dev
         return time_calls(fn, count, device)
     graph.replay()
     samples = time_calls(lambda _: graph.replay(), count, device)
-    del graph
     return [t / per_graph for t in samples]
 
 
