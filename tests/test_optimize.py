@@ -212,3 +212,15 @@ def test_memory_objective_ranks_by_the_candidates_own_weights():
     unknown = CandidateResult("ort", {}, "c", 1.0, "ok", speedup=1.2, peak_memory_bytes=2_250, correctness=ok)  # weights outside torch: its peak
     assert [r.name for r in rank([shared, int4, unknown], "memory")] == ["int4", "bf16 compile", "ort"]
     assert [r.name for r in rank([shared, int4, unknown], "latency")] == ["bf16 compile", "int4", "ort"]
+
+
+def test_options_come_grouped_or_one_by_one_not_both(tmp_path):
+    grouped = agnitra.optimize(_mlp(), device="cpu", search=agnitra.SearchSettings(budget="60s", transforms=["test-slow"], peers=[]), tolerances=agnitra.Tolerances(max_error=0.01), out=tmp_path / "a")
+    flat = agnitra.optimize(_mlp(), device="cpu", budget="60s", transforms=["test-slow"], peers=[], max_error=0.01, out=tmp_path / "b")
+    for fast in (grouped, flat):
+        assert [c.name for c in fast.report.candidates] == ["test-slow"] and fast.report.search["budget_s"] == 60.0
+        assert fast.report.candidates[0].correctness.threshold == 0.01
+    with pytest.raises(UserError, match=r"give search either as search=SearchSettings\(...\) or as budget=, not both"):
+        agnitra.optimize(_mlp(), device="cpu", search=agnitra.SearchSettings(), budget="60s")
+    with pytest.raises(UserError, match="tolerances must be a Tolerances, not dict"):
+        agnitra.optimize(_mlp(), device="cpu", tolerances={"max_error": 0.1})

@@ -160,3 +160,16 @@ def test_load_refuses_another_dtype(run):
 def test_load_refuses_a_folder_that_is_no_run(tmp_path):
     CHOSEN.save(tmp_path / "recipe.json")
     _refused(tmp_path, "has no agnitra.json")
+
+
+def test_apply_is_a_public_verb_that_leaves_the_model_alone():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)).train()
+    x = torch.randn(3, 8)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fast = agnitra.apply(model, "precision(dtype=bf16)", (x,), device="cpu")
+    assert fast.recipe == Recipe.parse("precision(dtype=bf16)")
+    assert fast(x).dtype == torch.float32 and torch.allclose(fast(x), model.eval()(x), rtol=0.05, atol=0.05)
+    assert all(torch.equal(before[k], v) and v.dtype == torch.float32 for k, v in model.state_dict().items())
+    with pytest.raises(UserError, match="unknown transform 'nosuch'"):
+        agnitra.apply(model, "nosuch", (x,), device="cpu")

@@ -2,8 +2,10 @@
 
 from agnitra._version import __version__
 from agnitra.api import benchmark, describe_device, inspect, optimize, prepare_workload, profile
-from agnitra.optimized import OptimizedModel, load
+from agnitra.optimized import OptimizedModel, apply, load
+from agnitra.search.settings import SearchSettings
 from agnitra.transforms.recipe import Recipe
+from agnitra.verify import Tolerances
 from agnitra.ir import GraphIR, capture
 from agnitra.results import BenchReport, ProfileReport, VariantResult
 from agnitra.workloads.base import DecoderSpec, TaskKind, Workload
@@ -14,11 +16,14 @@ __all__ = [
     "GraphIR",
     "OptimizedModel",
     "Recipe",
+    "SearchSettings",
     "ProfileReport",
     "TaskKind",
+    "Tolerances",
     "VariantResult",
     "Workload",
     "__version__",
+    "apply",
     "benchmark",
     "capture",
     "describe_device",

@@ -19,6 +19,7 @@ from agnitra.telemetry.profile import profile_workload
 from agnitra.telemetry.signature import device_signature, signature_id
 from agnitra.workloads.base import Workload
 from agnitra.workloads.prepare import parse_dtype, prepare_workload
+from agnitra.search.settings import SearchSettings
 from agnitra.verify import Tolerances
 
 
@@ -195,7 +196,13 @@ def optimize(
     *,
     device=None,
     objective: str = "latency",
-    budget: str | float = "10m",
+    tolerances: Tolerances | None = None,
+    search: SearchSettings | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    progress: Progress | None = None,
+    settings: Settings | None = None,
+    budget: str | float | None = None,
     max_error: float | None = None,
     min_cosine: float | None = None,
     min_token_agreement: float | None = None,
@@ -203,20 +210,25 @@ def optimize(
     check_positions: int | None = None,
     transforms: Sequence[str] | None = None,
     exclude_transforms: Sequence[str] | None = None,
-    strategy: str = "enumerate",
-    candidate_timeout: str | float = "5m",
+    strategy: str | None = None,
+    candidate_timeout: str | float | None = None,
     peers: Sequence[str] | None = None,
-    out: str | Path | None = None,
-    resume: bool = False,
-    progress: Progress | None = None,
-    settings: Settings | None = None,
     **load_options,
 ):
     """Search recipes within the budget, verify each, and return the fastest correct model.
 
     The answer is never slower than the baseline: when no candidate beats it in the final
-    interleaved run, the original model is returned and the report says so.
+    interleaved run, the original model is returned and the report says so. What the answer must
+    meet comes as `tolerances=Tolerances(...)`, how the search runs as `search=SearchSettings(...)`;
+    their fields are also accepted one by one (`budget="3m"`, `min_cosine=0.99`), not both ways.
     """
+    flat_tolerances = dict(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db, check_positions=check_positions)
+    flat_search = dict(budget=budget, candidate_timeout=candidate_timeout, strategy=strategy, transforms=transforms, exclude_transforms=exclude_transforms, peers=peers)
+    tolerances = _grouped("tolerances", tolerances, Tolerances, flat_tolerances)
+    search = _grouped("search", search, SearchSettings, flat_search)
+    budget, candidate_timeout, strategy = search.budget, search.candidate_timeout, search.strategy
+    transforms, exclude_transforms, peers = search.transforms, search.exclude_transforms, search.peers
+    max_error, min_cosine, min_token_agreement, min_sqnr_db, check_positions = (getattr(tolerances, k) for k in flat_tolerances)
     arguments.one_of("--objective", objective, OBJECTIVES, "objective")
     arguments.duration("--budget", budget)
     arguments.duration("--candidate-timeout", candidate_timeout)
@@ -236,7 +248,6 @@ def optimize(
         _check_transform_names(transforms, exclude_transforms)  # one-line user errors, before any work
     if resume and not out:
         raise UserError("resume needs the run folder of the earlier run: give out=DIR (--out DIR)")
-    tolerances = Tolerances(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db, check_positions=check_positions)
     from agnitra.search.run_folder import RunFolder
 
     folder = RunFolder(out) if out else None  # writable and ours before any work is done
@@ -245,6 +256,18 @@ def optimize(
     finally:
         if folder is not None:
             folder.close()
+
+
+def _grouped(name: str, group, kind, flat: dict):
+    """One group of optimize's options, from the group object or from its fields given one by one."""
+    given = {k: v for k, v in flat.items() if v is not None}
+    if group is not None and given:
+        raise UserError(f"give {name} either as {name}={kind.__name__}(...) or as {', '.join(f'{k}=' for k in given)}, not both")
+    if group is not None:
+        if not isinstance(group, kind):
+            raise UserError(f"{name} must be a {kind.__name__}, not {type(group).__name__}")
+        return group
+    return kind(**given)
 
 
 def _registers_transforms(model) -> bool:

@@ -101,6 +101,24 @@ def load(directory: str | Path, model: nn.Module | str | Workload, example_input
     return OptimizedModel(patched.model, recipe, workload, None, patched.decode_fn, patched.prefill_fn)
 
 
+def apply(model: nn.Module | str | Workload, recipe: Recipe | str, example_inputs: tuple | None = None, device: str | torch.device | None = None, **load_options) -> OptimizedModel:
+    """Apply a recipe to a model, without searching or measuring: `agnitra.apply(model,
+    "precision(dtype=bf16) + compile", (x,))`. The recipe is a `Recipe`, a recipe.json path or an
+    inline recipe; the model a module (with its example inputs), a workload or a spec like
+    `zoo:minilm`. The user's model is untouched: the answer is a drop-in copy."""
+    from agnitra.transforms.base import TransformContext
+    from agnitra.transforms.patcher import apply_recipe
+    from agnitra.workloads.prepare import prepare_workload
+
+    recipe = recipe if isinstance(recipe, Recipe) else Recipe.load_or_parse(recipe)
+    if isinstance(model, str):
+        workload, dev = prepare_workload(model, device=device, **load_options)
+    else:
+        workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    patched = apply_recipe(recipe, TransformContext(workload, dev))
+    return OptimizedModel(patched.model, recipe, workload, None, patched.decode_fn, patched.prefill_fn)
+
+
 def _run_meta(directory: Path) -> dict:
     path = directory / META
     if not path.is_file():

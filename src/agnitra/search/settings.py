@@ -1,0 +1,21 @@
+"""How a search runs: its budget, its time limit per candidate, its strategy, what it may try,
+and the peers it is measured against. `agnitra.optimize(..., search=SearchSettings(...))`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Sequence
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    budget: str | float = "10m"  # the whole run, e.g. "3m", 600
+    candidate_timeout: str | float = "5m"  # one candidate's run, past which its worker is stopped
+    strategy: str = "enumerate"
+    transforms: Sequence[str] | None = None  # search only these
+    exclude_transforms: Sequence[str] | None = None  # search all but these
+    peers: Sequence[str] | None = None  # measured beside the answer; None: the best built-in ones
+
+    @classmethod
+    def names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
