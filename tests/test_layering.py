@@ -27,9 +27,10 @@ LAYERS = {
     "bench": 7,
     "search": 8,
     "report": 9,
-    "optimized": 10,
-    "api": 11,
-    "cli": 12, "__init__": 12, "__main__": 12,
+    "testing": 10,
+    "optimized": 11,
+    "api": 12,
+    "cli": 13, "__init__": 13, "__main__": 13,
 }
 FOUNDATION = 0  # modules of layer 0 may import each other (errors, config, results, ...)
 CLI_MAY_IMPORT = {"api", "report", "results", "errors", "arguments", "console_io", "config", "_version"}
@@ -88,7 +89,7 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_check_fails_on_an_upward_a_sideways_and_a_cli_import(tmp_path):
-    layers = {"errors": 0, "models": 1, "workloads": 2, "kernels": 5, "verify": 5, "api": 11, "cli": 12}
+    layers = {"errors": 0, "models": 1, "workloads": 2, "kernels": 5, "verify": 5, "api": 12, "cli": 13}
     root = _package(tmp_path, {
         "errors.py": "",
         "models/llama.py": "from agnitra.errors import UserError\n",  # down: fine
@@ -102,6 +103,6 @@ def test_the_check_fails_on_an_upward_a_sideways_and_a_cli_import(tmp_path):
     assert found == [
         "cli imports workloads.base: the CLI goes through api and the report's renderers",
         "kernels.ops imports verify.compare: sideways between packages of layer 5",
-        "workloads.base (layer 2) imports api (layer 11): upward",
+        "workloads.base (layer 2) imports api (layer 12): upward",
     ]
     assert violations(_package(tmp_path / "clean", {"errors.py": "", "models/a.py": "from agnitra.errors import X\n"}), layers, set()) == []

@@ -146,11 +146,11 @@ def run_optimize(
     progress: Callable[[str, float], None] | None = None,
 ) -> OptimizeResult:
     progress = progress or (lambda message, fraction: None)
-    ctx = TransformContext(workload, device)
+    notes = list(setup.journal_warnings)
+    ctx = TransformContext(workload, device, op_kinds=_op_kinds(workload, notes))
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
     # candidates are screened on one window of positions; the final run verifies all of them
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses.replace(tolerances, check_positions=None))
-    notes = list(setup.journal_warnings)
     runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
     if setup.source is None:
         notes.append(f"candidates ran in this process, not in a worker: {setup.in_process_reason}; a candidate past its time limit is stopped only between Python steps")
@@ -209,6 +209,18 @@ def run_optimize(
     prepared = RecipeVariant(recipe, name=chosen.name).prepare(workload, device)  # as the worker built what it verified
     model = prepared.model if prepared.model is not None else prepared.call
     return _finish(report, budget, OptimizeResult(model, recipe, report, prepared.decode_fn or decode_one_token, prepared.prefill_fn or prefill))
+
+
+def _op_kinds(workload: Workload, notes: list[str]) -> frozenset[str] | None:
+    """The op kinds of the captured graph, which say what each transform could change here."""
+    from agnitra.errors import first_line
+    from agnitra.ir import capture_workload
+
+    try:
+        return frozenset(node.kind for node in capture_workload(workload).nodes)
+    except Exception as exc:  # noqa: BLE001 - a model that does not capture is still searched, all of it
+        notes.append(f"the graph was not captured ({first_line(exc)}); every transform was searched")
+        return None
 
 
 def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> OptimizeResult:

@@ -16,7 +16,7 @@ from typing import Any
 from torch import nn
 
 from agnitra.errors import check
-from agnitra.transforms.base import Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Transform, TransformContext, register_transform
 
 SDPA = "sdpa"
 # implementations worth switching; fused kernels (flash_attention_2, flex_attention, ...) stay
@@ -109,6 +109,12 @@ class Sdpa(Transform):
     description = "transformers models from eager attention to torch's scaled_dot_product_attention (fused kernels)"
     requires = "a transformers model on eager attention"
     stage = "module"
+
+    order = 70
+    acts_on = frozenset({"attention", "softmax"})
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.2)]
 
     def check(self, ctx: TransformContext, params) -> None:
         _check_switchable(ctx.workload.model)

@@ -5,6 +5,13 @@ raises `NotApplicable(reason)` when it cannot run here (device, dtype, op mix, t
 and `apply()` that returns a changed model **without touching the original**: it works on the
 structural copy the patcher hands it, replacing submodules, parameters and buffers there only.
 A new transform is one new file in this package and one `@register_transform`.
+
+A transform also says what the search should know of it (`search/space.py` asks, and knows no
+transform by name): the `choices()` of parameters worth measuring on a workload and device, each
+with a prior (the speedup expected from it alone), its place among module transforms (`order`),
+the IR op kinds it changes (`acts_on`: none in the captured graph, and it is not searched), the
+group of transforms it excludes (`exclusive`), and why it cannot share a recipe with others
+(`conflict()`) or what it does together with them (`prior_factor()`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import torch
 from torch import nn
 
 from agnitra.errors import NotApplicable, UserError
+from agnitra.transforms.recipe import Step
 from agnitra.workloads.base import Workload
 
 
@@ -28,6 +36,7 @@ class TransformContext:
     workload: Workload
     device: torch.device
     calibration_inputs: list[tuple] = field(default_factory=list)  # never the verification inputs
+    op_kinds: frozenset[str] | None = None  # the IR op kinds of the captured graph (None: not captured)
 
     @property
     def decoder(self) -> bool:
@@ -43,6 +52,23 @@ class NoParams:
     """For transforms without parameters."""
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One way to use a transform here: fixed parameters, and the speedup the rules expect from it
+    alone (a prior; the learned cost model of a later stage replaces these)."""
+
+    transform: str
+    params: tuple[tuple[str, Any], ...] = ()
+    prior: float = 1.0
+
+    def step(self) -> Step:
+        transform = get_transform(self.transform)
+        return Step(self.transform, dataclasses.asdict(transform.parse_params(dict(self.params))))
+
+    def label(self) -> str:
+        return Step(self.transform, dict(self.params)).label()
+
+
 class Transform(abc.ABC):
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
@@ -51,6 +77,23 @@ class Transform(abc.ABC):
     # "module": changes submodules/weights; "runtime": wraps how the model is run (compile,
     # CUDA graphs, threads); "backend": hands the model to another runtime (ONNX Runtime)
     stage: ClassVar[str] = "module"
+    # what the search knows of it (see the module's docstring)
+    order: ClassVar[int] = 50  # place among the module transforms of a recipe: lower runs first
+    acts_on: ClassVar[frozenset[str]] = frozenset()  # IR op kinds it changes; empty: any graph
+    exclusive: ClassVar[str] = ""  # transforms naming the same group never share a recipe
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        """The parameters worth measuring on this workload and device, each with its prior.
+        Default: the default parameters, no expectation."""
+        return [Choice(self.name)]
+
+    def conflict(self, params: Any, others: list[Step], ctx: TransformContext) -> str | None:
+        """Why this step cannot share a recipe with `others` (None: it can)."""
+        return None
+
+    def prior_factor(self, params: Any, others: list[Step], ctx: TransformContext) -> float:
+        """What this step does together with `others`, beyond the product of their priors."""
+        return 1.0
 
     def check(self, ctx: TransformContext, params: Any) -> None:
         """Raise NotApplicable(reason) when this transform cannot run here. Default: always runs.

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from agnitra.errors import NotApplicable, check
-from agnitra.transforms.base import Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform
 
 if TYPE_CHECKING:
     from agnitra.kernels.cudnn_conv import FusedConv2d
@@ -139,6 +139,19 @@ class ConvFusion(Transform):
     description = "BatchNorm folded into convs; ReLU and residual add+ReLU in cuDNN's fused conv epilogue"
     requires = "a CUDA GPU (cuDNN runtime fusion), a model in eval mode with Conv2d -> BatchNorm2d that torch.fx can trace"
     stage = "module"
+
+    # before channels-last, which then lays out the fused convs' weights: resnet50 b64 fp16 with
+    # channels-last + compile reduce-overhead 2.24 ms with the fused epilogues vs 2.84 without (H100)
+    order = 50
+    acts_on = frozenset({"conv"})
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 2.2 if ctx.device.type == "cuda" else 1.0)]
+
+    def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
+        if not any(s.transform == "channels-last" for s in others):
+            return "cuDNN's fused NCHW kernels are slow: resnet50 b64 6.09 ms vs 2.24 channels-last (H100); conv-fusion goes with channels-last"
+        return None
 
     def check(self, ctx: TransformContext, params) -> None:
         check(_has_conv_and_bn(ctx.workload.model), "the model has no Conv2d and BatchNorm2d to fold")

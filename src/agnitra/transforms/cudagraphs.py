@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from agnitra.errors import WorkloadError, check
-from agnitra.transforms.base import Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Transform, TransformContext, register_transform
 from agnitra.transforms.wrappers import ModelWrapper
 
 
@@ -101,6 +101,9 @@ class CudaGraphs(Transform):
     @dataclass
     class Params:
         warmup: int = 3
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.8)]
 
     def check(self, ctx: TransformContext, params) -> None:
         check(params.warmup >= 1, "CUDA-graph capture needs at least one warm-up call")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from agnitra.errors import NotApplicable
-from agnitra.transforms.base import Transform, TransformContext, register_transform, replace_modules
+from agnitra.transforms.base import Choice, Transform, TransformContext, register_transform, replace_modules
 
 
 def _projections(module: nn.Module) -> list[nn.Module] | None:
@@ -68,6 +68,12 @@ class FuseProjections(Transform):
     description = "q|k|v (Llama, transformers encoders) and gate|up (Llama) projections stacked into one Linear each"
     requires = "a Llama of the zoo or a transformers 5 BERT-family encoder (separate q/k/v Linears); before any quantising transform"
     stage = "module"
+
+    order = 0  # first in every recipe: quantisers that follow quantise the stacked Linears
+    acts_on = frozenset({"matmul"})
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.2 if ctx.decoder and ctx.device.type == "cuda" else 1.02)]
 
     def check(self, ctx: TransformContext, params) -> None:
         model = ctx.workload.model

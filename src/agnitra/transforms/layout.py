@@ -13,7 +13,7 @@ from torch import nn
 from torch.utils._pytree import tree_map
 
 from agnitra.errors import check
-from agnitra.transforms.base import Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Transform, TransformContext, register_transform
 from agnitra.transforms.wrappers import ModelWrapper
 
 
@@ -66,6 +66,12 @@ class ChannelsLast(Transform):
     description = "2-D convolutions in channels_last (NHWC) memory order: weights and inputs"
     requires = "a model with 2-D convolutions"
     stage = "module"
+
+    order = 60
+    acts_on = frozenset({"conv"})
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.3)]
 
     def check(self, ctx: TransformContext, params) -> None:
         check(count_conv2d(ctx.workload.model) > 0, "the model has no 2-D convolutions; channels_last only changes how convolution inputs and weights are laid out")

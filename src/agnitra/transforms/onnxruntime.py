@@ -27,7 +27,7 @@ from agnitra.errors import NotApplicable, WorkloadError, check
 from agnitra.ort.export import build_ort_model, input_names
 from agnitra.ort.session import OrtModule, open_session, provider_for
 from agnitra.transforms.attention import own_configs
-from agnitra.transforms.base import Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform
 from agnitra.transforms.cudagraphs import CudaGraphRunner
 from agnitra.transforms.patcher import unwrap
 from agnitra.transforms.threads import ThreadsWrapper
@@ -138,6 +138,23 @@ class OnnxRuntime(Transform):
         int8: bool = False
         optimize: bool = True  # ORT's transformer optimizer, when the workload's hints say what the model is
         threads: int = 0  # 0: torch's thread count (or the `threads` transform's)
+
+    ACCEPTS = frozenset({"precision", "channels-last", "sdpa"})  # module transforms an ONNX export keeps
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (("int8", True),), 2.5 if ctx.device.type == "cpu" else 1.0), Choice(self.name, (), 1.1)]
+
+    def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
+        from agnitra.transforms.base import get_transform
+
+        if any(get_transform(s.transform).stage == "runtime" for s in others):
+            return "ONNX Runtime runs the exported model itself: no runtime transform goes on top"
+        kept = [s.transform for s in others if s.transform not in self.ACCEPTS]
+        if kept:
+            return f"an ONNX export keeps only {', '.join(sorted(self.ACCEPTS))}, not {', '.join(kept)}"
+        if any(s.transform == "precision" and s.params.get("dtype") == "bf16" for s in others):
+            return "ONNX Runtime has few bf16 kernels"
+        return None
 
     def check(self, ctx: TransformContext, params) -> None:
         check(params.threads >= 0, f"onnxruntime threads must be 0 (torch's count) or more, not {params.threads}")

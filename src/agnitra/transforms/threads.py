@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from agnitra.errors import check
-from agnitra.transforms.base import Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Transform, TransformContext, register_transform
 from agnitra.transforms.wrappers import ModelWrapper
 
 
@@ -75,6 +75,9 @@ class Threads(Transform):
     @dataclass
     class Params:
         count: int = 0
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.02)]
 
     def check(self, ctx: TransformContext, params) -> None:
         check(params.count >= 0, f"threads count must be 0 (physical cores) or more, not {params.count}")
