@@ -4,7 +4,7 @@ y [M, N] = x [M, K] @ W'^T (+ bias [N]), where W' [N, K] is the dequantised weig
 decode-step GEMVs of Llama-style models: torch.compile cannot fuse through the quantised weight
 formats, and at batch 1 the time is the time to read the weight bytes once.
 
-Formats (the same numerics as `agnitra.transforms.quantize`):
+Formats (`agnitra.kernels.quant.formats`, which `agnitra.transforms.quantize` uses too):
 
 * int8: symmetric per output row. `w_int8` [N, K] int8 (row n = output channel n, K contiguous),
   `scales` [N] (any float dtype; the transform stores them in the activation dtype):
@@ -13,10 +13,10 @@ Formats (the same numerics as `agnitra.transforms.quantize`):
 * int4: asymmetric per group of `group_size` (G) consecutive input features, tinygemm's form:
   W'[n, k] = (q[n, k] - 8) * scales[n, g] + zeros[n, g], g = k // G, codes q in 0..15.
   Packed layout read by these kernels: `w_packed` [N, K/2] uint8, TWO CODES PER BYTE, LOW NIBBLE =
-  EVEN k: byte [n, j] = q[n, 2j] | (q[n, 2j+1] << 4) (`pack_int4` / `unpack_int4` here). NOTE:
-  `transforms.quantize.pack_int4` ("reference" layout) puts the even feature in the HIGH nibble
-  and keeps scales and zeros as one [K/G, N, 2] tensor; `from_transform_int4` converts that form
-  to this one (nibble swap + split/transpose). `scales`, `zeros`: [N, K/G] (any float dtype).
+  EVEN k: byte [n, j] = q[n, 2j] | (q[n, 2j+1] << 4) (`formats.pack_int4` / `unpack_int4`). NOTE:
+  `transforms.quantize.pack_int4` ("reference" layout, `formats.pack_int4_high_first`) puts the even
+  feature in the HIGH nibble and keeps scales and zeros as one [K/G, N, 2] tensor;
+  `from_transform_int4` converts that form to this one (nibble swap + split/transpose). `scales`, `zeros`: [N, K/G] (any float dtype).
   Within a group the scale factors out too: sum_k x_k W'_k = s * sum_k x_k (q_k - 8) + z * sum_k x_k.
 
 Kernels (Triton tutorial 03's layout: kernel, host wrapper, reference,
@@ -94,6 +94,7 @@ from typing import Any
 
 import torch
 
+from agnitra.kernels.quant.formats import from_transform_int4, int4_dequantize, pack_int4, quantize_int4_codes, quantize_int8_rowwise, unpack_int4  # noqa: F401 - from_transform_int4: callers find it here
 from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options, pdl_trigger_refinements  # noqa: F401 - _pdl_*: device helpers the kernels call (_DEVICE_HELPERS)
 from agnitra.kernels.spec import KernelSpec, interpreting, pow2_bucket, register_kernel, triton_available
 
@@ -1805,59 +1806,18 @@ def _check_words_step(cfg: dict[str, Any]) -> None:
 
 
 def quantize_int8_per_channel(w: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """W [N, K] -> (q [N, K] int8, scales [N] in `dtype`, default W's): transforms.quantize's numerics."""
-    from agnitra.transforms.quantize import quantize_int8_rowwise  # lazy: transforms may import this module
-
+    """W [N, K] -> (q [N, K] int8, scales [N] in `dtype`, default W's): the int8 format (`formats.quantize_int8_rowwise`)."""
     return quantize_int8_rowwise(w, dtype)
 
 
-def pack_int4(q: torch.Tensor) -> torch.Tensor:
-    """Codes [N, K] in 0..15 -> uint8 [N, K/2]: byte j = q[:, 2j] (low nibble) | q[:, 2j+1] << 4."""
-    if q.dim() != 2 or q.shape[1] % 2:
-        raise ValueError(f"pack_int4 needs codes [N, K] with K even, got {tuple(q.shape)}")
-    q = q.to(torch.uint8)
-    return (q[:, 0::2] | (q[:, 1::2] << 4)).contiguous()
-
-
-def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, K/2] -> codes [N, K] uint8 (0..15), the inverse of `pack_int4`."""
-    low, high = packed & 0xF, packed >> 4
-    return torch.stack((low, high), dim=-1).reshape(packed.shape[0], -1)
-
-
 def quantize_int4_groupwise(w: torch.Tensor, group_size: int, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """W [N, K] -> (packed [N, K/2] uint8, scales [N, K/G], zeros [N, K/G] in `dtype`, default W's).
-
-    The codes, scales and zeros are transforms.quantize.quantize_int4_groupwise's (tinygemm form),
-    packed low-nibble-first and laid out [N, K/G] for these kernels.
-    """
-    from agnitra.transforms.quantize import quantize_int4_groupwise as _quantize  # lazy (import cycle)
-
+    """W [N, K] -> (packed [N, K/2] uint8, scales [N, K/G], zeros [N, K/G] in `dtype`, default W's):
+    the int4 format's codes (`formats.quantize_int4_codes`, tinygemm's form, as the int4 transform
+    quantises), packed low first for these kernels."""
     if group_size < 2 or group_size % 2:
         raise ValueError(f"group_size must be a positive even integer, got {group_size}")
-    codes, scales_and_zeros = _quantize(w, group_size, dtype)  # [N, K] uint8, [K/G, N, 2]
-    scales = scales_and_zeros[..., 0].t().contiguous()  # [N, K/G]
-    zeros = scales_and_zeros[..., 1].t().contiguous()
+    codes, scales, zeros = quantize_int4_codes(w, group_size, dtype)  # [N, K] uint8, [N, K/G] twice
     return pack_int4(codes), scales, zeros
-
-
-def from_transform_int4(packed_high_first: torch.Tensor, scales_and_zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """transforms.quantize's "reference" int4 layout -> this module's.
-
-    (packed [N, K/2] even k in the HIGH nibble, scales_and_zeros [K/G, N, 2]) ->
-    (packed [N, K/2] even k in the LOW nibble, scales [N, K/G], zeros [N, K/G]).
-    """
-    swapped = ((packed_high_first >> 4) | (packed_high_first << 4)).contiguous()  # uint8: bits past 8 drop
-    return swapped, scales_and_zeros[..., 0].t().contiguous(), scales_and_zeros[..., 1].t().contiguous()
-
-
-def int4_dequantize(w_packed: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The weight [N, K] that packed codes, scales and zeros stand for, computed in `dtype`."""
-    q = unpack_int4(w_packed).to(dtype)  # [N, K]
-    n, k = q.shape
-    s = scales.to(dtype).repeat_interleave(group_size, dim=1)  # [N, K]
-    z = zeros.to(dtype).repeat_interleave(group_size, dim=1)
-    return (q - 8) * s + z
 
 
 def _ref_dtype(x: torch.Tensor) -> torch.dtype:

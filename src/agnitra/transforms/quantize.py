@@ -47,6 +47,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from agnitra.errors import NotApplicable, check
+from agnitra.kernels.quant.formats import pack_int4_high_first as pack_int4  # this module's int4 layout: even feature high
+from agnitra.kernels.quant.formats import quantize_int4_codes, quantize_int8_rowwise
+from agnitra.kernels.quant.formats import unpack_int4_high_first as unpack_int4
 from agnitra.transforms.base import Transform, TransformContext, register_transform, replace_modules
 
 logger = logging.getLogger(__name__)
@@ -165,15 +168,6 @@ def _restore(y: torch.Tensor, x: torch.Tensor, bias: torch.Tensor | None) -> tor
 # --------------------------------------------------------------------------------------------
 
 
-def quantize_int8_rowwise(weight: torch.Tensor, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric per-row int8: W [N, K] ~= q [N, K] int8 * scales [N] (scales in `dtype`)."""
-    dtype = dtype or weight.dtype
-    w = weight.detach().float()  # [N, K]
-    scales = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(dtype).tiny).to(dtype)  # [N]
-    q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)  # [N, K]
-    return q.contiguous(), scales
-
-
 def int8_reference_matmul(x2d: torch.Tensor, q: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """x [M, K] @ (q * scales[:, None])^T: the int8 weight dequantised in x's dtype."""
     return F.linear(x2d, q.to(x2d.dtype)) * scales.to(x2d.dtype)  # [M, N]
@@ -252,36 +246,15 @@ class Int8WeightOnly(Transform):
 # --------------------------------------------------------------------------------------------
 
 
-def pack_int4(codes: torch.Tensor) -> torch.Tensor:
-    """Codes [N, K] in 0..15 -> uint8 [N, K/2], feature 2j in the high nibble, 2j+1 in the low."""
-    codes = codes.to(torch.uint8)
-    return ((codes[:, 0::2] << 4) | codes[:, 1::2]).contiguous()
-
-
-def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
-    """uint8 [N, K/2] -> codes [N, K] (uint8, 0..15)."""
-    high, low = packed >> 4, packed & 0xF
-    return torch.stack((high, low), dim=-1).reshape(packed.shape[0], -1)
-
-
 def quantize_int4_groupwise(weight: torch.Tensor, group_size: int, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """W [N, K] -> (codes [N, K] uint8 in 0..15, scales_and_zeros [K/group_size, N, 2] in `dtype`).
 
-    Dequantised: W'[n, k] = (codes[n, k] - 8) * scale[g, n] + zero[g, n] with g = k // group_size.
+    Dequantised: W'[n, k] = (codes[n, k] - 8) * scale[g, n] + zero[g, n] with g = k // group_size
+    (`kernels.quant.formats.quantize_int4_codes`, the numerics the kernels share).
     """
-    dtype = dtype or weight.dtype
-    n, k = weight.shape
-    if k % group_size:
-        raise ValueError(f"in_features {k} is not a multiple of group_size {group_size}")
-    w = weight.detach().float().reshape(n, k // group_size, group_size)  # [N, G, gs]
-    wmin, wmax = w.amin(dim=-1), w.amax(dim=-1)  # [N, G]
-    floor = max(1e-8, torch.finfo(dtype).tiny)
-    scales = ((wmax - wmin) / 15).clamp(min=floor)
-    zeros = wmin + 8 * scales
-    scales, zeros = scales.to(dtype), zeros.to(dtype)  # what the kernels will read
-    codes = torch.round((w - zeros.float()[..., None]) / scales.float()[..., None] + 8).clamp(0, 15)
+    codes, scales, zeros = quantize_int4_codes(weight, group_size, dtype)  # [N, K], [N, G] twice
     scales_and_zeros = torch.stack((scales, zeros), dim=-1).transpose(0, 1).contiguous()  # [G, N, 2]
-    return codes.reshape(n, k).to(torch.uint8), scales_and_zeros
+    return codes, scales_and_zeros
 
 
 def int4_dequantize(packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, dtype: torch.dtype | None = None) -> torch.Tensor:
