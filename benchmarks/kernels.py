@@ -218,7 +218,7 @@ def _refuse(why: str):
 
 def int4_peers(dtype):
     """torch's own int4 path on CUDA (tinygemm, `_weight_int4pack_mm`) on the same weights, and cuBLAS bf16."""
-    from agnitra.kernels.quant_matmul import int4_dequantize
+    from agnitra.kernels.quant.formats import int4_dequantize
     from agnitra.transforms.quantize import Int4WeightOnlyLinear
 
     def as_float(inputs):

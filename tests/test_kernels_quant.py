@@ -1,4 +1,4 @@
-"""Weight-only int8 / int4 matmul kernels (agnitra.kernels.quant_matmul) under Triton's interpreter.
+"""Weight-only int8 / int4 matmul kernels (agnitra.kernels.quant) under Triton's interpreter.
 
 Tiny shapes that are NOT multiples of the block sizes, each kernel against its float64 reference;
 fp32 and fp16 activations (the interpreter's tl.dot is wrong for bf16, so bf16 is checked on the
@@ -17,7 +17,15 @@ import torch
 
 pytest.importorskip("triton")
 
-from agnitra.kernels import quant_matmul as qm  # noqa: E402
+from agnitra.kernels.quant import common as qcommon  # noqa: E402
+from agnitra.kernels.quant import formats as qfmt  # noqa: E402
+from agnitra.kernels.quant import int4 as q4  # noqa: E402
+from agnitra.kernels.quant import int4_bytes as q4bytes  # noqa: E402
+from agnitra.kernels.quant import int4_tc as q4tc  # noqa: E402
+from agnitra.kernels.quant import int4_rows as q4rows  # noqa: E402
+from agnitra.kernels.quant import int8 as q8  # noqa: E402
+from agnitra.kernels.quant import split_k as qsk  # noqa: E402
+from agnitra.kernels.quant import tiled as qtiled  # noqa: E402
 from agnitra.kernels.autotune import to_float64  # noqa: E402
 from agnitra.kernels.spec import KERNELS, get_kernel  # noqa: E402
 from agnitra.transforms import quantize as tq  # noqa: E402
@@ -51,18 +59,18 @@ def _check(y: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> None:
 
 def _make_with_bias(name):
     """Inputs of kernel `name` with a bias (the registered GEMV specs make decode inputs, which have none)."""
-    return qm._make_int8_inputs if name.startswith("int8") else qm._make_int4_inputs
+    return q8._make_int8_inputs if name.startswith("int8") else q4._make_int4_inputs
 
 
 def _int8_case(shape, dtype, seed=0):
-    x, w, s, b = qm._make_int8_inputs(shape, dtype, CPU, seed)
-    ref = qm.int8_reference(x.double(), w, s.double(), b.double())  # [M, N] float64
+    x, w, s, b = q8._make_int8_inputs(shape, dtype, CPU, seed)
+    ref = q8.int8_reference(x.double(), w, s.double(), b.double())  # [M, N] float64
     return (x, w, s, b), ref
 
 
 def _int4_case(shape, dtype, seed=0):
-    x, w, s, z, g, b = qm._make_int4_inputs(shape, dtype, CPU, seed)
-    ref = qm.int4_reference(x.double(), w, s.double(), z.double(), g, b.double())
+    x, w, s, z, g, b = q4._make_int4_inputs(shape, dtype, CPU, seed)
+    ref = q4.int4_reference(x.double(), w, s.double(), z.double(), g, b.double())
     return (x, w, s, z, g, b), ref
 
 
@@ -81,7 +89,7 @@ TILED_CFG = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 2, "num_war
 def test_int8_matches_reference(path, shape, dtype):
     (x, w, s, b), ref = _int8_case(shape, dtype)
     cfg = {**(GEMV_CFG if path == "gemv" else TILED_CFG), "path": path}
-    y = qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(shape[0], shape[1], dtype))
+    y = q8.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(shape[0], shape[1], dtype))
     assert y.shape == (shape[0], shape[1]) and y.dtype == dtype
     _check(y, ref, dtype)
 
@@ -91,7 +99,7 @@ def test_int8_matches_reference(path, shape, dtype):
 def test_int4_matches_reference(path, shape, dtype):
     (x, w, s, z, g, b), ref = _int4_case((*shape, GROUP), dtype)
     cfg = {**(GEMV_CFG if path == "gemv" else TILED_CFG), "path": path}
-    y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(shape[0], shape[1], dtype))
+    y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(shape[0], shape[1], dtype))
     _check(y, ref, dtype)
 
 
@@ -102,10 +110,10 @@ def test_every_code_dequantises_exactly(path, m):
     k, idx = 32, [0, 5, 31][:m]
     x = torch.eye(k)[idx]  # [M, K]
     w8 = ((torch.arange(256)[:, None] + torch.arange(k)[None, :]) % 256 - 128).to(torch.int8)  # [256, K]
-    y = qm.int8_weight_only_matmul(x, w8, torch.ones(256), config={"path": path})
+    y = q8.int8_weight_only_matmul(x, w8, torch.ones(256), config={"path": path})
     assert torch.equal(y, w8[:, idx].t().float())
     q = (torch.arange(16)[:, None] + torch.arange(k)[None, :]) % 16  # [16, K] codes
-    y = qm.int4_weight_only_matmul(x, qm.pack_int4(q), torch.ones(16, 1), torch.zeros(16, 1), 32, config={"path": path, "BLOCK_K": 32})
+    y = q4.int4_weight_only_matmul(x, qfmt.pack_int4(q), torch.ones(16, 1), torch.zeros(16, 1), 32, config={"path": path, "BLOCK_K": 32})
     assert torch.equal(y, (q[:, idx].t() - 8).float())
 
 
@@ -113,12 +121,12 @@ def test_automatic_path_no_bias_and_strided_x():
     """config=None (default config, path by M), bias None, x read through its strides."""
     for m in (2, 9):  # GEMV, tiled
         x_t = torch.randn(96, m)  # x = x_t.t(): strides (1, M)
-        _, w, s, _ = qm._make_int8_inputs((m, 17, 96), torch.float32, CPU, 1)
-        ref = qm.int8_reference(x_t.t().double(), w, s.double())
-        _check(qm.int8_weight_only_matmul(x_t.t(), w, s), ref, torch.float32)
-        _, wp, sc, ze, g, _ = qm._make_int4_inputs((m, 17, 96, 32), torch.float32, CPU, 1)
-        ref = qm.int4_reference(x_t.t().double(), wp, sc.double(), ze.double(), g)
-        _check(qm.int4_weight_only_matmul(x_t.t(), wp, sc, ze, g), ref, torch.float32)
+        _, w, s, _ = q8._make_int8_inputs((m, 17, 96), torch.float32, CPU, 1)
+        ref = q8.int8_reference(x_t.t().double(), w, s.double())
+        _check(q8.int8_weight_only_matmul(x_t.t(), w, s), ref, torch.float32)
+        _, wp, sc, ze, g, _ = q4._make_int4_inputs((m, 17, 96, 32), torch.float32, CPU, 1)
+        ref = q4.int4_reference(x_t.t().double(), wp, sc.double(), ze.double(), g)
+        _check(q4.int4_weight_only_matmul(x_t.t(), wp, sc, ze, g), ref, torch.float32)
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -127,10 +135,10 @@ def test_bf16_gemv_on_cpu(fmt):
     shape = (3, 17, 96)
     if fmt == "int8":
         (x, w, s, b), ref = _int8_case(shape, torch.bfloat16)
-        y = qm.int8_weight_only_matmul(x, w, s, b, config={**GEMV_CFG, "path": "gemv"}, out=_poisoned(3, 17, torch.bfloat16))
+        y = q8.int8_weight_only_matmul(x, w, s, b, config={**GEMV_CFG, "path": "gemv"}, out=_poisoned(3, 17, torch.bfloat16))
     else:
         (x, w, s, z, g, b), ref = _int4_case((*shape, GROUP), torch.bfloat16)
-        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**GEMV_CFG, "path": "gemv"}, out=_poisoned(3, 17, torch.bfloat16))
+        y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**GEMV_CFG, "path": "gemv"}, out=_poisoned(3, 17, torch.bfloat16))
     _check(y, ref, torch.bfloat16)
 
 
@@ -141,9 +149,9 @@ def test_int8_gemv_streamed_loop_matches_reference(dtype, stages, split_k):
     (K = 160 over BLOCK_K 64) and split-K; STAGES outside 1..8 is refused with the fix."""
     (x, w, s, b), ref = _int8_case((1, 100, 160), dtype)
     cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "STAGES": stages}
-    _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(1, 100, dtype)), ref, dtype)
+    _check(q8.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(1, 100, dtype)), ref, dtype)
     with pytest.raises(ValueError, match="STAGES must be an integer from 1 to 8"):
-        qm.int8_weight_only_matmul(x, w, s, b, config={**cfg, "STAGES": 0})
+        q8.int8_weight_only_matmul(x, w, s, b, config={**cfg, "STAGES": 0})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
@@ -155,11 +163,11 @@ def test_int8_conversion_matches_reference(dtype):
 
     (x, _, s, b), _ = _int8_case((2, 96, 160), dtype)
     w = (torch.arange(96 * 160, device=CPU) % 256 - 128).to(torch.int8).reshape(96, 160)  # each value many times
-    ref = qm.int8_reference(x.double(), w, s.double(), b.double())
+    ref = q8.int8_reference(x.double(), w, s.double(), b.double())
     for block_k, stages, split_k in ((32, 1, 1), (64, 3, 1), (64, 1, 2)):
         cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": block_k, "SPLIT_K": split_k, "STAGES": stages}
-        _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(2, 96, dtype)), ref, dtype)
-    assert qm._ptx(qm.INT8_TO_F32_ASM) == ("" if interpreting() else qm.INT8_TO_F32_ASM)
+        _check(q8.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(2, 96, dtype)), ref, dtype)
+    assert qcommon._ptx(q8.INT8_TO_F32_ASM) == ("" if interpreting() else q8.INT8_TO_F32_ASM)
 
 
 @pytest.mark.parametrize("m,split_k,stages,block_k", [(1, 1, 1, 64), (3, 2, 3, 64), (1, 4, 1, 64), (1, 1, 1, 256), (1, 1, 3, 256)])
@@ -169,7 +177,7 @@ def test_int8_gemv_partial_blocks_match_reference(m, split_k, stages, block_k):
     program (split 4 x 64, or a whole masked row of 256: summed at once, no accumulator tile)."""
     (x, w, s, b), ref = _int8_case((m, 100, 160), torch.bfloat16)
     cfg = {"path": "gemv", "BLOCK_N": 16, "BLOCK_K": block_k, "SPLIT_K": split_k, "STAGES": stages}
-    _check(qm.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(m, 100, torch.bfloat16)), ref, torch.bfloat16)
+    _check(q8.int8_weight_only_matmul(x, w, s, b, config=cfg, out=_poisoned(m, 100, torch.bfloat16)), ref, torch.bfloat16)
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
@@ -186,10 +194,10 @@ def test_split_k_writes_every_partial(fmt, monkeypatch):
     cfg = {"path": "gemv", "BLOCK_N": 32, "BLOCK_K": 32, "SPLIT_K": 4}
     if fmt == "int8":
         (x, w, s, b), ref = _int8_case(shape, torch.float32)
-        y = qm.int8_weight_only_matmul(x, w, s, b, config=cfg)
+        y = q8.int8_weight_only_matmul(x, w, s, b, config=cfg)
     else:
         (x, w, s, z, g, b), ref = _int4_case((*shape, GROUP), torch.float32)
-        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+        y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
     _check(y, ref, torch.float32)
 
 
@@ -199,7 +207,7 @@ def test_split_k_writes_every_partial(fmt, monkeypatch):
 
 
 def _counters_zero() -> bool:
-    return all(int(buf.abs().sum()) == 0 for bufs in qm._COUNTERS.values() for buf in bufs)
+    return all(int(buf.abs().sum()) == 0 for bufs in qsk._COUNTERS.values() for buf in bufs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
@@ -211,9 +219,9 @@ def test_int4_word_kernel_matches_reference(dtype, split_k, prefetch, stages):
     for shape in ((1, 17, 256, 64), (1, 100, 512, 128)):
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k, "PREFETCH": prefetch, "STAGES": stages}
-        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
+        y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
         _check(y, ref, dtype)
-        again = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+        again = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
         assert torch.equal(y, again), "split-K partials are summed in a fixed order: bitwise repeatable"
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
@@ -222,15 +230,15 @@ def test_int4_word_kernel_refuses_what_it_cannot_read():
     (x, w, s, z, g, b), _ = _int4_case((1, 17, 256, 64), torch.float32)
     cfg = {"path": "gemv", "KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1}
     with pytest.raises(ValueError, match="KERNEL='bytes'"):
-        qm.int4_weight_only_matmul(torch.cat([x, x]), w, s, z, g, b, config=cfg)  # M = 2
+        q4.int4_weight_only_matmul(torch.cat([x, x]), w, s, z, g, b, config=cfg)  # M = 2
     with pytest.raises(ValueError, match="must divide group_size"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step
     odd = torch.zeros(17, 130, dtype=torch.uint8, device=CPU)[:, 1:129]  # rows that do not start on a 4-byte word
     odd.copy_(w)
     with pytest.raises(ValueError, match="aligned words"):
-        qm.int4_weight_only_matmul(x, odd, s, z, g, b, config=cfg)
-    y = qm.int4_weight_only_matmul(x, odd, s, z, g, b, config={**cfg, "KERNEL": "bytes"})
-    assert torch.allclose(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), rtol=1e-5, atol=1e-6)
+        q4.int4_weight_only_matmul(x, odd, s, z, g, b, config=cfg)
+    y = q4.int4_weight_only_matmul(x, odd, s, z, g, b, config={**cfg, "KERNEL": "bytes"})
+    assert torch.allclose(y, q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
@@ -245,9 +253,9 @@ def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch, stages
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
                "VEC": vec, "PREFETCH": prefetch, "STAGES": stages}
-        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
+        y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
         _check(y, ref, dtype)
-        assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
+        assert torch.equal(y, q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
@@ -260,7 +268,7 @@ def test_int4_row_kernel_with_several_groups_a_step(dtype, split_k, vec, prefetc
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps,
                "VEC": vec, "PREFETCH": prefetch}
-        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
+        y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, shape[1], dtype))
         _check(y, ref, dtype)
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
@@ -272,7 +280,7 @@ def test_int4_gemv_refuses_more_splits_than_steps(kernel):
     (x, w, s, z, g, b), _ = _int4_case((1, 32, 256, 128), torch.float16)
     cfg = {"path": "gemv", "KERNEL": kernel, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 1, "VEC": 2, "PREFETCH": 1}
     with pytest.raises(ValueError, match=r"SPLIT_K=4 is more than the 2 step\(s\) .* use SPLIT_K <= 2"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
 
 
 @pytest.mark.parametrize("n,k", [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096), (2048, 2048), (256, 2048), (5632, 2048), (2048, 5632), (32000, 2048)])
@@ -283,8 +291,8 @@ def test_int4_batch1_default_is_a_tried_config(n, k):
     the row kernel for fp32 (no MMA)."""
     shape = (1, n, k, 128)
     for dtype, kernel in ((torch.bfloat16, "tc" if n >= 1024 and (n, k) != (2048, 2048) else "rows"), (torch.float32, "rows")):
-        default = qm.int4_gemv_default_config(shape, dtype)
-        configs = qm.int4_gemv_configs(shape, dtype)
+        default = q4.int4_gemv_default_config(shape, dtype)
+        configs = q4.int4_gemv_configs(shape, dtype)
         assert default["KERNEL"] == kernel and default in configs
         assert len(configs) <= 128  # exhaustive within the trial budget the H100 runs of kernels.py give (--max-trials 128)
         assert dtype != torch.float32 or all(c["KERNEL"] != "tc" for c in configs)
@@ -294,7 +302,7 @@ def test_int4_batch1_default_runs_at_small_shapes():
     """The default at batch 1 (short rows, the row kernel with two groups a step and split-K, the word kernel) matches the reference."""
     for shape in ((1, 100, 2048, 128), (1, 1100, 512, 64), (1, 17, 256, 64)):
         (x, w, s, z, g, b), ref = _int4_case(shape, torch.float16)
-        _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, out=_poisoned(1, shape[1], torch.float16)), ref, torch.float16)
+        _check(q4.int4_weight_only_matmul(x, w, s, z, g, b, out=_poisoned(1, shape[1], torch.float16)), ref, torch.float16)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -310,9 +318,9 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": bool(prefetch),
                "STAGES": stages, "X_NOW": prefetch == "X_NOW"}
-        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
+        y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
         _check(y, ref, dtype)
-        assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
+        assert torch.equal(y, q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
@@ -328,9 +336,9 @@ def test_int4_tensor_core_warp_k_matches_reference(dtype, m, split_k, warps, pre
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "tc", "WARP_K": True, "BLOCK_N": block_n, "BLOCK_K": per_warp * warps, "SPLIT_K": split_k, "num_warps": warps,
                "PREFETCH": bool(prefetch), "X_NOW": prefetch == "X_NOW"}
-        y = qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
+        y = q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, shape[1], dtype))
         _check(y, ref, dtype)
-        assert torch.equal(y, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
+        assert torch.equal(y, q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "bitwise repeatable"
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
@@ -338,7 +346,7 @@ def test_int4_tensor_core_warp_k_refuses_steps_the_warps_cannot_share():
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 512, 128), torch.float16)
     cfg = {"path": "gemv", "KERNEL": "tc", "WARP_K": True, "BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 1, "num_warps": 4}
     with pytest.raises(ValueError, match="multiple of 64 \\* num_warps"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)  # 32 features a warp
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)  # 32 features a warp
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
@@ -353,12 +361,12 @@ def test_int4_tensor_core_waiting_fixup_matches_the_counter(dtype, m, split_k, w
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 16 * warps, "BLOCK_K": 64, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": bool(prefetch),
                "X_NOW": prefetch == "X_NOW"}
-        waiting = qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "wait"}, out=_poisoned(m, shape[1], dtype))
+        waiting = q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "wait"}, out=_poisoned(m, shape[1], dtype))
         _check(waiting, ref, dtype)
-        assert torch.equal(waiting, qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "the counter fix-up's sum, bit for bit"
-        assert torch.equal(waiting, qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "wait"})), "repeatable: the slots were emptied"
-    slots = qm.reserve_split_k_slots(x.device)
-    assert bool((slots.view(torch.int32) == qm.SLOT_EMPTY).all()), "every slot marked empty between launches"
+        assert torch.equal(waiting, q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)), "the counter fix-up's sum, bit for bit"
+        assert torch.equal(waiting, q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "wait"})), "repeatable: the slots were emptied"
+    slots = qsk.reserve_split_k_slots(x.device)
+    assert bool((slots.view(torch.int32) == qsk.SLOT_EMPTY).all()), "every slot marked empty between launches"
     assert _counters_zero()
 
 
@@ -369,19 +377,19 @@ def test_int4_tensor_core_waiting_fixup_refusals_and_refinements():
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 512, 64), torch.float16)
     cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 1, "PREFETCH": True}
     with pytest.raises(ValueError, match="FIXUP must be 'count' or 'wait'"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "atomic"})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "FIXUP": "atomic"})
     for bad in (0, 2.0, True):
         with pytest.raises(ValueError, match="SPLIT_K must be a positive integer"):
-            qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "SPLIT_K": bad})
+            q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "SPLIT_K": bad})
     with pytest.raises(ValueError, match="SPLIT_K must be a positive power of two"):  # any split is the tensor-core kernel's alone
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "KERNEL": "rows", "SPLIT_K": 3})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "KERNEL": "rows", "SPLIT_K": 3})
     tc = {k: v for k, v in cfg.items() if k != "path"}
     with mock.patch("agnitra.kernels.pdl.pdl_supported", lambda device: True):
-        gpu = qm._int4_refinements(tc, torch.device("cuda"))
+        gpu = q4._int4_refinements(tc, torch.device("cuda"))
     assert {**tc, "FIXUP": "wait"} in gpu and {**tc, "PDL": "wait", "FIXUP": "wait"} in gpu
-    assert not any(c.get("FIXUP") for c in qm._int4_refinements(tc, torch.device("cpu"))), "no cooperative launch without a GPU"
-    assert not any(c.get("FIXUP") for c in qm._int4_refinements({**tc, "SPLIT_K": 1}, torch.device("cuda")))
-    assert not any(c.get("FIXUP") for c in qm._int4_refinements({**tc, "KERNEL": "rows"}, torch.device("cuda")))
+    assert not any(c.get("FIXUP") for c in q4._int4_refinements(tc, torch.device("cpu"))), "no cooperative launch without a GPU"
+    assert not any(c.get("FIXUP") for c in q4._int4_refinements({**tc, "SPLIT_K": 1}, torch.device("cuda")))
+    assert not any(c.get("FIXUP") for c in q4._int4_refinements({**tc, "KERNEL": "rows"}, torch.device("cuda")))
 
 
 def test_split_k_slots_grow_outside_a_capture_and_refuse_inside_one():
@@ -389,29 +397,29 @@ def test_split_k_slots_grow_outside_a_capture_and_refuse_inside_one():
     graphs hold its address), and marked empty; inside a CUDA graph capture a shortfall is an error
     that names the fix instead of an allocation of the graph's pool."""
     device = torch.device("cpu")
-    first = qm.reserve_split_k_slots(device)
-    grown = qm.reserve_split_k_slots(device, first.numel() + 1)
-    assert grown.numel() > first.numel() and first in qm._SLOTS[device] and bool((grown.view(torch.int32) == qm.SLOT_EMPTY).all())
-    assert qm.reserve_split_k_slots(device, 5) is grown
+    first = qsk.reserve_split_k_slots(device)
+    grown = qsk.reserve_split_k_slots(device, first.numel() + 1)
+    assert grown.numel() > first.numel() and first in qsk._SLOTS[device] and bool((grown.view(torch.int32) == qsk.SLOT_EMPTY).all())
+    assert qsk.reserve_split_k_slots(device, 5) is grown
     fake_cuda = torch.device("cuda", 99)
     with mock.patch("torch.cuda.is_current_stream_capturing", lambda: True), pytest.raises(RuntimeError, match="reserve_split_k_slots\\(device, 7\\) before capturing"):
-        qm.reserve_split_k_slots(fake_cuda, 7)
+        qsk.reserve_split_k_slots(fake_cuda, 7)
     with mock.patch("torch.cuda.is_current_stream_capturing", lambda: True), pytest.raises(RuntimeError, match="reserve_split_k_counters\\(device, 9\\) before capturing"):
-        qm.reserve_split_k_counters(fake_cuda, 9)  # the arrival counters share the mechanism
+        qsk.reserve_split_k_counters(fake_cuda, 9)  # the arrival counters share the mechanism
 
 
 def test_int4_tensor_core_small_programs_let_the_next_kernel_in_at_the_wait():
     """The space holds small tensor-core programs (one warp, one or two tiles) split 2-8 with PDL
     "wait" (their H100 winner at 14336x4096), capped at 32 one-warp programs an SM; such a config
     runs where PDL is off (the interpreter: the key is ignored) and matches the reference."""
-    configs = qm.int4_gemv_configs((1, 14336, 4096, 128), torch.bfloat16)
+    configs = q4.int4_gemv_configs((1, 14336, 4096, 128), torch.bfloat16)
     narrow = [c for c in configs if c.get("PDL") == "wait"]
     assert {"KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 128, "SPLIT_K": 4, "num_warps": 1, "num_stages": 1, "PREFETCH": True, "PDL": "wait"} in narrow
-    assert all(c["SPLIT_K"] > 1 and -(-14336 // c["BLOCK_N"]) * c["SPLIT_K"] * c["num_warps"] <= 32 * qm._SMS for c in narrow)
-    assert not any(c.get("PDL") == "wait" for c in qm.int4_gemv_configs((1, 14336, 4096, 128), torch.float32)), "no tensor cores for fp32"
+    assert all(c["SPLIT_K"] > 1 and -(-14336 // c["BLOCK_N"]) * c["SPLIT_K"] * c["num_warps"] <= 32 * qcommon._SMS for c in narrow)
+    assert not any(c.get("PDL") == "wait" for c in q4.int4_gemv_configs((1, 14336, 4096, 128), torch.float32)), "no tensor cores for fp32"
     (x, w, s, z, g, b), ref = _int4_case((1, 40, 512, 128), torch.bfloat16)
     cfg = {"path": "gemv", **narrow[0], "BLOCK_N": 32, "SPLIT_K": 2}
-    _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, 40, torch.bfloat16)), ref, torch.bfloat16)
+    _check(q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(1, 40, torch.bfloat16)), ref, torch.bfloat16)
 
 
 def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
@@ -420,25 +428,25 @@ def test_int4_tensor_core_shuffle_places_each_code_in_its_fragment():
     the scales and zeros as (s, z) pairs tile by tile."""
     gen = torch.Generator(device="cpu").manual_seed(3)
     q = torch.randint(0, 16, (40, 128), generator=gen, device="cpu")
-    packed = qm.pack_int4(q)
-    words = qm.shuffle_int4_for_tc(packed)
+    packed = qfmt.pack_int4(q)
+    words = q4tc.shuffle_int4_for_tc(packed)
     assert words.shape == (3, 2, 32, 4) and words.dtype == torch.int32
     for tile, chunk, lane, j, i in ((0, 0, 0, 0, 0), (1, 1, 13, 2, 5), (2, 0, 31, 3, 7), (0, 1, 6, 1, 2), (2, 1, 9, 0, 3)):
         g, t, p, e, h = lane // 4, lane % 4, i // 4, (i // 2) % 2, i % 2
         row, feature = 16 * tile + 2 * g + h, 64 * chunk + 16 * t + 4 * j + 2 * e + p
         code = (int(words[tile, chunk, lane, j]) >> (4 * i)) & 0xF
         assert code == (int(q[row, feature]) if row < 40 else 0), (tile, chunk, lane, j, i)
-    assert qm._int4_tc_words(packed) is qm._int4_tc_words(packed), "shuffled once per weight"
+    assert q4tc._int4_tc_words(packed) is q4tc._int4_tc_words(packed), "shuffled once per weight"
     packed.add_(0)  # written in place: shuffled again
-    assert torch.equal(qm._int4_tc_words(packed), words)
+    assert torch.equal(q4tc._int4_tc_words(packed), words)
     scales, zeros = torch.rand(40, 2, device="cpu").to(torch.bfloat16), torch.rand(40, 2, device="cpu").to(torch.bfloat16)
-    pairs = qm._int4_tc_scales(scales, zeros, torch.bfloat16)
+    pairs = q4tc._int4_tc_scales(scales, zeros, torch.bfloat16)
     assert pairs.shape == (3, 2, 16) and pairs.dtype == torch.int32
     halves = pairs.view(torch.bfloat16).view(3, 2, 16, 2)  # [tile, group, row, (s, z)]
     assert torch.equal(halves[1, 1, 7, 0], scales[23, 1]) and torch.equal(halves[2, 0, 3, 1], zeros[35, 0])
     assert torch.equal(halves[2, 0, 8:], torch.zeros(8, 2, dtype=torch.bfloat16, device="cpu")), "rows past N are zero"
     with pytest.raises(ValueError, match="K % 64"):
-        qm.shuffle_int4_for_tc(qm.pack_int4(torch.zeros(16, 96, dtype=torch.int64, device="cpu")))
+        q4tc.shuffle_int4_for_tc(qfmt.pack_int4(torch.zeros(16, 96, dtype=torch.int64, device="cpu")))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
@@ -449,9 +457,9 @@ def test_int4_tiled_kernel_reads_the_tensor_core_words(dtype, m, n, block_n, blo
     of 16 (the words' padded tile), groups of two steps; the words made once and cached, or given."""
     (x, w, s, z, g, b), ref = _int4_case((m, n, 256, 128), dtype)
     cfg = {"path": "tiled", "BLOCK_M": 16, "BLOCK_N": block_n, "BLOCK_K": block_k, "GROUP_M": 2, "num_warps": 4, "TC_WORDS": True}
-    _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, n, dtype)), ref, dtype)
-    words = qm.shuffle_int4_for_tc(w)
-    y = qm.int4_weight_only_matmul(x, torch.zeros_like(w), s, z, g, b, config=cfg, tc_operands=(words, None))  # the words alone are read
+    _check(q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, n, dtype)), ref, dtype)
+    words = q4tc.shuffle_int4_for_tc(w)
+    y = q4.int4_weight_only_matmul(x, torch.zeros_like(w), s, z, g, b, config=cfg, tc_operands=(words, None))  # the words alone are read
     _check(y, ref, dtype)
 
 
@@ -461,7 +469,7 @@ def test_int4_tiled_kernel_dequantises_every_code_of_the_words_exactly():
     k, idx = 128, list(range(0, 128, 7))  # 19 rows > 8: the tiled path
     q = (torch.arange(32)[:, None] * 5 + torch.arange(k)[None, :] * 3) % 16  # [32, K] codes
     x = torch.eye(k)[idx]
-    y = qm.int4_weight_only_matmul(x, qm.pack_int4(q), torch.ones(32, 1), torch.zeros(32, 1), 128,
+    y = q4.int4_weight_only_matmul(x, qfmt.pack_int4(q), torch.ones(32, 1), torch.zeros(32, 1), 128,
                                    config={"path": "tiled", "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 64, "TC_WORDS": True})
     assert torch.equal(y, (q[:, idx].t() - 8).float())
 
@@ -469,7 +477,7 @@ def test_int4_tiled_kernel_dequantises_every_code_of_the_words_exactly():
 def test_int4_tiled_kernel_refuses_blocks_that_split_the_words():
     (x, w, s, z, g, b), _ = _int4_case((9, 32, 128, 64), torch.float32)
     with pytest.raises(ValueError, match="TC_WORDS reads whole 64-feature chunks of the words: BLOCK_K must be a multiple of 64, got 32"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, config={"path": "tiled", "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "TC_WORDS": True})
+        q4.int4_weight_only_matmul(x, w, s, z, g, config={"path": "tiled", "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32, "TC_WORDS": True})
 
 
 def test_int4_module_makes_the_tensor_core_operands_ahead_and_the_op_never_makes_them(monkeypatch):
@@ -483,10 +491,10 @@ def test_int4_module_makes_the_tensor_core_operands_ahead_and_the_op_never_makes
     lin = torch.nn.Linear(128, 40, bias=True, device=CPU).to(torch.float16)
     module = km.TritonInt4Linear.from_linear(lin, 64)  # under 64 outputs the batch-1 default reads the packed bytes: both kept
     monkeypatch.setattr(ops, "config_for", lambda kernel, shape, dtype, device_type: dict(tc))
-    assert module.weight is not None and module.tc_words is not None and torch.equal(module.tc_words, qm.shuffle_int4_for_tc(module.weight))
+    assert module.weight is not None and module.tc_words is not None and torch.equal(module.tc_words, q4tc.shuffle_int4_for_tc(module.weight))
     assert "tc_words" not in module.state_dict(), "remade from the weights, not saved"
     x = torch.randn(1, 128, device=CPU).to(torch.float16)
-    ref = qm.int4_reference(x.double(), module.weight, module.scales.double(), module.zeros.double(), 64, module.bias.double())
+    ref = q4.int4_reference(x.double(), module.weight, module.scales.double(), module.zeros.double(), 64, module.bias.double())
     _check(module(x), ref, torch.float16)
     bare = ops.int4_weight_only_linear(x, module.weight, module.scales, module.zeros, 64, module.bias)  # no operands: the row kernel
     _check(bare, ref, torch.float16)
@@ -501,7 +509,7 @@ def _int4_module(n: int, k: int = 128, group: int = 64, seed: int = 0):
 
     torch.manual_seed(seed)
     lin = torch.nn.Linear(k, n, bias=True, device=CPU).to(torch.float16)
-    packed, scales, zeros = qm.quantize_int4_groupwise(lin.weight.detach(), group, torch.float16)
+    packed, scales, zeros = q4.quantize_int4_groupwise(lin.weight.detach(), group, torch.float16)
     return km.TritonInt4Linear.from_linear(lin, group), (packed, scales, zeros, lin.bias.detach())
 
 
@@ -515,7 +523,7 @@ def test_int4_module_keeps_the_weight_once_as_tensor_core_words():
     assert torch.equal(module.packed_weight, packed)
     for m, dtype in ((1, torch.float16), (3, torch.float16), (20, torch.float16), (2, torch.float32)):
         x = torch.randn(m, 128, device=CPU).to(dtype)
-        ref = qm.int4_reference(x.double(), packed, scales.double(), zeros.double(), 64, bias.double())
+        ref = q4.int4_reference(x.double(), packed, scales.double(), zeros.double(), 64, bias.double())
         _check(module(x), ref, dtype)
 
 
@@ -556,7 +564,7 @@ def test_int4_state_dict_holds_the_packed_bytes_and_loading_remakes_the_words():
     both, _ = _int4_module(40, seed=3)  # under 64 outputs: packed bytes and words
     small_state = _int4_module(40, seed=4)[0].state_dict()
     both.load_state_dict(small_state)
-    assert torch.equal(both.tc_words, qm.shuffle_int4_for_tc(small_state["weight"])), "the words follow the loaded bytes"
+    assert torch.equal(both.tc_words, q4tc.shuffle_int4_for_tc(small_state["weight"])), "the words follow the loaded bytes"
     with pytest.raises(RuntimeError, match="int4 packed bytes must be uint8"):
         words_only.load_state_dict({**state, "weight": state["weight"][:, :32]})
     with pytest.raises(RuntimeError, match="Missing key"):
@@ -568,18 +576,18 @@ def test_int4_words_matmul_refuses_what_the_words_cannot_run():
     x = torch.randn(1, 128, device=CPU).to(torch.float16)
     s, z = module.scales, module.zeros
     with pytest.raises(ValueError, match="words must be int32"):
-        qm.int4_words_matmul(x, module.tc_words[:, :1], s, z, 64)
+        q4.int4_words_matmul(x, module.tc_words[:, :1], s, z, 64)
     with pytest.raises(ValueError, match="KERNEL='tc' with its"):
-        qm.int4_words_matmul(x, module.tc_words, s, z, 64, config={"path": "gemv"})
+        q4.int4_words_matmul(x, module.tc_words, s, z, 64, config={"path": "gemv"})
 
 
 def test_int4_unshuffle_inverts_the_tensor_core_shuffle():
     gen = torch.Generator(device="cpu").manual_seed(6)
     for n, k in ((40, 128), (16, 64), (1000, 32768)):  # a partial tile; one tile; several passes
-        packed = qm.pack_int4(torch.randint(0, 16, (n, k), generator=gen, device="cpu"))
-        assert torch.equal(qm.unshuffle_int4_from_tc(qm.shuffle_int4_for_tc(packed), n), packed)
+        packed = qfmt.pack_int4(torch.randint(0, 16, (n, k), generator=gen, device="cpu"))
+        assert torch.equal(q4tc.unshuffle_int4_from_tc(q4tc.shuffle_int4_for_tc(packed), n), packed)
     with pytest.raises(ValueError, match="for N=64"):
-        qm.unshuffle_int4_from_tc(qm.shuffle_int4_for_tc(packed[:16]), 64)
+        q4tc.unshuffle_int4_from_tc(q4tc.shuffle_int4_for_tc(packed[:16]), 64)
 
 
 def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):
@@ -588,17 +596,17 @@ def test_modules_reserve_the_split_k_counters_when_built(monkeypatch):
     from agnitra.kernels import modules as km
 
     dev = torch.empty(0, device=CPU).device  # as tensors name it ("cuda:0", not "cuda")
-    monkeypatch.setattr(qm, "_COUNTERS", {})
+    monkeypatch.setattr(qsk, "_COUNTERS", {})
     km.TritonInt8Linear.from_linear(torch.nn.Linear(64, 16, device=CPU))
-    assert len(qm._COUNTERS[dev]) == 1
+    assert len(qsk._COUNTERS[dev]) == 1
     (x, w, s, z, g, b), ref = _int4_case((1, 40, 256, 64), torch.float16)
     cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 2, "num_warps": 1}
-    _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), ref, torch.float16)
+    _check(q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), ref, torch.float16)
     int4 = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 16, device=CPU).to(torch.float16), 64)
-    assert len(qm._COUNTERS[dev]) == 1, "the split-K launch and the second module used the reserved buffer"
-    monkeypatch.setattr(qm, "_COUNTERS", {})
+    assert len(qsk._COUNTERS[dev]) == 1, "the split-K launch and the second module used the reserved buffer"
+    monkeypatch.setattr(qsk, "_COUNTERS", {})
     int4.to(CPU)  # moved (here onto the same device): reserved where it now lives
-    assert len(qm._COUNTERS[dev]) == 1
+    assert len(qsk._COUNTERS[dev]) == 1
 
 
 def test_int4_modules_reserve_the_waiting_fixup_slots_their_tuned_configs_need(tmp_path, monkeypatch):
@@ -612,7 +620,7 @@ def test_int4_modules_reserve_the_waiting_fixup_slots_their_tuned_configs_need(t
 
     dev = torch.empty(0, device=CPU).device
     monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(qm, "_SLOTS", {})
+    monkeypatch.setattr(qsk, "_SLOTS", {})
     tuned = {"KERNEL": "tc", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 4, "num_warps": 1, "PREFETCH": True}
     cache = TuningCache(tmp_path, signature_id(device_signature(dev)))
     for m, n in ((1, 40), (1, 40_000), (2, 40_000)):
@@ -621,12 +629,12 @@ def test_int4_modules_reserve_the_waiting_fixup_slots_their_tuned_configs_need(t
     ops._tuned_entries.cache_clear(), ops.config_for.cache_clear()
     try:
         km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40, device=CPU).to(torch.float16), 64)
-        assert dev not in qm._SLOTS, "no layer GEMV waits: nothing reserved"
+        assert dev not in qsk._SLOTS, "no layer GEMV waits: nothing reserved"
         layer = km.TritonInt4Linear.from_linear(torch.nn.Linear(128, 40_000, device=CPU).to(torch.float16), 64)
-        assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "batch bucket 2's (SPLIT_K - 1) x 2 x N"
-        monkeypatch.setattr(qm, "_SLOTS", {})
+        assert qsk._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "batch bucket 2's (SPLIT_K - 1) x 2 x N"
+        monkeypatch.setattr(qsk, "_SLOTS", {})
         layer.to(CPU)
-        assert qm._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "reserved again where the layer now lives"
+        assert qsk._SLOTS[dev][-1].numel() == 3 * 2 * 40_000, "reserved again where the layer now lives"
     finally:
         ops._tuned_entries.cache_clear(), ops.config_for.cache_clear()  # the other tests read their own cache dir
 
@@ -635,8 +643,8 @@ def test_int4_tensor_core_shuffle_in_passes_matches_one_pass():
     """The shuffle works through the rows in passes of ~64 MB of codes: a matrix larger than one pass gives the same words."""
     gen = torch.Generator(device="cpu").manual_seed(5)
     q = torch.randint(0, 16, (1000, 32768), generator=gen, device="cpu")  # 63 tiles, 32 a pass ((1 << 24) // (16 K))
-    words = qm.shuffle_int4_for_tc(qm.pack_int4(q))
-    tail = qm.shuffle_int4_for_tc(qm.pack_int4(q[16 * 32:]))
+    words = q4tc.shuffle_int4_for_tc(qfmt.pack_int4(q))
+    tail = q4tc.shuffle_int4_for_tc(qfmt.pack_int4(q[16 * 32:]))
     assert words.shape == (63, 512, 32, 4) and torch.equal(words[32:], tail)
 
 
@@ -644,21 +652,21 @@ def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float32)
     cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": 32, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
     with pytest.raises(ValueError, match="fp16/bf16 activations"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
     (x, w, s, z, g, b), _ = _int4_case((9, 40, 256, 64), torch.float16)
     with pytest.raises(ValueError, match="M <= 8"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 32), torch.float16)
     with pytest.raises(ValueError, match="multiples of 64"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 32})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 32})
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 192, 64), torch.float16)
     with pytest.raises(ValueError, match="a multiple of it dividing K=192"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step, K not a multiple of the step
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 128})  # two groups a step, K not a multiple of the step
     (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float16)
     with pytest.raises(ValueError, match="16 \\* num_warps"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "num_warps": 4})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "num_warps": 4})
     with pytest.raises(ValueError, match="X_NOW .* needs PREFETCH=True"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "X_NOW": True})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "X_NOW": True})
 
 
 def _sass_loop(*args: str) -> str:
@@ -675,6 +683,30 @@ def _sass_loop(*args: str) -> str:
         pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout
+
+
+def test_every_function_a_kernel_calls_on_the_device_is_jitted_with_it():
+    """The compiler needs a kernel's callees jitted: `jit_kernel` jits the `@device_helper` functions a
+    kernel names, found in the kernel's own module. A helper without the mark (or not imported where
+    a kernel calls it) runs under the interpreter, as in these tests, and fails to compile on the GPU."""
+    import types
+
+    from agnitra.kernels import decode_layer
+    from agnitra.kernels._triton import _DEVICE_HELPERS
+
+    kernels = [fn for module in (q8, q4bytes, q4rows, q4tc, qtiled, decode_layer) for name, fn in vars(module).items()
+               if name.endswith("_kernel") and isinstance(fn, types.FunctionType) and fn.__module__ == module.__name__]
+    assert len(kernels) == 10
+    called, todo = set(), list(kernels)
+    while todo:
+        fn = todo.pop()
+        for name in fn.__code__.co_names:
+            value = fn.__globals__.get(name)
+            if isinstance(value, types.FunctionType) and value.__module__.startswith("agnitra.kernels") and name not in called:
+                assert name in _DEVICE_HELPERS, f"{fn.__name__} calls {name}, which is not marked @device_helper"
+                called.add(name)
+                todo.append(value)
+    assert called == _DEVICE_HELPERS, f"marked but called by no kernel: {sorted(_DEVICE_HELPERS - called)}"
 
 
 def test_int4_tc_asm_layout():
@@ -694,7 +726,7 @@ def test_int4_tc_loop_keeps_its_sums_within_warps():
     """The tensor-core GEMV's main loop sums each group's chunks in registers: compiled for sm_90
     with the installed Triton (no GPU needed), the loop of the llama-8b winners has no CTA barrier
     and no shared-memory traffic: under Triton 3.6 as written, under 3.9 with its loads flipped
-    (`quant_matmul.tc_flip`; unflipped, 20-52 barriers a step)."""
+    (`quant.int4_tc.tc_flip`; unflipped, 20-52 barriers a step)."""
     import json
     import tempfile
 
@@ -741,17 +773,17 @@ def test_int4_row_kernel_refuses_what_it_cannot_read():
     (x, w, s, z, g, b), _ = _int4_case((1, 17, 256, 64), torch.float32)
     cfg = {"path": "gemv", "KERNEL": "rows", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": 1, "num_warps": 1}
     with pytest.raises(ValueError, match="M == 1"):
-        qm.int4_weight_only_matmul(torch.cat([x, x]), w, s, z, g, b, config=cfg)
+        q4.int4_weight_only_matmul(torch.cat([x, x]), w, s, z, g, b, config=cfg)
     with pytest.raises(ValueError, match="BLOCK_N <= N"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_N": 32})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_N": 32})
     with pytest.raises(ValueError, match="a multiple of it dividing K"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 512})  # eight groups a step, K = 256
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "BLOCK_K": 512})  # eight groups a step, K = 256
     with pytest.raises(ValueError, match="VEC in"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "VEC": 3})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "VEC": 3})
     with pytest.raises(ValueError, match="PREFETCH must be 0, 1"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "PREFETCH": 3})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "PREFETCH": 3})
     with pytest.raises(ValueError, match="PREFETCH must be False or True"):
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "KERNEL": "words", "PREFETCH": 2})
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "KERNEL": "words", "PREFETCH": 2})
 
 
 @pytest.mark.parametrize("m", [1, 3, 16])
@@ -761,13 +793,13 @@ def test_int4_tensor_core_kernel_matches_reference(m):
     for split_k in (1, 2):
         (x, w, s, z, g, b), ref = _int4_case((m, 40, 256, 64), torch.float16)
         cfg = {"path": "gemv", "KERNEL": "mma", "BLOCK_N": 16, "BLOCK_K": 64, "SPLIT_K": split_k}
-        _check(qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, 40, torch.float16)), ref, torch.float16)
+        _check(q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg, out=_poisoned(m, 40, torch.float16)), ref, torch.float16)
     with pytest.raises(ValueError, match="fp16 or bf16"):
         (x, w, s, z, g, b), _ = _int4_case((1, 40, 256, 64), torch.float32)
-        qm.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
+        q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)
 
 
-@pytest.mark.parametrize("asm,dtype", [(qm.INT4_ASM_BF16, torch.bfloat16), (qm.INT4_ASM_FP16, torch.float16)], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("asm,dtype", [(q4bytes.INT4_ASM_BF16, torch.bfloat16), (q4bytes.INT4_ASM_FP16, torch.float16)], ids=["bf16", "fp16"])
 def test_int4_packed_conversion_constants(asm, dtype):
     """The PTX's bit arithmetic, replayed on int32 tensors for every byte value: prmt spreads bytes
     (b0, b1) into 16-bit halves, lop3 = (a & 0x000F000F) | MAGIC, then fma(h, ONE, BIAS) per half
@@ -819,47 +851,47 @@ def test_configs_from_the_space_agree(name):
 
 def test_pack_unpack_round_trip_and_nibble_order():
     q = torch.randint(0, 16, (5, 12), dtype=torch.uint8)
-    packed = qm.pack_int4(q)
+    packed = qfmt.pack_int4(q)
     assert packed.shape == (5, 6) and packed.dtype == torch.uint8
     assert torch.equal(packed, q[:, 0::2] | (q[:, 1::2] << 4))  # low nibble = even k
-    assert torch.equal(qm.unpack_int4(packed), q)
+    assert torch.equal(qfmt.unpack_int4(packed), q)
     every_byte = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(2, 128)
-    assert torch.equal(qm.pack_int4(qm.unpack_int4(every_byte)), every_byte)
+    assert torch.equal(qfmt.pack_int4(qfmt.unpack_int4(every_byte)), every_byte)
     with pytest.raises(ValueError, match="K even"):
-        qm.pack_int4(torch.zeros(2, 3, dtype=torch.uint8))
+        qfmt.pack_int4(torch.zeros(2, 3, dtype=torch.uint8))
 
 
 def test_int8_quantiser_matches_transform():
     w = torch.randn(24, 40)
     for dtype in (torch.float32, torch.float16):
-        q, s = qm.quantize_int8_per_channel(w, dtype)
+        q, s = q8.quantize_int8_per_channel(w, dtype)
         q_ref, s_ref = tq.quantize_int8_rowwise(w, dtype)
         assert torch.equal(q, q_ref) and torch.equal(s, s_ref) and s.dtype == dtype
         module = tq.Int8WeightOnlyLinear(q_ref, s_ref)
         x = torch.randn(3, 40, dtype=torch.float64)
-        assert torch.allclose(qm.int8_reference(x, q, s.double()), x @ module.dequantized_weight(torch.float64).t())
+        assert torch.allclose(q8.int8_reference(x, q, s.double()), x @ module.dequantized_weight(torch.float64).t())
 
 
 def test_int4_quantiser_matches_transform():
     w = torch.randn(24, 128)
     for dtype in (torch.float32, torch.float16):
-        packed, scales, zeros = qm.quantize_int4_groupwise(w, 32, dtype)
+        packed, scales, zeros = q4.quantize_int4_groupwise(w, 32, dtype)
         codes, sz = tq.quantize_int4_groupwise(w, 32, dtype)
-        assert torch.equal(qm.unpack_int4(packed), codes)
+        assert torch.equal(qfmt.unpack_int4(packed), codes)
         assert scales.shape == zeros.shape == (24, 4) and scales.dtype == dtype
         # the same dequantised weight as the transform's reference layout
-        mine = qm.int4_dequantize(packed, scales, zeros, 32, torch.float64)
+        mine = qfmt.int4_dequantize(packed, scales, zeros, 32, torch.float64)
         theirs = tq.int4_dequantize(tq.pack_int4(codes), sz, 32, torch.float64)
         assert torch.equal(mine, theirs)
         # and the transform's packed layout converts to this one
-        p2, s2, z2 = qm.from_transform_int4(tq.pack_int4(codes), sz)
+        p2, s2, z2 = qfmt.from_transform_int4(tq.pack_int4(codes), sz)
         assert torch.equal(p2, packed) and torch.equal(s2, scales) and torch.equal(z2, zeros)
     # the kernel on a transform-built module's buffers
     linear = torch.nn.Linear(64, 20)
     module = tq.Int4WeightOnlyLinear.from_linear(linear, group_size=32, layout="reference")
     x = torch.randn(2, 64)
-    p, s, z = qm.from_transform_int4(module.weight, module.scales_and_zeros)
-    y = qm.int4_weight_only_matmul(x, p, s, z, 32, module.bias)
+    p, s, z = qfmt.from_transform_int4(module.weight, module.scales_and_zeros)
+    y = q4.int4_weight_only_matmul(x, p, s, z, 32, module.bias)
     assert _rel_err(y, module(x).double()) < 1e-5
 
 
@@ -872,30 +904,30 @@ def test_bad_inputs_raise_clear_value_errors():
     x = torch.randn(2, 64)
     (_, w, s, _), _ = _int8_case((2, 17, 64), torch.float32)
     with pytest.raises(ValueError, match=r"w_int8 is \(17, 64\)"):
-        qm.int8_weight_only_matmul(torch.randn(2, 60), w, s)
+        q8.int8_weight_only_matmul(torch.randn(2, 60), w, s)
     with pytest.raises(ValueError, match="int8"):
-        qm.int8_weight_only_matmul(x, w.float(), s)
+        q8.int8_weight_only_matmul(x, w.float(), s)
     with pytest.raises(ValueError, match="scales must have shape"):
-        qm.int8_weight_only_matmul(x, w, s[:5])
+        q8.int8_weight_only_matmul(x, w, s[:5])
     with pytest.raises(ValueError, match="path"):
-        qm.int8_weight_only_matmul(x, w, s, config={"path": "nope"})
+        q8.int8_weight_only_matmul(x, w, s, config={"path": "nope"})
     with pytest.raises(ValueError, match="power of two"):
-        qm.int8_weight_only_matmul(x, w, s, config={"path": "gemv", "BLOCK_K": 48})
+        q8.int8_weight_only_matmul(x, w, s, config={"path": "gemv", "BLOCK_K": 48})
     (_, wp, sc, ze, g, _), _ = _int4_case((2, 17, 64, 32), torch.float32)
     with pytest.raises(ValueError, match="must divide group_size=32"):
-        qm.int4_weight_only_matmul(x, wp, sc, ze, g, config={"path": "gemv", "BLOCK_K": 64})
+        q4.int4_weight_only_matmul(x, wp, sc, ze, g, config={"path": "gemv", "BLOCK_K": 64})
     with pytest.raises(ValueError, match="must divide group_size=32"):
-        qm.int4_weight_only_matmul(x, wp, sc, ze, g, config={"path": "tiled", "BLOCK_K": 16})
+        q4.int4_weight_only_matmul(x, wp, sc, ze, g, config={"path": "tiled", "BLOCK_K": 16})
     with pytest.raises(ValueError, match="not a multiple of group_size=48"):
-        qm.int4_weight_only_matmul(x, wp, sc, ze, 48)
+        q4.int4_weight_only_matmul(x, wp, sc, ze, 48)
     with pytest.raises(ValueError, match="even integer"):
-        qm.int4_weight_only_matmul(x, wp, sc, ze, 33)
+        q4.int4_weight_only_matmul(x, wp, sc, ze, 33)
     with pytest.raises(ValueError, match=r"expected \[N, 32\]"):
-        qm.int4_weight_only_matmul(x, wp[:, :16], sc, ze, g)
+        q4.int4_weight_only_matmul(x, wp[:, :16], sc, ze, g)
     with pytest.raises(ValueError, match="scales must be"):
-        qm.int4_weight_only_matmul(x, wp, sc.t(), ze, g)
+        q4.int4_weight_only_matmul(x, wp, sc.t(), ze, g)
     with pytest.raises(ValueError, match="multiple of group_size"):
-        qm.quantize_int4_groupwise(torch.randn(4, 48), 32)
+        q4.quantize_int4_groupwise(torch.randn(4, 48), 32)
 
 
 def test_four_specs_registered_with_costs():
@@ -992,16 +1024,16 @@ def test_gemv_chain_reads_each_previous_output(kind):
     config = _CHAIN_CONFIGS[kind]
     # every weight row of unit norm: each output of the chain stays near unit scale
     if kind == "int8":
-        _, w, _, _ = qm._make_int8_inputs((1, n, n), dtype, CPU, 1)
+        _, w, _, _ = q8._make_int8_inputs((1, n, n), dtype, CPU, 1)
         s = (1 / w.double().norm(dim=1)).to(dtype)
-        step = lambda x, out: qm.int8_weight_only_matmul(x, w, s, config=config, out=out)  # noqa: E731
-        reference = lambda x: qm.int8_reference(x.double(), w, s.double())  # noqa: E731
+        step = lambda x, out: q8.int8_weight_only_matmul(x, w, s, config=config, out=out)  # noqa: E731
+        reference = lambda x: q8.int8_reference(x.double(), w, s.double())  # noqa: E731
     else:
-        _, w, s, z, g, _ = qm._make_int4_inputs((1, n, n, 64), dtype, CPU, 1)
-        norms = qm.int4_dequantize(w, s, z, g, torch.float64).norm(dim=1, keepdim=True)
+        _, w, s, z, g, _ = q4._make_int4_inputs((1, n, n, 64), dtype, CPU, 1)
+        norms = qfmt.int4_dequantize(w, s, z, g, torch.float64).norm(dim=1, keepdim=True)
         s, z = (s.double() / norms).to(dtype), (z.double() / norms).to(dtype)
-        step = lambda x, out: qm.int4_weight_only_matmul(x, w, s, z, g, config=config, out=out)  # noqa: E731
-        reference = lambda x: qm.int4_reference(x.double(), w, s.double(), z.double(), g)  # noqa: E731
+        step = lambda x, out: q4.int4_weight_only_matmul(x, w, s, z, g, config=config, out=out)  # noqa: E731
+        reference = lambda x: q4.int4_reference(x.double(), w, s.double(), z.double(), g)  # noqa: E731
     x = torch.randn(1, n, dtype=dtype, device=CPU)
     outs = [_poisoned(1, n, dtype).to(CPU) for _ in range(4)]
 
@@ -1085,9 +1117,9 @@ def test_pdl_launch_arguments_follow_the_device_and_the_config(monkeypatch):
 def test_int4_tc_held_configs_join_the_space_only_where_one_wave_holds_them():
     """The held tensor-core configs (WARP_K, one step a program: every word read before the PDL wait)
     are offered where the grid is resident at once and a warp's step is 8-16 chunks, never elsewhere."""
-    held = lambda n, k: [(c["BLOCK_K"], c["SPLIT_K"], c["num_warps"]) for c in qm.int4_gemv_configs((1, n, k, 128), torch.bfloat16) if c.get("WARP_K")]
+    held = lambda n, k: [(c["BLOCK_K"], c["SPLIT_K"], c["num_warps"]) for c in q4.int4_gemv_configs((1, n, k, 128), torch.bfloat16) if c.get("WARP_K")]
     assert (4096, 1, 4) in held(4096, 4096) and (2048, 2, 2) in held(4096, 4096)
     assert all(4096 // split == bk and 8 <= bk // (64 * nw) <= 16 for bk, split, nw in held(4096, 4096))
     assert held(14336, 4096) == [] and held(4096, 14336) == [] and held(128256, 4096) == []  # several waves; K no power of two a program
-    assert all(c.get("PDL") == "wait" for c in qm.int4_gemv_configs((1, 4096, 4096, 128), torch.bfloat16) if c.get("WARP_K"))
-    assert not [c for c in qm.int4_gemv_configs((1, 4096, 4096, 128), torch.float32) if c.get("WARP_K")]  # no tensor cores for fp32 x
+    assert all(c.get("PDL") == "wait" for c in q4.int4_gemv_configs((1, 4096, 4096, 128), torch.bfloat16) if c.get("WARP_K"))
+    assert not [c for c in q4.int4_gemv_configs((1, 4096, 4096, 128), torch.float32) if c.get("WARP_K")]  # no tensor cores for fp32 x

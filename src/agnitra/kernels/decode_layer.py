@@ -23,7 +23,7 @@ sets it owns, so the epilogue is elementwise. The rotary layout is Llama's (HF):
 each head rotate as (a, b) -> (a cos - b sin, b cos + a sin).
 
 Weights: int8 rows with per-row scales (the int8 weight-only format; integer to float without a
-conversion instruction, as in `quant_matmul`) or floating point (no scales). One program owns
+conversion instruction, as in `quant.int8`) or floating point (no scales). One program owns
 BLOCK_N rows (or pairs) of one row of x and walks K; no split-K (the epilogues need whole sums).
 Numerics: fp32 throughout, one rounding to the activation dtype at the store.
 
@@ -45,9 +45,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from agnitra.kernels._triton import tl
+from agnitra.kernels._triton import jit_kernel, tl
 from agnitra.kernels.pdl import _pdl_trigger, _pdl_wait, pdl_options, pdl_trigger_refinements
-from agnitra.kernels.quant_matmul import _cdiv, _check_device, _int8_to_f32, _jit, quantize_int8_per_channel
+from agnitra.kernels.quant.common import _cdiv, _check_device
+from agnitra.kernels.quant.int8 import _int8_to_f32, quantize_int8_per_channel
 from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 
 EPILOGUES = ("none", "residual", "gated", "rope")
@@ -290,7 +291,7 @@ def _launch_gemv(x, w, scales, y, p, *, gain=None, eps=0.0, residual=None, epilo
     dummy = w if scales is None else scales
     cos, sin, pos, k_cache, v_cache, q_rows, kv_rows, half = rope or (dummy, dummy, dummy, y, y, 0, 0, 1)
     grid = (_cdiv(p, cfg["BLOCK_N"]), m)
-    _jit(_decode_gemv_kernel)[grid](
+    jit_kernel(_decode_gemv_kernel)[grid](
         x, gain if gain is not None else x, w, dummy, residual if residual is not None else x, y,
         cos, sin, pos, k_cache, v_cache,
         p, k, float(eps),
@@ -369,7 +370,7 @@ def decode_attention(q, k_cache, v_cache, input_pos, n_heads, config=None):
     _check_device(q)
     cfg = {**attention_default_config((m, n_heads, d), q.dtype), **(config or {})}
     o = torch.empty_like(q)
-    _jit(_decode_attention_kernel)[(n_heads, m)](
+    jit_kernel(_decode_attention_kernel)[(n_heads, m)](
         q, k_cache, v_cache, input_pos, o,
         q.stride(0), o.stride(0), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         1.0 / math.sqrt(d), GROUPS=n_heads // n_kv, D=d, BLOCK_S=cfg["BLOCK_S"], num_warps=int(cfg.get("num_warps", 4)),

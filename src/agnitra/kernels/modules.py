@@ -25,7 +25,7 @@ class _SplitKLinear(nn.Module):
     refuses allocations that outlive it."""
 
     def _reserve_counters(self) -> None:
-        from agnitra.kernels.quant_matmul import reserve_split_k_counters
+        from agnitra.kernels.quant.split_k import reserve_split_k_counters
 
         reserve_split_k_counters(self.scales.device)
 
@@ -48,7 +48,7 @@ class TritonInt8Linear(_SplitKLinear):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "TritonInt8Linear":
-        from agnitra.kernels.quant_matmul import quantize_int8_per_channel
+        from agnitra.kernels.quant.int8 import quantize_int8_per_channel
 
         q, scales = quantize_int8_per_channel(linear.weight.detach(), linear.weight.dtype)
         bias = linear.bias.detach() if linear.bias is not None else None
@@ -96,7 +96,7 @@ class TritonInt4Linear(_SplitKLinear):
 
     def _reserve_counters(self) -> None:
         """The counters, and the slots of the one-round-trip fix-up where the layer's tuned GEMVs take it."""
-        from agnitra.kernels.quant_matmul import reserve_split_k_slots
+        from agnitra.kernels.quant.split_k import reserve_split_k_slots
 
         super()._reserve_counters()
         slots = _waiting_fixup_slots(self.out_features, self.in_features, self.group_size, self.scales.dtype, self.scales.device)
@@ -111,7 +111,7 @@ class TritonInt4Linear(_SplitKLinear):
         self.register_buffer("bias", bias)
         # the tensor-core GEMV's operands, made here rather than on a first call inside a CUDA graph
         # capture (not saved: remade from the weights); None where that kernel cannot run
-        from agnitra.kernels.quant_matmul import int4_tc_operands
+        from agnitra.kernels.quant.int4_tc import int4_tc_operands
 
         self._reserve_counters()
         words, pairs = int4_tc_operands(weight, scales, zeros, group_size)
@@ -123,7 +123,7 @@ class TritonInt4Linear(_SplitKLinear):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int) -> "TritonInt4Linear":
-        from agnitra.kernels.quant_matmul import quantize_int4_groupwise
+        from agnitra.kernels.quant.int4 import quantize_int4_groupwise
 
         packed, scales, zeros = quantize_int4_groupwise(linear.weight.detach(), group_size, linear.weight.dtype)
         bias = linear.bias.detach() if linear.bias is not None else None
@@ -132,7 +132,7 @@ class TritonInt4Linear(_SplitKLinear):
     @property
     def packed_weight(self) -> torch.Tensor:
         """The codes as `pack_int4` bytes [N, K/2]: `weight`, or unshuffled from the words (a new tensor)."""
-        from agnitra.kernels.quant_matmul import unshuffle_int4_from_tc
+        from agnitra.kernels.quant.int4_tc import unshuffle_int4_from_tc
 
         return self.weight if self.weight is not None else unshuffle_int4_from_tc(self.tc_words, self.out_features)
 
@@ -161,7 +161,7 @@ class TritonInt4Linear(_SplitKLinear):
 
     def _remake_tc_operands(self, packed: torch.Tensor) -> None:
         """The words and (s, z) pairs of newly loaded weights, written into the buffers in place."""
-        from agnitra.kernels.quant_matmul import int4_tc_operands
+        from agnitra.kernels.quant.int4_tc import int4_tc_operands
 
         if self.tc_words is None:
             return

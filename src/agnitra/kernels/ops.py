@@ -44,7 +44,7 @@ def _gemv_or_tiled(prefix: str, m: int) -> str:
 
 @torch.library.custom_op("agnitra::int8_weight_only_linear", mutates_args=())
 def int8_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    from agnitra.kernels.quant_matmul import int8_weight_only_matmul
+    from agnitra.kernels.quant.int8 import int8_weight_only_matmul
 
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1]
     kernel = _gemv_or_tiled("int8", m)
@@ -64,7 +64,7 @@ def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch
     tensor-core GEMV gives way to the row kernel, and the tiled kernel reads the packed bytes instead
     of the words (TC_WORDS): making them here could happen inside a CUDA graph capture, whose pool
     refuses allocations that outlive the step."""
-    from agnitra.kernels import quant_matmul as qm
+    from agnitra.kernels.quant.int4 import int4_gemv_default_config, int4_weight_only_matmul
 
     m, n, k = x.shape[0], weight.shape[0], weight.shape[1] * 2
     kernel = _gemv_or_tiled("int4", m)
@@ -72,10 +72,10 @@ def int4_weight_only_linear(x: torch.Tensor, weight: torch.Tensor, scales: torch
     config = {**config_for(kernel, shape, x.dtype, x.device.type), "path": kernel.split("_")[1]}
     operands = (tc_words, tc_scales) if tc_words is not None and tc_scales is not None else None
     if config.get("KERNEL") == "tc" and operands is None:
-        config = {**qm.int4_gemv_default_config(shape, x.dtype, tensor_cores=False), "path": "gemv"}
+        config = {**int4_gemv_default_config(shape, x.dtype, tensor_cores=False), "path": "gemv"}
     if config.get("TC_WORDS") and tc_words is None:  # the tiled kernel over the packed bytes instead, same tiles
         config = {key: value for key, value in config.items() if key != "TC_WORDS"}
-    return qm.int4_weight_only_matmul(x, weight, scales, zeros, group_size, bias, config=config, tc_operands=operands)
+    return int4_weight_only_matmul(x, weight, scales, zeros, group_size, bias, config=config, tc_operands=operands)
 
 
 @int4_weight_only_linear.register_fake
@@ -90,17 +90,19 @@ def int4_words_linear(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor
     in x's dtype) the tensor-core GEMV, with the tuned GEMV config where it is that kernel, else its
     default; otherwise the tiled kernel over the words, with the tuned tiled config where it reads
     the words, else the tiled default (which does)."""
-    from agnitra.kernels import quant_matmul as qm
+    from agnitra.kernels.quant.int4 import int4_words_matmul
+    from agnitra.kernels.quant.int4_tc import int4_tc_default_config
+    from agnitra.kernels.quant.tiled import int4_tiled_default_config
 
     m, n, k = x.shape[0], scales.shape[0], x.shape[1]
     shape = (m, n, k, group_size)
     if m <= 8 and tc_scales is not None:
         config = config_for("int4_gemv", shape, x.dtype, x.device.type)
-        config = {**(config if config.get("KERNEL") == "tc" else qm.int4_tc_default_config(n, k, group_size)), "path": "gemv"}
+        config = {**(config if config.get("KERNEL") == "tc" else int4_tc_default_config(n, k, group_size)), "path": "gemv"}
     else:
         config = config_for("int4_tiled", shape, x.dtype, x.device.type)
-        config = {**(config if config.get("TC_WORDS") else qm.int4_tiled_default_config(shape, x.dtype)), "path": "tiled"}
-    return qm.int4_words_matmul(x, words, scales, zeros, group_size, bias, config=config, tc_scales=tc_scales)
+        config = {**(config if config.get("TC_WORDS") else int4_tiled_default_config(shape, x.dtype)), "path": "tiled"}
+    return int4_words_matmul(x, words, scales, zeros, group_size, bias, config=config, tc_scales=tc_scales)
 
 
 @int4_words_linear.register_fake

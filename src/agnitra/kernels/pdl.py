@@ -8,8 +8,8 @@ the next kernel in (`griddepcontrol.launch_dependents`, `_pdl_trigger`) never be
 wait, so a kernel after it that does not always wait (Inductor's wait only where they read the
 kernel just before them) still runs after everything before this one.
 
-Device helpers (`_pdl_trigger`, `_pdl_wait`) are plain functions the kernels call: `quant_matmul._jit`
-compiles them with the kernel (the interpreter runs them as Python, where PDL is always off);
+Device helpers (`_pdl_trigger`, `_pdl_wait`) are plain functions the kernels call: `jit_kernel`
+(`kernels._triton`) compiles them with the kernel (the interpreter runs them as Python, where PDL is always off);
 `pdl_wait` is `_pdl_wait` jitted, for kernels defined with @triton.jit.
 Host: `pdl_supported(device)` (asked at every launch), `pdl_unavailable` / `device_without_pdl`
 (the reason, for reports), `pdl_options(x, config)` (the launch arguments).
@@ -23,9 +23,10 @@ from typing import Any
 
 import torch
 
-from agnitra.kernels._triton import tl, triton
+from agnitra.kernels._triton import device_helper, tl, triton
 
 
+@device_helper
 def _pdl_trigger(PDL: tl.constexpr, HERE: tl.constexpr):
     """Programmatic dependent launch (Hopper+), PDL = where this kernel lets the next one in the
     stream (launched with PDL) start its programs: 2 once past its wait, 3 after its main loop
@@ -37,6 +38,7 @@ def _pdl_trigger(PDL: tl.constexpr, HERE: tl.constexpr):
         tl.extra.cuda.gdc_launch_dependents()
 
 
+@device_helper
 def _pdl_wait(PDL: tl.constexpr):
     """Under PDL, wait here until the previous kernel in the stream has finished and its writes are
     visible: every read of an activation, and every write, comes after; weights, scales and bias
@@ -49,7 +51,7 @@ def _pdl_wait(PDL: tl.constexpr):
 
 
 # `_pdl_wait` for kernels defined with @triton.jit (norms, gated activation); the GEMV kernels call the
-# plain function, jitted with them by `quant_matmul._jit` (so TRITON_INTERPRET may be set after import)
+# plain function, jitted with them by `jit_kernel` (so TRITON_INTERPRET may be set after import)
 pdl_wait = triton.jit(_pdl_wait)
 
 

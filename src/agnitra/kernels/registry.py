@@ -4,5 +4,5 @@ from __future__ import annotations
 
 from agnitra.kernels import norms, gated_mlp  # noqa: F401
 from agnitra.kernels import matmul  # noqa: F401
-from agnitra.kernels import quant_matmul  # noqa: F401
+from agnitra.kernels.quant import int8, int4  # noqa: F401
 from agnitra.kernels import decode_layer  # noqa: F401
