@@ -229,8 +229,7 @@ def int4_gemv_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[s
 
 
 def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_cores: bool = True) -> dict[str, Any]:
-    """M == 1 (the H100's best at llama shapes, gemv-explore-rows-prefetch2-*.json, gemv-explore-tc-chunks-*.json):
-    rows of 2048 codes, up to 2048 of them, in one step (1 row on eight warps under 1024 outputs, else
+    """M == 1 (the H100's best at llama shapes, docs/kernels.md): rows of 2048 codes, up to 2048 of them, in one step (1 row on eight warps under 1024 outputs, else
     8 rows through cp.async); under 1024 outputs, 2 rows x a whole row of up to 2048 codes a step on four warps; otherwise, for
     16-bit activations and unless `tensor_cores` is False (no pre-shuffled operands at hand), the
     tensor-core kernel (`int4_tc_default_config`); else the row kernel with two groups a step and all of
@@ -246,10 +245,10 @@ def int4_gemv_default_config(shape: tuple[int, ...], dtype: torch.dtype, tensor_
                 split *= 2
             return {"KERNEL": "words", "BLOCK_N": 16, "BLOCK_K": min(bk, 128), "SPLIT_K": split, "num_warps": 4, "num_stages": 1}
         whole = [b for b in (2048, 1024) if _groups_a_step(b, g, k) > 1]
-        if whole and whole[0] == k == 2048 and n <= 2048:  # the whole row one step (kernels-gemv-fair-1b-short-*.json)
-            if n < 1024:  # a row a program on eight warps: 256x2048 2.22 us
+        if whole and whole[0] == k == 2048 and n <= 2048:  # the whole row one step
+            if n < 1024:  # a row a program on eight warps
                 return {"KERNEL": "rows", "BLOCK_N": 1, "BLOCK_K": k, "SPLIT_K": 1, "num_warps": 8, "num_stages": 1, "VEC": 2, "PREFETCH": 1}
-            # eight rows a program through cp.async: 2048x2048 3.04 us, the tensor-core kernel's 5.3
+            # eight rows a program through cp.async (faster than the tensor-core kernel here)
             return {"KERNEL": "rows", "BLOCK_N": 8, "BLOCK_K": k, "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 0, "STAGES": 3}
         if n < 1024 and whole:  # few outputs: many programs of short rows, one or two steps each
             return {"KERNEL": "rows", "BLOCK_N": 2, "BLOCK_K": whole[0], "SPLIT_K": 1, "num_warps": 4, "num_stages": 1, "VEC": 4, "PREFETCH": 1}
@@ -289,10 +288,9 @@ def _int4_bytes(shape: tuple[int, ...], dtype: torch.dtype, bias: bool = True) -
 
 
 def _int4_gemv_bucket(shape: tuple[int, ...]) -> str:
-    """int4 GEMV: "v15" where the tensor-core kernel's held configs (`_tc_held_shapes`) joined the space, "v14" elsewhere, since the tensor-core configs' refinements hold the cooperative grid's one-round-trip split-K
-    fix-up (FIXUP "wait", `_int4_refinements`); v13: tensor-core configs of small programs let the next kernel in at the wait (`_TC_NARROW`;
-    v12: the row kernel's whole-row steps through cp.async (STAGES 3) and 1 row on 8 warps; v11: whole-row steps of 2048
-    features; v10: the row and tensor-core kernels compile K in)."""
+    """int4 GEMV: "v15" where the tensor-core kernel's held configs (`_tc_held_shapes`) are in the space,
+    "v14" elsewhere (since the refinements hold the waiting fix-up, FIXUP "wait"). A tuning made for
+    an older space keys another bucket and is not reused; what each version added: git history."""
     m, n, k = shape[:3]
     held = len(shape) > 3 and bool(_tc_held_shapes(m, n, k, shape[3]))
     return _bucket(shape) + ("_v15" if held else "_v14")
@@ -307,13 +305,11 @@ def _int4_refinements(config: dict[str, Any], device: torch.device) -> list[dict
     """The int4 GEMV's refinements (`KernelSpec.refinements`): `pdl_trigger_refinements` for the
     kernels that launch with PDL (rows, tc); for the tensor-core kernel with its prefetch on the GPU,
     also x read in the step that uses it over steps of at least 256 features with the register cap at
-    128 (X_NOW: the registers x held a step ahead carry twice the words instead; on the H100 4.9-6.5%
-    faster at 14336x4096, 4096x14336 and 32000x2048, slower at 4096x4096 and 128256x4096:
-    ab-int4-tc-x-now-*.json). For a split tensor-core config on the GPU, also it and its trigger variant
-    with the one-round-trip fix-up of a cooperative grid (FIXUP "wait": on the H100 12.67 -> 12.01 us
-    for 14336x4096's BN16 S4 one-warp programs, 13.1 against 12.8 for 4096x14336's eight-warp ones,
-    fixup-cost-coop-*.json; a grid too large to be resident at once fails and is skipped). A variant
-    that cannot run at the shape fails its check and is skipped."""
+    128 (X_NOW: the registers x held a step ahead carry twice the words instead; faster at some
+    shapes, slower at others). For a split tensor-core config on the GPU, also it and its trigger
+    variant with the one-round-trip fix-up of a cooperative grid (FIXUP "wait"; a grid too large to
+    be resident at once fails and is skipped). A variant that cannot run at the shape fails its check
+    and is skipped. What each gained on the H100: docs/kernels.md."""
     out = pdl_trigger_refinements(config, device) if config.get("KERNEL") in ("rows", "tc") else []
     if config.get("KERNEL") == "tc" and config.get("SPLIT_K", 1) > 1 and config.get("FIXUP", "count") == "count" and device.type == "cuda":
         out += [{**c, "FIXUP": "wait"} for c in (config, *out)]

@@ -341,12 +341,7 @@ def _int4_batch1_gemv(kernel: str, x, w_packed, scales, zeros, group_size, bias,
 
 
 # the row kernel with steps of several groups, (BLOCK_N, BLOCK_K, num_warps, VEC, split-K too, PREFETCH):
-# the shapes that won on the H100 (gemv-explore-rows-groups-*.json, gemv-explore-rows-prefetch2-*.json):
-# llama-1b 256x2048 2.5 us (2 rows x the whole row a step) against 3.4 for 4 rows x 1024, 2048x5632 7.5
-# (PREFETCH 2) against 8.3 (1), 32000x2048 17.0 against 18.3; llama-8b 128256x4096 110.8 against
-# 115.9, 4096x14336 19.0 against 20.9 (split 4), 4096x4096 8.8 against 9.2 (split 4); 2048x2048 4.0
-# (8 rows x 2048 a step) against 4.3 (gemv-explore-rows-short-*.json); 256x2048 2.23 (1 row on 8 warps)
-# against 2.29 (gemv-explore-rows-warps8-*.json)
+# the shapes that won on the H100 at llama-1b and llama-8b shapes (docs/kernels.md)
 _MULTI_GROUP_ROWS = ((1, 2048, 8, 2, False, 1), (2, 2048, 4, 4, False, 1), (8, 2048, 4, 4, False, 1), (4, 1024, 1, 4, False, 2), (4, 1024, 2, 4, False, 1), (8, 1024, 4, 4, False, 1),
                      (32, 256, 2, 2, True, 2), (64, 256, 2, 2, True, 2), (64, 256, 4, 2, True, 2), (32, 512, 4, 2, True, 2))
 
@@ -366,7 +361,7 @@ def _int4_rows_space(n: int, k: int, group: int) -> list[dict[str, Any]]:
         if _groups_a_step(block_k, group, k) > 1 and bn <= n and (block_k < 2048 or block_k == k):
             for split in [s for s in _split_ks(_cdiv(n, bn), k // block_k) if s <= 4] if splits else (1,):
                 out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": split, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": prefetch})
-            if block_k == k and bn >= 4:  # whole rows in one step through cp.async: 2048x2048 3.05 us against 3.68; 1-2 rows no gain (gemv-explore-rows-stages-short-*.json)
+            if block_k == k and bn >= 4:  # whole rows in one step through cp.async (1-2 rows a program gained nothing)
                 out.append({"KERNEL": "rows", "BLOCK_N": bn, "BLOCK_K": block_k, "SPLIT_K": 1, "num_warps": nw, "num_stages": 1, "VEC": vec, "PREFETCH": 0, "STAGES": 3})
     word_k = min(bk, 128)
     for split in _split_ks(_cdiv(n, 64), k // word_k) if bk else ():  # no longer winning beside the row kernel: its best shape only

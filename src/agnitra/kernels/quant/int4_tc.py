@@ -56,9 +56,7 @@ from agnitra.kernels.spec import interpreting
 # (w >> 4r) & 0x000F000F | MAGIC are MAGIC + q exactly (bf16 128 + q, fp16 1024 + q): the MMA sums
 # x (MAGIC + q) in fp32, and the group's scale and zero apply to the fp32 sums with MAGIC + 8 times
 # the x sums taken off (`_TC_HALVES`), so the weight is never rounded. Eight instructions per eight
-# codes, the MMA included (twelve with a packed FMA to q - 8 first, as before: 15-30% fewer
-# instructions a step, 2.4% faster at 128256x4096 and no change at the smaller llama-8b shapes on
-# the H100, ab-int4-tc-raw-pairs-*.json).
+# codes, the MMA included (twelve with a packed FMA to q - 8 first).
 _INT4_TC_TILE = """
 {
 .reg .b32 a0, a1, a2, a3, t1, t2, t3;
@@ -165,7 +163,7 @@ def _tc_weights(w_ptrs, sz_ptrs, k, GROUP_SIZE: tl.constexpr, FLIP: tl.constexpr
 
 @device_helper
 def _tc_x(x_ptrs, k, FLIP: tl.constexpr = False):
-    """x's B fragments for the step at feature k (read by every program: evicted last, 0.2-8 us less on the H100)."""
+    """x's B fragments for the step at feature k (read by every program: evicted last)."""
     chunk = k // 64
     return _tc_load(x_ptrs + chunk * 32, FLIP, "evict_last"), _tc_load(x_ptrs + (chunk * 32 + 4), FLIP, "evict_last")
 
@@ -295,7 +293,7 @@ def _int4_gemv_tc_kernel(
     for k0 in tl.range(k_first, K, step, num_stages=STAGES):
         if PREFETCH:  # this step's reads arrived during the last step; request the next step's now
             # past the last step, the last step's reads again: unmasked reads, no zero-filled registers (21 fewer instructions
-            # a step than masked reads, 1.4-2.8% faster at the six tensor-core shapes on the H100, ab-int4-tc-clamp-*.json)
+            # a step than masked reads)
             k_next = tl.minimum(k0 + step, k_last)
             words, sz = words_n, sz_n
             if not ONE_STEP:
@@ -468,10 +466,9 @@ def _int4_tc_gemv(x, n, group_size, bias, y, cfg, operands) -> None:
 def tc_flip() -> bool:
     """Whether the tensor-core GEMV loads with dims 0 and 2 swapped (`_tc_load`): where Triton breaks
     ties between equally contiguous dims from the last one (3.7 and 3.9 checked; 3.9 is torch 2.13's)
-    rather than the first (3.6), so that the warps stay off the chunk dim. Compiled for sm_90
-    (sass-loop-tc-warps-*.jsonl), the llama-8b winners' loops take 363 and 183 instructions a step
-    with it under 3.9, no CTA barrier, against 544 and 266 with 52 and 20 barriers without it (3.6,
-    unflipped: 379 and 193, unchanged)."""
+    rather than the first (3.6), so that the warps stay off the chunk dim: unflipped under 3.9 the
+    loop of the llama-8b winners has 20-52 CTA barriers a step and half again as many instructions
+    (docs/kernels.md; `test_int4_tc_loop_keeps_its_sums_within_warps` checks the loop)."""
     import triton
 
     return tuple(int(part) for part in triton.__version__.split(".")[:2]) > (3, 6)
@@ -502,11 +499,10 @@ def _tc_fixup_wait(cfg: dict[str, Any], split_k: int) -> bool:
 
 
 # the tensor-core GEMV's shapes (BLOCK_N, BLOCK_K, num_warps) that won on the H100 at llama shapes
-# (gemv-explore-tc-chunks-*.json: one 16-row tile a warp, steps of 2 to 8 chunks, split along K)
+# (one 16-row tile a warp, steps of 2 to 8 chunks, split along K)
 _TC_SHAPES = ((64, 128, 4), (64, 256, 4), (64, 512, 4), (64, 512, 2), (128, 128, 8), (128, 256, 8))
 # and small programs (one or two warps, 1-4 tiles a warp) in multi-wave grids, the next kernel let in at the wait (PDL
-# "wait": its programs take the slots ours free): at 14336x4096 on the H100, BN16 BK128 S4 on 1 warp took 12.75 us and
-# BN32 BK256 S4 on 1 warp 12.93 at the wait against 14.11 after the loop, the tuned 13.33 (gemv-explore-tc-narrow*-*.json)
+# "wait": its programs take the slots ours free), faster than the same programs letting it in after the loop
 _TC_NARROW = ((16, 128, 1), (32, 256, 1), (64, 256, 2))
 
 
@@ -515,9 +511,7 @@ def _tc_held_shapes(m: int, n: int, k: int, group: int) -> list[tuple[int, int, 
     a program, its warps splitting K (WARP_K), one step a program (BLOCK_K = K / SPLIT_K: with PREFETCH
     every word read before the PDL wait, no loop), 8-16 chunks a warp (~210 registers: two four-warp
     or four two-warp programs an SM), where the grid is resident in one wave (a second wave would
-    read after the kernel before it ended). On the H100 at 4096x4096: BK4096 S1 on 4 warps 5.19 us
-    against the tuned 5.53; 8 warps of 8 chunks 6.52 (ab-int4-tc-warp-k-held-*.json). At 14336x4096
-    (3.4 waves) 13.62 against 12.10, hence the one-wave rule."""
+    read after the kernel before it ended: at 3.4 waves these were slower than the tuned split programs)."""
     if m > 8 or k % 64 or group % 64:
         return []
     out = []
@@ -535,8 +529,7 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
     next step's reads prefetched, split along K as for the other GEMVs. Steps of 128 features also
     come with ptxas's register cap raised to 128: uncapped, ptxas sinks the prefetching loads below
     the MMAs to save registers (sm_90 code from Triton 3.6); capped, they stay ahead at ~100
-    registers (sass-loop-tc-maxnreg-*.jsonl; on the H100: 4096x4096 in 7.5 against 8.0 us,
-    gemv-explore-tc-maxnreg-*.json)."""
+    registers."""
     out = []
     if m > 8 or k % 64 or group % 64:
         return out
@@ -548,7 +541,7 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
                 for cap in (0, 128) if bk == 128 else (0,):
                     out.append(tc(bn, bk, split, nw, **({"maxnreg": cap} if cap else {})))
     out += [tc(16, bk, split, nw, WARP_K=True, PDL="wait") for bk, split, nw in _tc_held_shapes(m, n, k, group)]
-    for bn, bk, nw in _TC_NARROW:  # split 2-8 (unsplit, 14.7-15.0 us at 14336x4096), up to 32 one-warp (16 two-warp) programs an SM
+    for bn, bk, nw in _TC_NARROW:  # split 2-8 (unsplit they were slower), up to 32 one-warp (16 two-warp) programs an SM
         if _groups_a_step(bk, group, k):
             for split in [s for s in (2, 4, 8) if _cdiv(n, bn) * s * nw <= 32 * _SMS and k // bk >= s]:
                 for x_now in (False, True) if bn > 16 else (False,):
@@ -557,7 +550,7 @@ def _int4_tc_space(m: int, n: int, k: int, group: int) -> list[dict[str, Any]]:
 
 
 def int4_tc_default_config(n: int, k: int, g: int) -> dict[str, Any]:
-    """The tensor-core GEMV at batch 1 (the H100's best, gemv-explore-tc-chunks-*.json): 64 rows a
+    """The tensor-core GEMV at batch 1 (the H100's best at llama shapes): 64 rows a
     program; when those alone fill the device, two warps and steps of up to 512 features, else four
     warps, steps of up to 256 and split along K up to ~8 programs an SM."""
     blocks = _cdiv(n, 64)

@@ -47,8 +47,7 @@ from agnitra.kernels.spec import KernelSpec, pow2_bucket, register_kernel
 # int8 -> fp32, four codes a 32-bit register (inline PTX for `tl.inline_asm_elementwise`, pack=4): the
 # sign bits flipped (w + 128, unsigned), each byte moved under the exponent of 2^23 by one prmt
 # (the float 2^23 + w + 128, exact), one subtract: nine instructions per four codes, against
-# three per code for sign extension, integer add and float subtract: the int8 GEMV 0.3-2.5% faster at
-# all nine llama shapes on the H100 (gemv-explore-int8-prmt-*.json).
+# three per code for sign extension, integer add and float subtract.
 INT8_TO_F32_ASM = """
 {
 .reg .b32 t;
@@ -97,9 +96,8 @@ def _int8_gemv_kernel(
     PDL: tl.constexpr = 0,  # launched with programmatic dependent launch, the next kernel let in at point PDL (`_pdl_trigger`)
 ):
     """The int8 GEMV. The shape and strides are compile-time constants (the loop bounds known, single
-    steps peeled) and rows past the end read the last row: 1-7% faster than the same loop with them
-    at run time and rows wrapped by a modulo, at all nine llama shapes on the H100
-    (gemv-explore-int8-static-*.json: 256x2048 2.05 against 2.21 us, 4096x4096 8.32 against 8.50)."""
+    steps peeled) and rows past the end read the last row: faster than the same loop with them at
+    run time and rows wrapped by a modulo, at every llama shape on the H100 (docs/kernels.md)."""
     ONE_STEP: tl.constexpr = BLOCK_M == 1 and SPLIT_K * BLOCK_K >= K  # batch 1, one step a program
     pid_n = tl.program_id(axis=0)
     pid_k = tl.program_id(axis=1)
@@ -228,11 +226,8 @@ def int8_reference(x: torch.Tensor, w_int8: torch.Tensor, scales: torch.Tensor, 
 def _int8_gemv_space(m: int, n: int, k: int) -> list[dict[str, Any]]:
     """BLOCK_N x BLOCK_K tiles from 1 row x 4 KB (long rows in flight) to 32 rows x 256 B, warps,
     and SPLIT_K (fixed up in the kernel) where the output blocks alone would leave SMs idle; the
-    loop streamed through shared memory two steps ahead (STAGES 3: 3-5% faster than loads straight
-    to registers at every llama-8b shape on the H100, gemv-explore-stages-int8-8b-*.json); programs
-    of one step also straight to registers (STAGES 1), summed at once: 4 rows x 2048 won
-    32000x2048 (23.26 us) and 2 x 4096 won 14336x4096 (20.88 against 21.46) under PDL
-    (kernels-gemv-pdl-int8-*-2026-11-22.json)."""
+    loop streamed through shared memory two steps ahead (STAGES 3); programs of one step also
+    straight to registers (STAGES 1), summed at once, which won some shapes under PDL (docs/kernels.md)."""
     bm = _block_m(m)
     out = []
     for bn, bk, nw in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048, 4096), (4, 8)):

@@ -39,8 +39,7 @@ def _split_k_total(acc, p_ptrs, split_stride, mask, counter_ptr, pid_k, SPLIT_K:
     others. The caller adds its bias and stores when the flag is set. The reset is relaxed: the
     next launch is ordered after it by the launch itself, so nothing here waits for it (acq_rel
     put a fence and the exchange's round trip before the output's store: a fourth round trip after
-    the loop; relaxed, 0.2-0.6 us faster at every split config of the int8 and int4 tensor-core
-    GEMVs at llama-8b shapes on the H100, fixup-cost-*.json).
+    the loop).
     """
     tl.store(p_ptrs + pid_k * split_stride, acc, mask=mask)
     tl.debug_barrier()  # every thread's partial is written before the arrival is counted

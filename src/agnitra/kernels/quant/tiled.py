@@ -261,8 +261,7 @@ def int8_tiled_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dic
 
 def int4_tiled_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[str, Any]]:
     """The tiled list over the packed bytes and, where the group size allows 64-feature steps, each
-    such tile again over the tensor-core words (TC_WORDS: 1.3-3.4x faster on the H100 at batch 32
-    and 512 of llama-8b's shapes, ab-int4-tiled-words-*.json)."""
+    such tile again over the tensor-core words (TC_WORDS: faster on the H100 at batch 32 and 512)."""
     m, n, k, g = shape[:4]
     packed = _tiled_configs(m, n, k, g)
     return packed + [{**c, "TC_WORDS": True} for c in packed if c["BLOCK_K"] % 64 == 0]
@@ -270,7 +269,7 @@ def int4_tiled_configs(shape: tuple[int, ...], dtype: torch.dtype) -> list[dict[
 
 def int4_tiled_default_config(shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, Any]:
     """Tiles over the tensor-core words in steps of 128 features (64 where the group size needs it;
-    the fastest measured on the H100, ab-int4-tiled-words-*.json), else the packed bytes."""
+    the fastest measured on the H100), else the packed bytes."""
     cfg = int8_tiled_default_config(shape, dtype)
     g = shape[3]
     if g % 64:
