@@ -50,7 +50,7 @@ from agnitra.errors import NotApplicable, check
 from agnitra.kernels.quant.formats import pack_int4_high_first as pack_int4  # this module's int4 layout: even feature high
 from agnitra.kernels.quant.formats import quantize_int4_codes, quantize_int8_rowwise
 from agnitra.kernels.quant.formats import unpack_int4_high_first as unpack_int4
-from agnitra.transforms.base import Transform, TransformContext, register_transform, replace_modules
+from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform, replace_modules
 
 logger = logging.getLogger(__name__)
 
@@ -221,6 +221,14 @@ class Int8WeightOnlyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, weight=int8 per-row symmetric"
 
 
+def cpu_weight_only_factor(others: list[Step], ctx: TransformContext) -> float:
+    """On the CPU the fast weight-only int8/int4 kernels are the bf16 ones: on an fp32 model they
+    are 5-12x slower than nn.Linear unless `precision` runs first (measured, torch 2.13, AMX CPU)."""
+    if ctx.device.type != "cpu":
+        return 1.0
+    return 1.5 if any(s.transform == "precision" for s in others) or ctx.dtype == torch.bfloat16 else 0.2
+
+
 @register_transform
 class Int8WeightOnly(Transform):
     name = "int8-weight-only"
@@ -231,6 +239,19 @@ class Int8WeightOnly(Transform):
     class Params:
         min_features: int = 16
         skip: str = ""  # comma-separated substrings of qualified names to leave alone, e.g. "output"
+
+    order = 30
+    acts_on = frozenset({"matmul"})
+    exclusive = "weight-format"
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        # on the GPU Inductor fuses the dequantisation into its decode GEMVs: measured 785 tok/s vs 677 for
+        # bf16 and 748 for Agnitra's int8 kernels (llama-1b decode, H100, 2026-11-21, compile reduce-overhead)
+        cuda, decoder = ctx.device.type == "cuda", ctx.decoder
+        return [Choice(self.name, (), 2.4 if decoder and cuda else 1.6 if decoder else 1.1)]
+
+    def prior_factor(self, params, others: list[Step], ctx: TransformContext) -> float:
+        return cpu_weight_only_factor(others, ctx)
 
     def check(self, ctx: TransformContext, params) -> None:
         check(ctx.dtype.is_floating_point, "int8 weight-only quantisation needs a floating-point model")
@@ -377,6 +398,16 @@ class Int4WeightOnly(Transform):
         min_features: int = 16
         skip: str = ""
 
+    order = 30
+    acts_on = frozenset({"matmul"})
+    exclusive = "weight-format"
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (("group_size", 128),), 2.0 if ctx.decoder else 1.0)]
+
+    def prior_factor(self, params, others: list[Step], ctx: TransformContext) -> float:
+        return cpu_weight_only_factor(others, ctx)
+
     def check(self, ctx: TransformContext, params) -> None:
         check(params.group_size in INT4_GROUP_SIZES, f"int4 group_size must be one of {', '.join(map(str, INT4_GROUP_SIZES))} (the int4 kernels' choices), not {params.group_size}")
         check(ctx.dtype.is_floating_point, "int4 weight-only quantisation needs a floating-point model")
@@ -448,6 +479,18 @@ class DynamicInt8(Transform):
         min_features: int = 16
         skip: str = ""
 
+    order = 20
+    acts_on = frozenset({"matmul"})
+    exclusive = "weight-format"
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.6 if ctx.device.type == "cpu" and ctx.dtype == torch.float32 else 1.0)]
+
+    def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
+        if any(s.transform == "precision" for s in others):
+            return "dynamic int8 quantises an fp32 model's Linears; precision would change them first"
+        return None
+
     def check(self, ctx: TransformContext, params) -> None:
         check(ctx.device.type == "cpu", f"dynamic int8 quantisation runs on CPU int8 kernels (fbgemm/oneDNN); this run is on {ctx.device.type.upper()}")
         check(ctx.dtype == torch.float32, f"dynamic int8 quantisation takes fp32 models, this one is {str(ctx.dtype).replace('torch.', '')}")
@@ -515,6 +558,13 @@ class Fp8(Transform):
     class Params:
         min_features: int = 16
         skip: str = ""
+
+    order = 30
+    acts_on = frozenset({"matmul"})
+    exclusive = "weight-format"
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.5 if ctx.device.type == "cuda" else 1.0)]
 
     def check(self, ctx: TransformContext, params) -> None:
         check(hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"), "this torch has no torch._scaled_mm / float8_e4m3fn")
@@ -603,6 +653,13 @@ class Sparsity2of4(Transform):
     class Params:
         min_features: int = 16
         skip: str = ""
+
+    order = 30
+    acts_on = frozenset({"matmul"})
+    exclusive = "weight-format"
+
+    def choices(self, ctx: TransformContext) -> list[Choice]:
+        return [Choice(self.name, (), 1.2 if ctx.device.type == "cuda" else 1.0)]
 
     def check(self, ctx: TransformContext, params) -> None:
         check(ctx.device.type == "cuda", f"2:4 semi-structured sparse kernels run on CUDA GPUs (Ampere or newer); this run is on {ctx.device.type.upper()}")
