@@ -20,7 +20,7 @@ from pathlib import Path
 
 from agnitra import api
 from agnitra.device import resolve_device
-from agnitra.report.schema import to_dict
+from agnitra.results import to_dict
 from agnitra.telemetry.signature import software_versions
 
 

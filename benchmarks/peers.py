@@ -25,7 +25,7 @@ import torch
 
 from agnitra import api
 from agnitra.device import resolve_device
-from agnitra.report.schema import to_dict
+from agnitra.results import to_dict
 from agnitra.telemetry.signature import software_versions
 
 GPU_PEERS = ["eager", "compile", "compile-max-autotune", "compile-reduce-overhead", "onnxruntime"]

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from agnitra.report.schema import to_dict
+from agnitra.results import to_dict
 from agnitra.telemetry.signature import software_versions
 
 

@@ -30,3 +30,20 @@ def test_bad_config_file_is_a_user_error(tmp_path):
     (tmp_path / "agnitra.toml").write_text('colour = "blue"\n')
     with pytest.raises(UserError, match="unknown setting"):
         load_settings(cwd=tmp_path, environ={})
+
+
+def test_every_agnitra_setting_is_read_by_config(monkeypatch):
+    """AGNITRA_* variables are read in agnitra.config alone; AGNITRA_PDL=0 turns the kernels' PDL off."""
+    import pathlib
+    import re
+
+    import agnitra
+    from agnitra.config import kernel_pdl_enabled
+
+    root = pathlib.Path(agnitra.__file__).parent
+    readers = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if re.search(r"environ[^\n]*AGNITRA_|getenv\([\"']AGNITRA_", p.read_text())]
+    assert readers == ["config.py"]
+    monkeypatch.setenv("AGNITRA_PDL", "0")
+    assert not kernel_pdl_enabled()
+    monkeypatch.setenv("AGNITRA_PDL", "1")
+    assert kernel_pdl_enabled()

@@ -64,3 +64,9 @@ def load_settings(cwd: Path | None = None, environ: dict[str, str] | None = None
     values = _from_file(cwd / _CONFIG_FILE)
     values.update(_from_env(environ))
     return Settings(**values)
+
+
+def kernel_pdl_enabled() -> bool:
+    """AGNITRA_PDL=0 turns programmatic dependent launch off for Agnitra's kernels. Asked at every
+    kernel launch, so from the environment alone (no agnitra.toml read on that path)."""
+    return os.environ.get(_ENV_PREFIX + "PDL", "1") != "0"

@@ -18,11 +18,11 @@ Host: `pdl_supported(device)` (asked at every launch), `pdl_unavailable` / `devi
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import torch
 
+from agnitra.config import kernel_pdl_enabled
 from agnitra.kernels._triton import device_helper, tl, triton
 
 
@@ -70,7 +70,7 @@ def pdl_unavailable(device: torch.device) -> str | None:
     """Why Agnitra's kernels launch without PDL here (None: they launch with it)."""
     from agnitra.kernels.spec import interpreting
 
-    if os.environ.get("AGNITRA_PDL", "1") == "0":
+    if not kernel_pdl_enabled():
         return "turned off (AGNITRA_PDL=0)"
     if interpreting():
         return "Triton's interpreter runs no PTX"
@@ -81,7 +81,7 @@ def pdl_supported(device: torch.device) -> bool:
     """`pdl_unavailable(device) is None`, asked at every launch: the capability looked up once a device."""
     from agnitra.kernels.spec import interpreting
 
-    if device.type != "cuda" or interpreting() or os.environ.get("AGNITRA_PDL", "1") == "0":
+    if device.type != "cuda" or interpreting() or not kernel_pdl_enabled():
         return False
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) >= (9, 0)
 
