@@ -226,33 +226,27 @@ def optimize(
     flat_search = dict(budget=budget, candidate_timeout=candidate_timeout, strategy=strategy, transforms=transforms, exclude_transforms=exclude_transforms, peers=peers)
     tolerances = _grouped("tolerances", tolerances, Tolerances, flat_tolerances)
     search = _grouped("search", search, SearchSettings, flat_search)
-    budget, candidate_timeout, strategy = search.budget, search.candidate_timeout, search.strategy
-    transforms, exclude_transforms, peers = search.transforms, search.exclude_transforms, search.peers
-    max_error, min_cosine, min_token_agreement, min_sqnr_db, check_positions = (getattr(tolerances, k) for k in flat_tolerances)
     arguments.one_of("--objective", objective, OBJECTIVES, "objective")
-    arguments.duration("--budget", budget)
-    arguments.duration("--candidate-timeout", candidate_timeout)
-    arguments.positive("--max-error", max_error)
-    arguments.fraction("--min-cosine", min_cosine)
-    arguments.fraction("--min-token-agreement", min_token_agreement)
-    arguments.finite("--min-sqnr", min_sqnr_db)
-    arguments.count("--check-positions", check_positions)
-    arguments.each_one_of("--peers", peers, _variant_names(), "variant")
+    arguments.duration("--candidate-timeout", search.candidate_timeout)
+    arguments.positive("--max-error", tolerances.max_error)
+    arguments.fraction("--min-cosine", tolerances.min_cosine)
+    arguments.fraction("--min-token-agreement", tolerances.min_token_agreement)
+    arguments.finite("--min-sqnr", tolerances.min_sqnr_db)
+    arguments.count("--check-positions", tolerances.check_positions)
+    arguments.each_one_of("--peers", search.peers, _variant_names(), "variant")
     _check_load_options(device, load_options)
     from agnitra.search.budget import Budget
 
-    clock = Budget(parse_duration(budget))  # the whole run counts, loading the model included
-    if objective not in OBJECTIVES:
-        raise UserError(f"unknown objective '{objective}'; use one of: {', '.join(OBJECTIVES)}")
+    clock = Budget(parse_duration(search.budget, "--budget"))  # the whole run counts, loading the model included
     if not _registers_transforms(model):
-        _check_transform_names(transforms, exclude_transforms)  # one-line user errors, before any work
+        _check_transform_names(search)  # one-line user errors, before any work
     if resume and not out:
         raise UserError("resume needs the run folder of the earlier run: give out=DIR (--out DIR)")
     from agnitra.search.run_folder import RunFolder
 
     folder = RunFolder(out) if out else None  # writable and ours before any work is done
     try:
-        return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, transforms=transforms, exclude_transforms=exclude_transforms, strategy=strategy, candidate_timeout=candidate_timeout, peers=peers, resume=resume, progress=progress, settings=settings, load_options=load_options)
+        return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, search=search, resume=resume, progress=progress, settings=settings, load_options=load_options)
     finally:
         if folder is not None:
             folder.close()
@@ -275,21 +269,31 @@ def _registers_transforms(model) -> bool:
     return isinstance(model, str) and model.rpartition(":")[0].endswith(".py")
 
 
-def _check_transform_names(transforms, exclude_transforms) -> None:
+def _check_transform_names(search: SearchSettings) -> None:
     from agnitra.transforms import get_transform
 
-    for name in list(transforms or []) + list(exclude_transforms or []):
+    for name in list(search.transforms or []) + list(search.exclude_transforms or []):
         get_transform(name)
 
 
-def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, transforms, exclude_transforms, strategy, candidate_timeout, peers, resume, progress, settings, load_options):
+def _searched_transforms(search: SearchSettings) -> list[str] | None:
+    """The transforms the search may use (None: all), --exclude-transforms applied."""
+    if not search.exclude_transforms:
+        return list(search.transforms) if search.transforms else None
+    from agnitra.transforms import all_transforms
+
+    excluded = set(search.exclude_transforms)
+    return [t.name for t in all_transforms() if t.name not in excluded and (not search.transforms or t.name in search.transforms)]
+
+
+def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, search, resume, progress, settings, load_options):
     from agnitra.bench.isolated import workload_source
     from agnitra.optimized import OptimizedModel
     from agnitra.search.optimize import RunSetup, run_optimize
     from agnitra.search.run_folder import journal_key
 
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
-    _check_transform_names(transforms, exclude_transforms)  # a model file may register its own
+    _check_transform_names(search)  # a model file may register its own
     device_report = describe_device(dev, settings)
     setup = RunSetup(folder=folder)
     if folder is not None:
@@ -300,15 +304,11 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         else:
             folder.start_journal(key)
     setup.source, setup.in_process_reason = workload_source(model, load_options, workload, dev)
-    if exclude_transforms:
-        from agnitra.transforms import all_transforms
-
-        transforms = [t.name for t in all_transforms() if t.name not in set(exclude_transforms) and (not transforms or t.name in transforms)]
     result = run_optimize(
         workload, dev, device_report,
-        objective=objective, budget=clock, candidate_timeout_s=parse_duration(candidate_timeout), tolerances=tolerances,
-        transforms=list(transforms) if transforms else None, strategy=strategy,
-        peers=list(peers) if peers is not None else default_peers(workload, dev),
+        objective=objective, budget=clock, candidate_timeout_s=parse_duration(search.candidate_timeout), tolerances=tolerances,
+        transforms=_searched_transforms(search), strategy=search.strategy,
+        peers=list(search.peers) if search.peers is not None else default_peers(workload, dev),
         setup=setup, progress=progress,
     )
     optimized = OptimizedModel(result.model, result.recipe, workload, result.report, result.decode_fn, result.prefill_fn)

@@ -28,11 +28,10 @@ from typing import Any, Callable
 import torch
 
 from agnitra.errors import AgnitraError, UserError, first_line
+from agnitra.workloads.loaders import MODEL_FILE_SUFFIXES, USER_MODULE_PREFIX
 
 Progress = Callable[[str, float], None]
 MAX_PICKLED_BYTES = 2 * 2**30  # larger models are not copied into a worker
-USER_MODULE_PREFIX = "agnitra_user_"  # how workloads.loaders names the model files it imports
-FILE_SUFFIXES = (".pt2", ".onnx", ".pt", ".pth", ".ts", ".torchscript", ".jit")
 
 
 class WorkerTimeout(AgnitraError):
@@ -75,8 +74,11 @@ class WorkloadSource:
 
 def workload_source(model: Any, load_options: dict[str, Any], workload, device: torch.device) -> tuple[WorkloadSource | None, str]:
     """How a worker can hold this workload, or None and why it cannot."""
-    extras = _user_extras()
-    if isinstance(model, str) and (model.startswith("zoo:") or model.lower().endswith(FILE_SUFFIXES)):
+    try:
+        extras = _user_extras()
+    except Exception as exc:  # noqa: BLE001 - a registration that cannot travel keeps the run here
+        return None, f"a transform or variant registered in this process cannot be copied into a worker process ({first_line(exc)})"
+    if isinstance(model, str) and (model.startswith("zoo:") or model.lower().endswith(MODEL_FILE_SUFFIXES)):
         return WorkloadSource(str(device), spec=model, options=dict(load_options), extras=extras), ""
     size = sum(t.numel() * t.element_size() for t in list(workload.model.parameters()) + list(workload.model.buffers()))
     if size > MAX_PICKLED_BYTES:
@@ -99,10 +101,7 @@ def _user_extras() -> bytes | None:
     extras = {"transforms": own(TRANSFORMS), "variants": own(VARIANTS)}
     if not extras["transforms"] and not extras["variants"]:
         return None
-    try:
-        return _cloudpickle().dumps(extras)
-    except Exception:  # noqa: BLE001 - a registration that cannot travel is simply not there
-        return None
+    return _cloudpickle().dumps(extras)
 
 
 def _cloudpickle():

@@ -23,14 +23,14 @@ from agnitra.bench.heldout import baseline_problem
 from agnitra.bench.isolated import InProcess, Worker, WorkerCrashed, WorkerError, WorkerTimeout, WorkloadSource
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
-from agnitra.errors import UserError
+from agnitra.errors import UserError, first_line
 from agnitra.models.generate import decode_one_token, prefill
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
 from agnitra.search.budget import Budget
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import recipe_space
 from agnitra.search.strategies.base import get_strategy
-from agnitra.search.tuner import SearchConfig, free_candidate, measure_baseline, pareto_front, search
+from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
@@ -100,7 +100,7 @@ def probe_baseline(workload: Workload, device: torch.device, device_report: Devi
     problem = baseline_problem(workload)
     if problem:
         raise UserError(f"{problem}; fix the model or its inputs")
-    return measure_baseline(workload, device, device_report, config, progress)
+    return screening_run(workload, device, device_report, config, [], progress)
 
 
 def final_run(workload: Workload, device: torch.device, device_report: DeviceReport, peers: list[str], finalists: list[tuple[str, dict]], tolerances: Tolerances, progress=None) -> FinalRun:
@@ -213,7 +213,6 @@ def run_optimize(
 
 def _op_kinds(workload: Workload, notes: list[str]) -> frozenset[str] | None:
     """The op kinds of the captured graph, which say what each transform could change here."""
-    from agnitra.errors import first_line
     from agnitra.ir import capture_workload
 
     try:
@@ -250,9 +249,7 @@ def _probe(runner, device_report: DeviceReport, config: SearchConfig, budget: Bu
 def measure_peers(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, peers: list[str], progress=None) -> list[VariantResult]:
     """The peers in a run of their own beside the baseline: what each costs to set up (its
     compile, now cached for the final run), and whether it runs at all."""
-    report = Harness(workload, device, device_report, config.bench([Eager(), *peers], workload.decoder is not None), progress).run()
-    free_candidate(device)
-    return report.variants[1:]
+    return screening_run(workload, device, device_report, config, peers, progress).variants[1:]
 
 
 def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget, peers: list[str]) -> tuple[list[VariantResult], str]:

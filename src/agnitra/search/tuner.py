@@ -59,11 +59,13 @@ class SearchOutcome:
 # ---- the worker's side: these run where the workload is held --------------------------------
 
 
-def measure_baseline(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, progress=None) -> BenchReport:
-    """The original model alone, as the search runs measure it: proof it runs, and its cost."""
-    report = Harness(workload, device, device_report, config.bench([Eager()], workload.decoder is not None), progress).run()
-    free_candidate(device)
-    return report
+def screening_run(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, variants: list, progress=None) -> BenchReport:
+    """The baseline and `variants` in one short interleaved run, as the search measures them;
+    the compiled code and memory they held are freed after."""
+    try:
+        return Harness(workload, device, device_report, config.bench([Eager(), *variants], workload.decoder is not None), progress).run()
+    finally:
+        free_candidate(device)
 
 
 def measure_candidate(workload: Workload, device: torch.device, candidate: Candidate, device_report: DeviceReport, config: SearchConfig, progress=None) -> CandidateResult:
@@ -74,13 +76,11 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
     """Measure one recipe against the baseline in a short interleaved run; never raises."""
     recipe = candidate.recipe
     result = CandidateResult(name=recipe.name, recipe=recipe.to_dict(), key=recipe.key(), prior=candidate.prior, status="ok")
-    bench = config.bench([Eager(), RecipeVariant(recipe)], workload.decoder is not None)
     t0 = time.perf_counter()
     try:
-        report = Harness(workload, device, device_report, bench).run()
+        report = screening_run(workload, device, device_report, config, [RecipeVariant(recipe)])
     except Exception as exc:  # noqa: BLE001 - the harness records variant failures; this is the rest
         result.status, result.reason = "failed", first_line(exc)
-        free_candidate(device)
         return _timed(result, t0)
     base, cand = report.variants
     result.status, result.reason = cand.status, cand.reason
@@ -93,7 +93,6 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
         result.baseline_ms = base.latency_ms.median
         result.speedup = base.latency_ms.median / cand.latency_ms.median
         result.speedup_interval, result.faster_beyond_noise = cand.speedup_interval, cand.faster_beyond_noise
-    free_candidate(device)
     return _timed(result, t0)
 
 

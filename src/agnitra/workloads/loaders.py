@@ -31,6 +31,8 @@ from agnitra.workloads.registry import BuildOptions, build_workload, get_entry
 from agnitra.workloads.safe_load import is_damaged_zip, is_torchscript, load_checkpoint, load_export_archive, load_torchscript, open_zip, quiet_library
 
 TORCHSCRIPT_SUFFIXES = (".pt", ".pth", ".ts", ".torchscript", ".jit")
+MODEL_FILE_SUFFIXES = (".pt2", ".onnx", *TORCHSCRIPT_SUFFIXES)  # loaded the same way every time
+USER_MODULE_PREFIX = "agnitra_user_"  # the name a user's model file is imported under
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "int64": torch.int64, "int32": torch.int32, "bool": torch.bool}
 
 
@@ -149,7 +151,7 @@ def _from_factory(path: Path, factory: str, options: BuildOptions, shapes: list[
 
 
 def _import_function(path: Path, factory: str):
-    module_name = f"agnitra_user_{path.stem}"
+    module_name = f"{USER_MODULE_PREFIX}{path.stem}"
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
