@@ -25,7 +25,7 @@ def _logits(model, patched=None):
     prompt = random_prompt(1, 6, 256, seed=0, device="cpu")
     if patched is None:
         return Generator(model).teacher_forced_logits(prompt, prompt)
-    return Generator(patched.model, patched.decode_fn, patched.prefill_fn).teacher_forced_logits(prompt, prompt)
+    return Generator(patched.model).teacher_forced_logits(prompt, prompt)
 
 
 def _apply(w, **params):
@@ -164,7 +164,7 @@ def test_decode_kernels_with_float_weights_and_two_sequences(tinylm):
     patched.model.setup_caches(2, 16)
     try:
         ref = Generator(tinylm.model).teacher_forced_logits(prompt, prompt)
-        got = Generator(patched.model, patched.decode_fn, patched.prefill_fn).teacher_forced_logits(prompt, prompt)
+        got = Generator(patched.model).teacher_forced_logits(prompt, prompt)
     finally:
         spec = tinylm.decoder
         tinylm.model.setup_caches(spec.batch, spec.max_seq_len)

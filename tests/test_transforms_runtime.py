@@ -311,3 +311,39 @@ def test_compile_pdl_is_off_off_hopper_and_the_reason_is_named(toy, monkeypatch)
         assert t.notes(TransformContext(toy, CUDA), t.parse_params({})) == ["compile: Inductor's kernels launch with programmatic dependent launch"]
     monkeypatch.setattr(type(t), "notes", lambda self, ctx, params: ["compile: a note"])
     assert _apply(toy, "compile").notes == ["compile: a note"]
+
+
+# ---- a decoder's compiled step travels with its model ------------------------------------------
+
+
+def test_a_compiled_decode_step_travels_with_the_model_to_every_holder(tinylm, monkeypatch):
+    """compile leaves its decode step on the model it returns; the patch, the benchmark variant,
+    apply()'s answer and the harness's generator all run that step, with no second carrier."""
+    import agnitra
+    from agnitra.bench.variants.recipe import RecipeVariant
+    from agnitra.models.generate import Generator, decode_one_token, random_prompt
+
+    steps: list[int] = []
+
+    def fake_compile(fn, **_options):
+        def counted(*args, **kwargs):
+            steps.append(1)
+            return fn(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr("agnitra.transforms.compile.shutil.which", lambda name: "/usr/bin/" + name)
+    prompt = random_prompt(1, 4, tinylm.model.config.vocab_size, seed=0, device="cpu")
+    eager = Generator(tinylm.model).generate(prompt, 5).tokens
+    assert Generator(tinylm.model).decode_fn is decode_one_token and not steps
+
+    holders = {
+        "patch": _apply(tinylm, "compile").model,
+        "variant": RecipeVariant(Recipe.of("compile")).prepare(tinylm, CPU).model,
+        "apply": agnitra.apply(tinylm, "compile"),
+    }
+    for holder, model in holders.items():
+        steps.clear()
+        tokens = model.generate(prompt, 5) if holder == "apply" else Generator(model).generate(prompt, 5).tokens
+        assert len(steps) == 4, holder  # prefill, then 4 compiled decode steps
+        assert torch.equal(tokens, eager), holder

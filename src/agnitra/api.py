@@ -311,7 +311,7 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         peers=list(search.peers) if search.peers is not None else default_peers(workload, dev),
         setup=setup, progress=progress,
     )
-    optimized = OptimizedModel(result.model, result.recipe, workload, result.report, result.decode_fn, result.prefill_fn)
+    optimized = OptimizedModel(result.model, result.recipe, workload, result.report)
     if folder is not None:
         write_reports(result.report, folder.path)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
         optimized.save(folder.path)  # + what load() needs to rebuild the model

@@ -15,14 +15,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 from agnitra._version import __version__
 from agnitra.errors import UserError
-from agnitra.models.generate import Generator, decode_one_token, prefill
+from agnitra.models.generate import Generator
 from agnitra.transforms.recipe import RECIPE_VERSION, Recipe
 from agnitra.workloads.base import DecoderSpec, Workload
 
@@ -30,13 +30,11 @@ META = "agnitra.json"
 
 
 class OptimizedModel(nn.Module):
-    def __init__(self, model: nn.Module, recipe: Recipe, workload: Workload, report: Any = None, decode_fn: Callable = decode_one_token, prefill_fn: Callable = prefill) -> None:
+    def __init__(self, model: nn.Module, recipe: Recipe, workload: Workload, report: Any = None) -> None:
         super().__init__()
-        self.model = model
+        self.model = model  # a decoder's carries its own step functions (models.generate.step_functions)
         self.recipe = recipe
         self.report = report
-        self.decode_fn = decode_fn
-        self.prefill_fn = prefill_fn
         self._meta = _workload_meta(workload)
 
     def forward(self, *args, **kwargs):
@@ -47,7 +45,7 @@ class OptimizedModel(nn.Module):
         """Decoders: prompt [B, T] -> [B, T + max_new_tokens] through the optimized decode step."""
         if self._meta.get("decoder") is None:
             raise UserError("generate() is for decoder workloads; call the model instead")
-        return Generator(self.model, self.decode_fn, self.prefill_fn, temperature, top_k).generate(prompt, max_new_tokens).tokens
+        return Generator(self.model, temperature, top_k).generate(prompt, max_new_tokens).tokens
 
     def save(self, directory: str | Path) -> Path:
         directory = Path(directory)
@@ -98,7 +96,7 @@ def load(directory: str | Path, model: nn.Module | str | Workload, example_input
             workload.decoder = DecoderSpec(**meta["decoder"])
     _check_workload_of_run(directory, meta, workload)
     patched = apply_recipe(recipe, TransformContext(workload, dev))
-    return OptimizedModel(patched.model, recipe, workload, None, patched.decode_fn, patched.prefill_fn)
+    return OptimizedModel(patched.model, recipe, workload)
 
 
 def apply(model: nn.Module | str | Workload, recipe: Recipe | str, example_inputs: tuple | None = None, device: str | torch.device | None = None, **load_options) -> OptimizedModel:
@@ -116,7 +114,7 @@ def apply(model: nn.Module | str | Workload, recipe: Recipe | str, example_input
     else:
         workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     patched = apply_recipe(recipe, TransformContext(workload, dev))
-    return OptimizedModel(patched.model, recipe, workload, None, patched.decode_fn, patched.prefill_fn)
+    return OptimizedModel(patched.model, recipe, workload)
 
 
 def _run_meta(directory: Path) -> dict:

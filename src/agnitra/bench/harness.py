@@ -166,7 +166,7 @@ class Harness:
                 if self.decoder:
                     p = run.prepared
                     model = p.model if p.model is not None else self.workload.model
-                    run.generator = Generator(model, p.decode_fn, p.prefill_fn, self.config.temperature, self.config.top_k)
+                    run.generator = Generator(model, self.config.temperature, self.config.top_k)
                 self._warm_up(run)
             except NotApplicable as exc:
                 run.result.status, run.result.reason = "skipped", str(exc)

@@ -56,20 +56,30 @@ class Generation:
 DecodeFn = Callable[..., tuple]
 
 
+def step_functions(model) -> tuple[DecodeFn, DecodeFn]:
+    """The decode and prefill steps a model runs with. The model is their one carrier: a runtime
+    transform that compiles or captures a step leaves it on the model it returns
+    (`agnitra_decode_fn`, `agnitra_prefill_fn`; wrappers pass the attributes through), and whoever
+    holds the model (a patch, a benchmark variant, optimize's answer) generates with them."""
+    return getattr(model, "agnitra_decode_fn", decode_one_token), getattr(model, "agnitra_prefill_fn", prefill)
+
+
 class Generator:
     """Drives prefill and decode steps over a model with a static KV cache."""
 
     def __init__(
         self,
         model,
-        decode_fn: DecodeFn = decode_one_token,
-        prefill_fn: DecodeFn = prefill,
         temperature: float = 0.0,
         top_k: int | None = None,
+        decode_fn: DecodeFn | None = None,
+        prefill_fn: DecodeFn | None = None,
     ) -> None:
+        """The steps default to the model's own (`step_functions`); pass them to override."""
         self.model = model
-        self.decode_fn = decode_fn
-        self.prefill_fn = prefill_fn
+        own_decode, own_prefill = step_functions(model)
+        self.decode_fn = decode_fn or own_decode
+        self.prefill_fn = prefill_fn or own_prefill
         self.temperature = temperature
         self.top_k = top_k
 

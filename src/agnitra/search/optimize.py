@@ -24,7 +24,6 @@ from agnitra.bench.isolated import InProcess, Worker, WorkerCrashed, WorkerError
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import UserError, first_line
-from agnitra.models.generate import decode_one_token, prefill
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
 from agnitra.search.budget import Budget
 from agnitra.search.run_folder import RunFolder
@@ -53,9 +52,7 @@ SAFETY = 1.3
 class OptimizeResult:
     model: torch.nn.Module
     recipe: Recipe
-    report: OptimizeReport
-    decode_fn: Callable = decode_one_token
-    prefill_fn: Callable = prefill
+    report: OptimizeReport  # model: the answer (a decoder's carries its step functions)
 
 
 @dataclass
@@ -208,7 +205,7 @@ def run_optimize(
     progress("building the answer", 0.97)
     prepared = RecipeVariant(recipe, name=chosen.name).prepare(workload, device)  # as the worker built what it verified
     model = prepared.model if prepared.model is not None else prepared.call
-    return _finish(report, budget, OptimizeResult(model, recipe, report, prepared.decode_fn or decode_one_token, prepared.prefill_fn or prefill))
+    return _finish(report, budget, OptimizeResult(model, recipe, report))
 
 
 def _op_kinds(workload: Workload, notes: list[str]) -> frozenset[str] | None:

@@ -16,12 +16,11 @@ backends (ONNX Runtime) wrap the result.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from torch import nn
 
 from agnitra.errors import AgnitraError, UserError, first_line
-from agnitra.models.generate import decode_one_token, prefill
 from agnitra.transforms.base import TransformContext, get_transform
 from agnitra.transforms.recipe import Recipe
 from agnitra.workloads.model_copy import independent_copy
@@ -39,12 +38,11 @@ class PatchError(AgnitraError):
 
 @dataclass
 class Patched:
-    """A recipe applied: the drop-in module, plus the decode-step functions for decoders."""
+    """A recipe applied: the drop-in module (for decoders it also carries its step functions, see
+    `models.generate.step_functions`) and the notes its transforms left."""
 
     model: nn.Module
     recipe: Recipe
-    decode_fn: Callable = decode_one_token
-    prefill_fn: Callable = prefill
     notes: list[str] = field(default_factory=list)
 
 
@@ -91,8 +89,6 @@ def apply_recipe(recipe: Recipe, ctx: TransformContext) -> Patched:
             raise PatchError(step.label(), exc) from exc
     if not refreshed_caches:
         _fresh_caches(patched.model, ctx)
-    patched.decode_fn = getattr(patched.model, "agnitra_decode_fn", decode_one_token)
-    patched.prefill_fn = getattr(patched.model, "agnitra_prefill_fn", prefill)
     return patched
 
 

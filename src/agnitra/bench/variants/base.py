@@ -14,18 +14,16 @@ from typing import Any, Callable
 import torch
 
 from agnitra.errors import UserError
-from agnitra.models.generate import decode_one_token, prefill
 from agnitra.workloads.base import Workload, tensor_leaves
 
 
 @dataclass
 class Prepared:
-    """What the harness runs. Forward workloads use `call`; decoders use the two step functions."""
+    """What the harness runs. Forward workloads use `call`; decoders generate with `model` and the
+    step functions it carries (`models.generate.step_functions`)."""
 
     call: Callable[..., Any] | None = None  # call(*inputs) -> outputs
-    decode_fn: Callable[..., tuple] | None = None  # decode_one_token(model, tokens, input_pos, temperature, top_k)
-    prefill_fn: Callable[..., tuple] | None = None
-    model: Any = None  # decoders: the model the steps run on (None: the workload's own)
+    model: Any = None  # decoders: the model generation runs on (None: the workload's own)
     outputs: Callable[[Any], list[torch.Tensor]] = tensor_leaves  # outputs -> comparable tensors
     notes: str = ""
     # set when the variant computes in another precision than the workload (e.g. "int8"): the
@@ -59,6 +57,3 @@ def get_variant(name: str) -> Variant:
         raise UserError(f"unknown variant '{name}'; available: {', '.join(VARIANTS)}")
     return VARIANTS[name]
 
-
-def eager_steps() -> Prepared:
-    return Prepared(decode_fn=decode_one_token, prefill_fn=prefill)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agnitra.bench.variants.base import Prepared, Variant, eager_steps, register_variant
+from agnitra.bench.variants.base import Prepared, Variant, register_variant
 from agnitra.workloads.base import Workload
 
 
@@ -14,7 +14,7 @@ class Eager(Variant):
 
     def prepare(self, workload: Workload, device: torch.device) -> Prepared:
         if workload.decoder is not None:
-            return eager_steps()
+            return Prepared(model=workload.model)
         return Prepared(call=workload.model)
 
 

@@ -24,7 +24,7 @@ class RecipeVariant(Variant):
         patched = apply_recipe(self.recipe, TransformContext(workload, device, calibration))
         arithmetic = _arithmetic(self.recipe)
         if workload.decoder is not None:
-            return Prepared(decode_fn=patched.decode_fn, prefill_fn=patched.prefill_fn, model=patched.model, arithmetic=arithmetic, notes="; ".join(patched.notes))
+            return Prepared(model=patched.model, arithmetic=arithmetic, notes="; ".join(patched.notes))
         return Prepared(call=patched.model, model=patched.model, arithmetic=arithmetic, notes="; ".join(patched.notes))
 
 
