@@ -26,7 +26,8 @@ import sys
 from pathlib import Path
 
 from agnitra.kernels import pdl
-from agnitra.kernels import quant_matmul as qm
+from agnitra.kernels._triton import jit_kernel
+from agnitra.kernels.quant import int4_rows, int4_tc, int8, tiled
 
 _ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/")
 _BRANCH = re.compile(r"BRA `?\(?\.?(L_x_\d+)")
@@ -40,7 +41,7 @@ def _tool(name: str) -> str:
 
 def compile_kernel(fn, types: dict[str, str], constants: dict, num_warps: int, maxnreg: int | None = None, num_stages: int = 1,
                    divisible: tuple[str, ...] = ()):
-    """`fn` (a quant_matmul kernel) compiled for sm_90: pointers and the `divisible` integers declared
+    """`fn` (a kernel of agnitra.kernels.quant) compiled for sm_90: pointers and the `divisible` integers declared
     multiples of 16 (as the launcher specialises them); `types` names every runtime argument's type."""
     import inspect
 
@@ -53,7 +54,7 @@ def compile_kernel(fn, types: dict[str, str], constants: dict, num_warps: int, m
     names = list(parameters)
     signature = {name: "constexpr" if name in constants else types[name] for name in names}
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if signature[n].startswith("*") or n in divisible}
-    source = ASTSource(fn=qm._jit(fn), signature=signature, constexprs=constants, attrs=aligned)
+    source = ASTSource(fn=jit_kernel(fn), signature=signature, constexprs=constants, attrs=aligned)
     options = {"num_warps": num_warps, "num_stages": num_stages, **({"maxnreg": maxnreg} if maxnreg else {})}
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
@@ -147,13 +148,13 @@ def _tc_call(args) -> tuple:
     half = {"bf16": "*bf16", "fp16": "*fp16"}[args.dtype]
     types = {"x_ptr": "*i32", "w_ptr": "*i32", "sz_ptr": "*i32", "b_ptr": half, "y_ptr": half, "p_ptr": "*fp32", "c_ptr": "*i32",
              "M": "i32", "stride_xm": "i32", "stride_ym": "i32"}
-    consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, **qm.tc_constants(args.dtype),
+    consts = {"N": args.n, "K": args.k, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": True, **int4_tc.tc_constants(args.dtype),
               "TILES": args.block_n // 16, "WARPS": args.warps, "CHUNKS": args.block_k // 64, "PREFETCH": bool(args.prefetch), "SPLIT_K": args.split_k, "STAGES": args.stages,
-              **({"X_NOW": True} if args.prefetch == 3 else {}), "FLIP": qm.tc_flip() if args.flip is None else args.flip == "on",
+              **({"X_NOW": True} if args.prefetch == 3 else {}), "FLIP": int4_tc.tc_flip() if args.flip is None else args.flip == "on",
               **({"WARP_K": True, "CHUNKS": args.block_k // (64 * args.warps)} if args.warp_k else {})}  # WARP_K: --block-k is the program's step
     if args.as_launched:  # as a tuned one-warp winner runs at llama shapes: no bias, next kernel let in at the wait, waiting fix-up
         consts.update(HAS_BIAS=False, PDL=pdl.PDL_TRIGGERS["wait"], FIXUP_WAIT=args.split_k > 1)
-    return qm._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
+    return int4_tc._int4_gemv_tc_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
 def _int8_call(args) -> tuple:
@@ -162,9 +163,9 @@ def _int8_call(args) -> tuple:
     types = {"x_ptr": act, "w_ptr": "*i8", "s_ptr": act, "b_ptr": act, "y_ptr": act, "p_ptr": "*fp32", "c_ptr": "*i32"}
     consts = {"M": 1, "stride_xk": 1, "stride_wk": 1, "stride_yn": 1, "HAS_BIAS": False, "EVEN_K": args.k % args.block_k == 0, "BLOCK_M": 1,
               "BLOCK_N": args.block_n, "BLOCK_K": args.block_k, "SPLIT_K": args.split_k, "STAGES": args.stages,
-              "CVT_ASM": "" if args.no_prmt else qm.INT8_TO_F32_ASM}
+              "CVT_ASM": "" if args.no_prmt else int8.INT8_TO_F32_ASM}
     shape = {"N": args.n, "K": args.k, "stride_xm": args.k, "stride_wn": args.k, "stride_ym": args.n}
-    return qm._int8_gemv_kernel, types, {**consts, **shape}, args.block_n * args.block_k // (32 * args.warps)
+    return int8._int8_gemv_kernel, types, {**consts, **shape}, args.block_n * args.block_k // (32 * args.warps)
 
 
 def _tiled_call(args) -> tuple:
@@ -174,7 +175,7 @@ def _tiled_call(args) -> tuple:
              "stride_xm": "i32", "stride_wn": "i32", "stride_sn": "i32", "stride_zn": "i32", "stride_ym": "i32"}
     consts = {"stride_xk": 1, "stride_wk": 1, "stride_sg": 1, "stride_zg": 1, "stride_yn": 1, "GROUP_SIZE": args.group, "HAS_BIAS": False,
               "DOT_PRECISION": "ieee", "BLOCK_M": args.block_m, "BLOCK_N": args.block_n, "BLOCK_K": args.block_k, "GROUP_M": 8, "TC_WORDS": True}
-    return qm._int4_tiled_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
+    return tiled._int4_tiled_kernel, types, consts, args.block_n * args.block_k // (32 * args.warps)
 
 
 def _kernel_call(args) -> tuple:
@@ -196,8 +197,8 @@ def _kernel_call(args) -> tuple:
         common = {key: value for key, value in common.items() if key not in ("K", "stride_sn", "stride_zn")}  # compiled in
         consts = {**consts, "K": args.k, "stride_sn": args.k // args.group, "stride_zn": args.k // args.group}
         rows = {"STRIDE_W": args.k // 8, "PRECISE": args.dtype == "fp32", "VEC": args.vec, "PREFETCH": args.prefetch, "STAGES": args.stages}
-        return qm._int4_gemv_rows_kernel, common, {**consts, **rows}, codes
-    return qm._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch, "STAGES": args.stages}, codes
+        return int4_rows._int4_gemv_rows_kernel, common, {**consts, **rows}, codes
+    return int4_rows._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch, "STAGES": args.stages}, codes
 
 
 def main() -> int:
