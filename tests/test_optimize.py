@@ -224,3 +224,28 @@ def test_options_come_grouped_or_one_by_one_not_both(tmp_path):
         agnitra.optimize(_mlp(), device="cpu", search=agnitra.SearchSettings(), budget="60s")
     with pytest.raises(UserError, match="tolerances must be a Tolerances, not dict"):
         agnitra.optimize(_mlp(), device="cpu", tolerances={"max_error": 0.1})
+
+
+def test_a_peer_that_runs_out_of_time_leaves_the_others_compared():
+    """Each peer is measured in its own run: one slow compile (max-autotune on a cold cache) is
+    left out with its reason and the peers that finished are still compared in the final run."""
+    from agnitra.bench.isolated import WorkerTimeout
+    from agnitra.results import VariantResult
+    from agnitra.search.budget import Budget
+    from agnitra.search.optimize import MeasuredRuns, _probe_peers
+
+    class Runner:
+        def __init__(self):
+            self.limits = []
+
+        def call(self, fn, device_report, config, peers, timeout):
+            self.limits.append(timeout)
+            if peers == ["compile-max-autotune"]:
+                raise WorkerTimeout(f"ran past its time limit of {timeout:.0f} s (the call); stopped")
+            return [VariantResult(peers[0], "ok", setup_s=0.5)]
+
+    runner = Runner()
+    measured, note = _probe_peers(runner, None, None, Budget(100.0), ["compile-reduce-overhead", "compile-max-autotune", "compile"], MeasuredRuns(2.0, []))
+    assert [v.name for v in measured.peers] == ["compile-reduce-overhead", "compile"]
+    assert measured.peer_runs == 2 and "compile-max-autotune (measuring it ran past its time limit" in note
+    assert len(runner.limits) == 3 and all(0 < limit <= 40.0 for limit in runner.limits)  # within the peers' share, 0.4 of 100 s

@@ -157,12 +157,10 @@ def run_optimize(
         probe = _probe(runner, device_report, config, budget)
         probe_s = budget.elapsed() - probe_started
         progress("measuring the peers", 0.05)
-        peers_started = budget.elapsed()
-        peer_runs, peer_note = _probe_peers(runner, device_report, config, budget, peers)
-        peers_s = budget.elapsed() - peers_started
-        peers = [v.name for v in peer_runs if v.status == "ok"]
+        measured, peer_note = _probe_peers(runner, device_report, config, budget, peers, MeasuredRuns(probe_s, probe.variants))
+        peers = [v.name for v in measured.peers if v.status == "ok"]
         notes += [peer_note] if peer_note else []
-        reserve = FinalReserve(MeasuredRuns(probe_s, probe.variants, peers_s, peer_runs), budget, device.type == "cuda", restart_s=runner.start_s)
+        reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s)
         outcome = search(get_strategy(strategy)(space), runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
         notes += outcome.notes
         results = outcome.results
@@ -249,35 +247,49 @@ def measure_peers(workload: Workload, device: torch.device, device_report: Devic
     return screening_run(workload, device, device_report, config, peers, progress).variants[1:]
 
 
-def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget, peers: list[str]) -> tuple[list[VariantResult], str]:
-    """Peers measured first, within PEER_SHARE of what is left; a peer that fails here is left
-    out of the final run, and if they cannot finish in time, none is compared (said)."""
-    if not peers:
-        return [], ""
-    limit = PEER_SHARE * budget.remaining()
-    try:
-        runs = runner.call(measure_peers, device_report, config, peers, timeout=limit)
-    except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
-        return [], f"peers ({', '.join(peers)}): not compared, measuring them {exc}; raise --budget to compare them"
-    failed = [f"{v.name} ({v.reason})" for v in runs if v.status != "ok"]
-    return runs, f"peers left out of the final run: {'; '.join(failed)}" if failed else ""
+def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget, peers: list[str], measured: MeasuredRuns) -> tuple[MeasuredRuns, str]:
+    """Peers measured first, each in its own run beside the baseline, in the order given, all
+    within PEER_SHARE of what is left: a peer that fails or runs out of that time is left out of
+    the final run with its reason (said), and the others are still compared. (One run for all of
+    them lost every peer to one slow compile: bert-base's max-autotune on a cold H100 cache.)"""
+    deadline = budget.elapsed() + PEER_SHARE * budget.remaining()
+    left_out: list[str] = []
+    for peer in peers:
+        started = budget.elapsed()
+        if deadline - started <= 0:
+            left_out.append(f"{peer} (not measured: the peers' share of the budget was spent; raise --budget to compare it)")
+            continue
+        try:
+            runs = runner.call(measure_peers, device_report, config, [peer], timeout=deadline - started)
+        except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
+            left_out.append(f"{peer} (measuring it {exc}; raise --budget to compare it)")
+            continue
+        measured.add_peer_run(budget.elapsed() - started, runs)
+        left_out += [f"{v.name} ({v.reason})" for v in runs if v.status != "ok"]
+    return measured, f"peers left out of the final run: {'; '.join(left_out)}" if left_out else ""
 
 
 @dataclass
 class MeasuredRuns:
-    """The two runs before the search, as the final run will repeat them: the baseline alone, and
-    the baseline with the peers; each one's wall time and variants."""
+    """The runs before the search, as the final run will repeat them: the baseline alone, and
+    each peer's run beside the baseline; their wall time and variants."""
 
     baseline_s: float
     baseline: list[VariantResult]
-    peers_s: float
-    peers: list[VariantResult]
+    peers_s: float = 0.0  # the peers' runs that finished, together
+    peers: list[VariantResult] = field(default_factory=list)
+    peer_runs: int = 0
+
+    def add_peer_run(self, seconds: float, peers: list[VariantResult]) -> None:
+        self.peers_s += seconds
+        self.peers += peers
+        self.peer_runs += 1
 
     def per_variant_s(self) -> float:
         """A variant's share of a run, setups aside: choosing held-out inputs, timing, checks."""
         if self.peers:
             rest = self.peers_s - sum(v.setup_s or 0.0 for v in self.peers)
-            return max(0.0, rest) / (1 + len(self.peers))
+            return max(0.0, rest) / (self.peer_runs + len(self.peers))  # each run timed the baseline too
         return max(0.0, self.baseline_s - sum(v.setup_s or 0.0 for v in self.baseline))
 
 
@@ -373,8 +385,17 @@ def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str]) ->
     line += _against_peers(bench, chosen, peers)
     line += f"; {c.metric}{value} within tolerance"
     if chosen.name in peers:
-        line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer)"
+        line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer{_best_own(bench, chosen, peers)})"
     return line
+
+
+def _best_own(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
+    """When a peer won: how close the best of the recipes the search found came to it."""
+    own = [v for v in bench.variants[1:] if v.name not in peers and v.status == "ok" and v.latency_ms and v.correctness is not None and v.correctness.passed]
+    if not own:
+        return "; none of the recipes the search found finished with correct outputs"
+    best = min(own, key=lambda v: v.latency_ms.median)
+    return f"; the best recipe the search found, {best.name}, ran at {best.latency_ms.median:.3f} ms ({chosen.latency_ms.median / best.latency_ms.median:.2f}x its speed)"
 
 
 def _against_peers(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
@@ -383,6 +404,8 @@ def _against_peers(bench: BenchReport, chosen: VariantResult, peers: list[str]) 
     faster_but_wrong = [v for v in ran if v not in measured and v.latency_ms.median < chosen.latency_ms.median]
     wrong = "".join(f"; {v.name} was faster ({v.latency_ms.median:.3f} ms) but failed verification" for v in faster_but_wrong)
     if not measured:
+        if chosen.name in peers:  # a peer is the answer
+            return (", no other peer finished with correct outputs" if len(peers) > 1 else "") + wrong
         return (", no peer measured" if not peers else ", no peer finished with correct outputs") + wrong
     best = min(measured, key=lambda v: v.latency_ms.median)
     ratio = best.latency_ms.median / chosen.latency_ms.median
