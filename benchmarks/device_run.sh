@@ -8,7 +8,8 @@
 #   bash benchmarks/device_run.sh kernels                      # kernel GPU tests, tune-matmul, kernels.py at llama-1b/8b shapes
 #   bash benchmarks/device_run.sh gemv SHAPES [TAG]            # the GEMV rows of record: kernels.py --only gemv, tuned exhaustively
 #   bash benchmarks/device_run.sh floor read|overlap|held|heldgemv|tail   # read floors of the decode GEMVs' weight bytes
-#   bash benchmarks/device_run.sh optimize [CASES]             # optimize.py --preset h100 (default case llama-1b-decode-short)
+#   bash benchmarks/device_run.sh optimize [CASES]             # optimize.py --preset h100 (default case llama-1b-decode-short; OPTIMIZE_FILE, OPTIMIZE_LIMIT)
+#   bash benchmarks/device_run.sh gputests                     # the kernels' GPU tests alone
 #   bash benchmarks/device_run.sh trust|trust1b                # the trust tests (TRUST_TESTS=expr), then optimize within budget
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
@@ -24,8 +25,9 @@ save_cache() { mkdir -p "$OUT/devcache"; for d in tuning ceilings; do mkdir -p "
 trap save_cache EXIT
 # peers.py and optimize.py merge each case into today's result file of the device (committed ones included)
 peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2"; cp benchmarks/results/peers-*-"$(date +%F)".json "$OUT/"; }
-optimize() {
-  timeout "$1" python3 benchmarks/optimize.py --preset h100 --cases "$2"; cp benchmarks/results/optimize-*-"$(date +%F)".json "$OUT/"
+optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurement kept apart)
+  timeout "$1" python3 benchmarks/optimize.py --preset h100 --cases "$2" ${OPTIMIZE_FILE:+--out-file "$OPTIMIZE_FILE"}
+  cp ${OPTIMIZE_FILE:-benchmarks/results/optimize-*-"$(date +%F)".json} "$OUT/"
   for c in ${2//,/ }; do cp "runs/optimize-$c/candidates.jsonl" "runs/optimize-$c/agnitra.log" "$OUT/" 2>/dev/null; done  # the last case's
 }
 {
@@ -61,7 +63,10 @@ optimize() {
           ;;
       esac
       ;;
-    optimize) optimize 560 "${2:-llama-1b-decode-short}" ;;
+    optimize) optimize "${OPTIMIZE_LIMIT:-560}" "${2:-llama-1b-decode-short}" ;;
+    gputests)  # the kernels' GPU tests alone
+      AGNITRA_GPU_TESTS=1 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 160 tests/test_kernels_*.py > "$OUT/pytest-kernels.txt" 2>&1; tail -15 "$OUT/pytest-kernels.txt"
+      ;;
     trust|trust1b)  # the trust tests (worker, budgets, verification, cuda-graphs per shape), then optimize within its budget
       python3 -c "import scipy, typer, click, transformers, cloudpickle; print('scipy', scipy.__version__, 'typer', typer.__version__, 'click', click.__version__, 'transformers', transformers.__version__)"
       if [ -n "${TRUST_TESTS:-}" ]; then  # e.g. TRUST_TESTS="not onnxruntime_on_bert"
