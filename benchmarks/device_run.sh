@@ -4,13 +4,13 @@
 # what each phase writes. Every phase fits one 10-minute device command.
 #
 #   bash benchmarks/device_run.sh profile                      # device ceilings, profile of the llama-1b decode step
-#   bash benchmarks/device_run.sh llama1b|llama8b|bert|resnet|others   # peers.py cases (every built-in peer of a workload)
+#   bash benchmarks/device_run.sh peers CASES                  # peers.py --preset h100 (every built-in peer of a workload; PEERS_LIMIT)
 #   bash benchmarks/device_run.sh kernels                      # kernel GPU tests, tune-matmul, kernels.py at llama-1b/8b shapes
 #   bash benchmarks/device_run.sh gemv SHAPES [TAG]            # the GEMV rows of record: kernels.py --only gemv, tuned exhaustively
 #   bash benchmarks/device_run.sh floor read|overlap|held|heldgemv|tail   # read floors of the decode GEMVs' weight bytes
 #   bash benchmarks/device_run.sh optimize [CASES]             # optimize.py --preset h100 (default case llama-1b-decode-short; OPTIMIZE_FILE, OPTIMIZE_LIMIT)
 #   bash benchmarks/device_run.sh gputests                     # the kernels' GPU tests alone
-#   bash benchmarks/device_run.sh trust|trust1b                # the trust tests (TRUST_TESTS=expr), then optimize within budget
+#   bash benchmarks/device_run.sh trust [CASE]                 # the trust tests (TRUST_TESTS=expr), then optimize CASE (default bert-base-b1-short)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -38,11 +38,7 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       python3 -m agnitra.cli device --device cuda --json > "$OUT/device.json"
       timeout 150 python3 -m agnitra.cli profile zoo:llama-1b --device cuda --runs 30 --json > "$OUT/profile-llama-1b.json"
       ;;
-    llama1b) peers 570 llama-1b-decode ;;
-    llama8b) peers 260 llama-8b-decode ;;
-    bert) peers 300 bert-base-b1,bert-base-b32 ;;
-    resnet) peers 300 resnet50-b1,resnet50-b64 ;;
-    others) peers 280 mamba-b1,whisper-tiny-b1 ;;
+    peers) peers "${PEERS_LIMIT:-560}" "${2:?CASES, e.g. llama-1b-decode or bert-base-b1,bert-base-b32 (benchmarks/peers.py)}" ;;
     kernels)  # the kernels' GPU tests, tune-matmul at 4096^3, the kernel benchmark (tunes what the cache lacks)
       AGNITRA_GPU_TESTS=1 timeout 180 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 170 tests/test_kernels_*.py 2>&1 | tail -15
       timeout 90 python3 -m agnitra.cli tune-matmul --dim 4096 --runs 20 --dtype bf16 --device cuda
@@ -67,12 +63,12 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
     gputests)  # the kernels' GPU tests alone
       AGNITRA_GPU_TESTS=1 timeout 170 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 160 tests/test_kernels_*.py > "$OUT/pytest-kernels.txt" 2>&1; tail -15 "$OUT/pytest-kernels.txt"
       ;;
-    trust|trust1b)  # the trust tests (worker, budgets, verification, cuda-graphs per shape), then optimize within its budget
+    trust)  # the trust tests (worker, budgets, verification, cuda-graphs per shape), then optimize within its budget
       python3 -c "import scipy, typer, click, transformers, cloudpickle; print('scipy', scipy.__version__, 'typer', typer.__version__, 'click', click.__version__, 'transformers', transformers.__version__)"
       if [ -n "${TRUST_TESTS:-}" ]; then  # e.g. TRUST_TESTS="not onnxruntime_on_bert"
         AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 200 -k "$TRUST_TESTS" tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_run_safety.py tests/test_model_untouched.py > "$OUT/pytest-trust.txt" 2>&1; tail -25 "$OUT/pytest-trust.txt"
       fi
-      optimize "${TRUST_LIMIT:-330}" "${TRUST_CASE:-$([ "$1" = trust ] && echo bert-base-b1-short || echo llama-1b-decode-short)}"
+      optimize "${TRUST_LIMIT:-330}" "${2:-bert-base-b1-short}"
       ;;
     decode8b)  # llama-8b decode (random weights): bf16 compile vs the fused int8 decode kernels vs int8 through Inductor
       ro="compile(mode=reduce-overhead)"
