@@ -13,7 +13,7 @@ import torch
 from agnitra.workloads.base import TaskKind, Workload
 from agnitra.workloads.registry import BuildOptions, build_workload, get_entry, zoo_entries
 
-NAMES = ["tinylm", "llama-1b", "llama-8b", "bert-base", "minilm", "resnet50", "mamba", "whisper-tiny"]
+NAMES = ["tinylm", "tinylm-py", "llama-1b", "llama-8b", "bert-base", "minilm", "resnet50", "mamba", "whisper-tiny"]
 
 
 @lru_cache(maxsize=None)

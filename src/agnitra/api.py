@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Sequence
 
@@ -30,6 +31,17 @@ def describe_device(device: torch.device | str | None = None, settings: Settings
     signature = device_signature(device)
     ceilings = load_or_measure(device, signature, settings.cache_path, refresh=refresh)
     return DeviceReport(name=signature["name"], kind=device.type, signature={**signature, "id": signature_id(signature)}, ceilings=ceilings)
+
+
+def zoo_build(name: str, size: str = "small", device: torch.device | str | None = None, progress: Progress | None = None) -> tuple[Path, dict]:
+    """Train a zoo model that is built by training (`tinylm-py`) and cache it; returns the
+    checkpoint's path and its training record (held-out and unigram perplexity)."""
+    from agnitra.workloads.zoo.tinylm_py import NAME, build_trained
+
+    if name.removeprefix("zoo:") != NAME:
+        raise UserError(f"zoo build: only {NAME} is built by training; the other zoo models are built from their configs when used")
+    dev = device if isinstance(device, torch.device) else resolve_device(device or load_settings().device)
+    return build_trained(size, dev, progress)
 
 
 def zoo_entries():
@@ -207,6 +219,7 @@ def optimize(
     min_cosine: float | None = None,
     min_token_agreement: float | None = None,
     min_sqnr_db: float | None = None,
+    max_ppl_increase: float | str | None = None,
     check_positions: int | None = None,
     transforms: Sequence[str] | None = None,
     exclude_transforms: Sequence[str] | None = None,
@@ -222,7 +235,8 @@ def optimize(
     meet comes as `tolerances=Tolerances(...)`, how the search runs as `search=SearchSettings(...)`;
     their fields are also accepted one by one (`budget="3m"`, `min_cosine=0.99`), not both ways.
     """
-    flat_tolerances = dict(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db, check_positions=check_positions)
+    flat_tolerances = dict(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db,
+                           max_ppl_increase=max_ppl_increase, check_positions=check_positions)
     flat_search = dict(budget=budget, candidate_timeout=candidate_timeout, strategy=strategy, transforms=transforms, exclude_transforms=exclude_transforms, peers=peers)
     tolerances = _grouped("tolerances", tolerances, Tolerances, flat_tolerances)
     search = _grouped("search", search, SearchSettings, flat_search)
@@ -232,6 +246,7 @@ def optimize(
     arguments.fraction("--min-cosine", tolerances.min_cosine)
     arguments.fraction("--min-token-agreement", tolerances.min_token_agreement)
     arguments.finite("--min-sqnr", tolerances.min_sqnr_db)
+    tolerances = dataclasses.replace(tolerances, max_ppl_increase=arguments.relative_change("--max-ppl-increase", tolerances.max_ppl_increase))
     arguments.count("--check-positions", tolerances.check_positions)
     arguments.each_one_of("--peers", search.peers, _variant_names(), "variant")
     _check_load_options(device, load_options)

@@ -47,6 +47,21 @@ def fraction(flag: str, value: object) -> None:
         raise UserError(f"{flag} must be a number in (0, 1], e.g. 0.99; got {value!r}")
 
 
+def relative_change(flag: str, value: object) -> float | None:
+    """A relative change: "1%", "0.5 %" or a number such as 0.01 (= 1%), >= 0 (--max-ppl-increase).
+    Returns it as a fraction."""
+    if value is None:
+        return None
+    text = value.strip() if isinstance(value, str) else value
+    try:
+        number = float(text[:-1]) / 100 if isinstance(text, str) and text.endswith("%") else float(text)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not (0 <= number < math.inf):
+        raise UserError(f"{flag} must be a relative change >= 0 such as 1% or 0.01; got {value!r}")
+    return number
+
+
 def one_of(flag: str, value: object, choices: Iterable[str], what: str = "value") -> None:
     """One of the known names (--objective, --device, --dtype, --task, --size)."""
     known = list(choices)

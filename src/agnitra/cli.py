@@ -144,6 +144,23 @@ def zoo_list() -> None:
     _show(table)
 
 
+@zoo_app.command("build")
+def zoo_build(
+    name: str = typer.Argument(..., help="the zoo model to train: tinylm-py"),
+    size: str = typer.Option("small", "--size", help="small (~1.7M parameters, minutes on the CPU) or large (~75M, minutes on one GPU)"),
+    device: Optional[str] = DeviceOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train a zoo model on real text and cache it (the zoo uses it from then on)."""
+    with _working(None, not as_json) as progress:
+        path, record = _api().zoo_build(name, size=size, device=device, progress=progress)
+    if as_json:
+        _print_json(record)
+        return
+    out.print(f"{name} {size}: held-out perplexity {record['heldout_perplexity']:.3f} (a unigram model of the same bytes: "
+              f"{record['unigram_perplexity']:.3f}) after {record['steps']} steps, {record['train_s']:.0f} s on {record['device']}; wrote {path}")
+
+
 def _millions(n: int) -> str:
     return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
 
@@ -278,7 +295,8 @@ def optimize(
     min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="mean cosine similarity required (embeddings)"),
     min_token_agreement: Optional[float] = typer.Option(None, "--min-token-agreement", help="decoders: next-token agreement required (teacher-forced)"),
     min_sqnr: Optional[float] = typer.Option(None, "--min-sqnr", help="decoders: logit SQNR in dB required against the original (default 20)"),
-    check_positions: Optional[int] = typer.Option(None, "--check-positions", help="decoders: teacher-forced positions verified (default: --tokens), in windows of --tokens"),
+    max_ppl_increase: Optional[str] = typer.Option(None, "--max-ppl-increase", help="decoders with held-out text (tinylm-py): held-out perplexity rise allowed, e.g. 1% (the default) or 0.5%"),
+    check_positions: Optional[int] = typer.Option(None, "--check-positions", help="decoders: teacher-forced positions verified (default: --tokens; 1024 on held-out text), in windows of --tokens"),
     transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: search only these transforms"),
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
@@ -301,7 +319,7 @@ def optimize(
     with _working(out_dir, not as_json) as progress:
         optimized = _api().optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
-            objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, check_positions=check_positions,
+            objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
             candidate_timeout=candidate_timeout,
             peers=_names(peers), out=out_dir, resume=resume, progress=progress, **_pickle(allow_pickle),

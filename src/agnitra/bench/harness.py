@@ -39,6 +39,9 @@ from agnitra.telemetry.roofline import compulsory_bytes, roofline
 from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import StepClock, summarize, time_calls
 from agnitra.verify import Tolerances, check_reference, compare, compare_sets, renest
+from agnitra.verify.perplexity import judge_perplexity, perplexity
+
+TEXT_CHECK_POSITIONS = 1024  # held-out text positions a decoder's perplexity is judged on by default
 from agnitra.workloads.base import Workload, tensor_leaves
 
 Progress = Callable[[str, float], None]  # (message, fraction done)
@@ -120,7 +123,8 @@ class Harness:
         self.input_sets: list[tuple] = [workload.example_inputs]
         self.machine = MachineWatch(device, self.config.load_probe_s, self.config.size_threads)
         self.reference_problem: str | None = None  # NaN/Inf in the reference's own output
-        self.prompt = random_prompt(self.decoder.batch, self.decoder.prompt_len, self.decoder.vocab_size, 0, device) if self.decoder else None
+        self.noise_floor: dict[str, Any] | None = None  # random-weight decoders: float32 vs the run's precision
+        self.prompt = self._prompt(0) if self.decoder else None
 
     # ---- stages -------------------------------------------------------------------------
 
@@ -295,12 +299,33 @@ class Harness:
         self.reference_problem = check_reference(reference)
         if self.reference_problem:
             self.notes.append(self.reference_problem)
+        elif self.decoder and self.workload.weights == "random":
+            self._measure_noise_floor(reference[0])
         shape_reference = self._shape_reference(reference_run)
         for run in self.runs:
             if run is reference_run:
                 run.result.correctness = self._reference_correctness()
+                if self._metric() == "perplexity" and not self.reference_problem:
+                    run.result.correctness.details["perplexity"] = perplexity(reference[0], self._check_targets())
             elif run.name in outputs:
                 run.result.correctness = self._verify(run, reference_run.name, reference, outputs[run.name], shape_reference)
+
+    def _measure_noise_floor(self, reference_logits: torch.Tensor) -> None:
+        """Random weights: what float32 against the run's precision does on the same positions."""
+        from agnitra.bench.noise_floor import noise_floor
+
+        self.progress("noise floor of the random weights", 0.92)
+        try:
+            self.noise_floor = noise_floor(self.workload, reference_logits, self._check_windows(), self.device)
+        except Exception as exc:  # noqa: BLE001 - a floor we cannot measure is said, not fatal
+            self.noise_floor = {"measured": False, "reason": _describe(exc)}
+            _free_cuda(self.device)
+        floor = self.noise_floor
+        if floor.get("measured"):
+            self.notes.append(f"random weights: the noise floor on these positions ({floor['comparison']}) is logit SQNR {floor['sqnr_db']:.1f} dB, "
+                              f"next-token agreement {floor['token_agreement']:.3f}; judge each candidate's figures against it")
+        else:
+            self.notes.append(f"random weights: noise floor not measured ({floor['reason']})")
 
     def _reference_correctness(self) -> Correctness:
         details: dict[str, Any] = {"role": "reference", "shape_check": self.plan.shape.details()}
@@ -314,7 +339,10 @@ class Harness:
             result = Correctness(self._metric(), None, False, None, {"error": self.reference_problem})
         else:
             pairs = [(ref, self._as_reference_structure(run, ref, out)) for ref, out in zip(reference, outputs)]
-            result = compare_sets(self._metric(), pairs, self.config.threshold, self.config.tolerances)
+            if self._metric() == "perplexity":
+                result = judge_perplexity(reference[0], outputs[0], self._check_targets(), self.config.tolerances)
+            else:
+                result = compare_sets(self._metric(), pairs, self.config.threshold, self.config.tolerances)
             if result.passed and shape_reference is not None:
                 self._verify_other_shape(run, shape_reference, result)
         result.details["reference"] = reference_name
@@ -363,7 +391,9 @@ class Harness:
         return renest(reference, output) if isinstance(run.prepared.call, OrtModule) else output
 
     def _metric(self) -> str:
-        return "logits" if self.decoder else self.workload.comparison
+        if self.decoder:
+            return "perplexity" if self.workload.text_windows else "logits"
+        return self.workload.comparison
 
     def _check_outputs(self, run: _Run) -> list[Any]:
         if self.decoder:
@@ -374,17 +404,33 @@ class Harness:
         """(prompt, teacher tokens) windows covering `check_positions` decode positions: the first
         with the timed prompt, the others with fresh prompts (seeded: every variant sees the same)."""
         spec = self.decoder
-        positions = self.config.tolerances.check_positions or spec.max_new_tokens
+        default = TEXT_CHECK_POSITIONS if self.workload.text_windows else spec.max_new_tokens
+        positions = self.config.tolerances.check_positions or default
+        count = -(-positions // spec.max_new_tokens)
+        if self.workload.text_windows:  # held-out text: its prompts, and its own continuations to teacher-force
+            return [tuple(t.to(self.device) for t in self.workload.text_windows(i)) for i in range(count)]
         windows = []
-        for i in range(-(-positions // spec.max_new_tokens)):
+        for i in range(count):
             prompt = self.prompt if i == 0 else random_prompt(spec.batch, spec.prompt_len, spec.vocab_size, 100 + i, self.device)
             windows.append((prompt, random_prompt(spec.batch, spec.max_new_tokens, spec.vocab_size, 1 + i, self.device)))
         return windows
 
+    def _prompt(self, index: int) -> torch.Tensor:
+        """The timed generation's prompt: held-out text where the workload has it, else seeded random tokens."""
+        if self.workload.text_windows:
+            return self.workload.text_windows(index)[0].to(self.device)
+        spec = self.decoder
+        return random_prompt(spec.batch, spec.prompt_len, spec.vocab_size, index, self.device)
+
+    def _check_targets(self) -> torch.Tensor:
+        """The next tokens the teacher-forced logits predict: the windows' continuations, on the CPU."""
+        return torch.cat([reference for _, reference in self._check_windows()], dim=1).to("cpu")
+
     def _check_description(self) -> str:
         n, length = len(self._check_windows()), self.decoder.max_new_tokens
         windows = f" ({n} prompts x {length})" if n > 1 else ""
-        return f"teacher-forced logits over {n * length} positions{windows} x batch {self.decoder.batch}"
+        text = "held-out text: perplexity and " if self.workload.text_windows else ""
+        return f"{text}teacher-forced logits over {n * length} positions{windows} x batch {self.decoder.batch}"
 
     # ---- roofline and operators -------------------------------------------------------------
 
@@ -471,6 +517,7 @@ class Harness:
             "params": w.param_count(),
             "dtype": str(w.dtype).replace("torch.", ""),
             "description": w.description,
+            "weights": w.weights,
             "signature": self._signature(),
         }
 
@@ -516,6 +563,8 @@ class Harness:
                 prefill="eager in every variant, timed apart",
                 correctness=self._check_description(),
             )
+            if self.noise_floor is not None:
+                cond["noise_floor"] = self.noise_floor
         else:
             cond.update(mode="forward", runs_unit="calls")
         return cond

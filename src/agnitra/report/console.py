@@ -103,7 +103,9 @@ def decode_summary(report: BenchReport) -> str | None:
 
 def _bench_title(report: BenchReport) -> str:
     name = str(report.workload.get("name", "workload"))
-    return f"{name} on {report.device.name}"
+    weights = report.workload.get("weights")
+    said = f" ({weights} weights)" if weights in ("trained", "random") else ""
+    return f"{name}{said} on {report.device.name}"
 
 
 def _bench_row(variant: VariantResult) -> list[str | Text]:

@@ -149,5 +149,7 @@ def format_correctness(metric: str, value: float | None, passed: bool) -> str:
     mark = "✓" if passed else "✗"
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return f"{metric} {mark}"
+    if metric == "perplexity":  # a relative rise over the original's held-out perplexity
+        return f"perplexity {value:+.2%} {mark}"
     shown = format_number(value, 3) if not isinstance(value, bool) else str(value)
     return f"{metric}={shown} {mark}"

@@ -379,7 +379,7 @@ def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str]) ->
     baseline = bench.variants[0]
     base_ms, ms = baseline.latency_ms.median, chosen.latency_ms.median
     c = chosen.correctness
-    value = f" {c.value:.6g}" if c.value is not None else ""
+    value = "" if c.value is None else f" {c.value:+.2%} (held-out)" if c.metric == "perplexity" else f" {c.value:.6g}"
     interval = f" ({chosen.speedup_interval[0]:.2f}-{chosen.speedup_interval[1]:.2f})" if chosen.speedup_interval else ""
     line = f"{chosen.name}: {base_ms / ms:.2f}x{interval} faster than the baseline ({base_ms:.3f} -> {ms:.3f} ms)"
     line += _against_peers(bench, chosen, peers)

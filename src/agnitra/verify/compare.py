@@ -50,12 +50,13 @@ class Tolerances:
     min_top1: float | None = None  # top-1 agreement (classifiers)
     min_sqnr_db: float | None = None  # logit SQNR (decoders)
     min_token_agreement: float | None = None  # next-token agreement (decoders); not required by default
+    max_ppl_increase: float | None = None  # decoders with held-out text: relative perplexity rise (0.01 = +1%)
     # decoders: teacher-forced positions compared, in windows of the generation length with a
     # fresh prompt each (the timed KV cache is never resized); None = one window
     check_positions: int | None = None
 
     def threshold(self, metric: str) -> float | None:
-        return {"rel_error": self.max_error, "cosine": self.min_cosine, "top1": self.min_top1, "logits": self.min_sqnr_db}.get(metric)
+        return {"rel_error": self.max_error, "cosine": self.min_cosine, "top1": self.min_top1, "logits": self.min_sqnr_db, "perplexity": self.max_ppl_increase}.get(metric)
 
 
 def register_comparator(name: str):

@@ -66,6 +66,12 @@ class Workload:
     # facts variants may use (e.g. the ONNX Runtime transformer optimizer's model type)
     hints: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # how it was loaded: zoo:name, path:factory, file.onnx, ...
+    # trained (real weights), random (built from a config with seeded random weights), or given
+    # (a user's model: Agnitra cannot tell); reports say it beside every quality figure
+    weights: str = "given"
+    # decoders with held-out text: window i -> (prompt [B, prompt_len], continuation [B, new
+    # tokens]); verification then teacher-forces real text and judges held-out perplexity
+    text_windows: Callable[[int], tuple] | None = None
 
     def __post_init__(self) -> None:
         self.task = TaskKind(self.task)

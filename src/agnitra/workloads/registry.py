@@ -10,7 +10,7 @@ import torch
 from agnitra.errors import UserError
 from agnitra.workloads.base import TaskKind, Workload
 
-SIZES = ("full", "tiny")
+SIZES = ("full", "tiny", "small", "large")  # small, large: tinylm-py's two trained sizes (full means small there)
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,3 @@
 """Built-in workloads; importing this package registers them all."""
 
-from agnitra.workloads.zoo import bert, llama, mamba, minilm, resnet, whisper  # noqa: F401
+from agnitra.workloads.zoo import bert, llama, mamba, minilm, resnet, tinylm_py, whisper  # noqa: F401

@@ -96,4 +96,5 @@ def _build(options: BuildOptions) -> Workload:
         description=f"BERT encoder {cfg.hidden_size}d x {cfg.num_hidden_layers}L, seq {seq_len}, SDPA attention",
         make_inputs=tokens,
         hints=bert_hints(cfg.num_attention_heads, cfg.hidden_size),
+        weights="random",
     )

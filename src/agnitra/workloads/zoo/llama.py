@@ -43,6 +43,7 @@ def _build(preset: str, options: BuildOptions) -> Workload:
         make_inputs=decode_inputs,
         decoder=spec,
         hints={"config": cfg.to_dict()},
+        weights="random",
     )
 
 

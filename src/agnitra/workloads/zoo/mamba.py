@@ -93,4 +93,5 @@ def _build(options: BuildOptions) -> Workload:
         ),
         make_inputs=tokens,
         hints={"seq_len": seq_len, "tokens_per_call": batch * seq_len},
+        weights="random",
     )

@@ -136,4 +136,5 @@ def _build(options: BuildOptions) -> Workload:
         make_inputs=batch_of_sentences,
         check_inputs=tokenize(tokenizer, texts, seq_len, options.device),
         hints=bert_hints(cfg.num_attention_heads, cfg.hidden_size),
+        weights="trained",
     )

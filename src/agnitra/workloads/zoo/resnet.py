@@ -46,4 +46,5 @@ def _build(options: BuildOptions) -> Workload:
         ),
         make_inputs=images,
         hints={"config": cfg.to_dict()},
+        weights="random",
     )

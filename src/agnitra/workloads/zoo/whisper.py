@@ -117,4 +117,5 @@ def _build(options: BuildOptions) -> Workload:
         ),
         make_inputs=audio_and_tokens,
         hints={"decoder_len": dec_len, "frames": frames},
+        weights="random",
     )

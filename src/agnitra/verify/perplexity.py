@@ -1,0 +1,44 @@
+"""Held-out perplexity: the quality a user of a trained language model cares about.
+
+Where a decoder comes with held-out text (`Workload.text_windows`), every variant is
+teacher-forced on the same real text and judged by how much its perplexity on that text rises
+over the original's (relative: +1% means 1.01x). Logit SQNR, KL and next-token agreement are
+kept beside it, and still required where the user asked for them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from agnitra.results import Correctness
+from agnitra.verify.compare import Tolerances, logit_stats
+
+DEFAULT_MAX_PPL_INCREASE = 0.01  # +1% held-out perplexity
+
+
+def perplexity(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """exp(mean cross-entropy) of logits [B, N, V] predicting targets [B, N]."""
+    return math.exp(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device)).item())
+
+
+def judge_perplexity(reference: torch.Tensor, candidate: torch.Tensor, targets: torch.Tensor, tolerances: Tolerances | None = None) -> Correctness:
+    """The candidate's logits [B, N, V] against the original's on text whose next tokens are `targets`."""
+    tolerances = tolerances or Tolerances()
+    threshold = DEFAULT_MAX_PPL_INCREASE if tolerances.max_ppl_increase is None else tolerances.max_ppl_increase
+    bad = int((~torch.isfinite(candidate)).sum())
+    if bad:
+        return Correctness("perplexity", None, False, threshold, {"error": f"logits: {bad} NaN/Inf values in the output"})
+    base, ppl = perplexity(reference, targets), perplexity(candidate, targets)
+    increase = ppl / base - 1.0
+    details = {"perplexity": ppl, "reference_perplexity": base, **logit_stats(reference, candidate)}
+    result = Correctness("perplexity", increase, increase <= threshold, threshold, details)
+    if not result.passed:
+        details["error"] = f"held-out perplexity {ppl:.4g} is {increase:+.2%} over the original's {base:.4g} (allowed {threshold:+.2%})"
+    for name, value, required in (("logit SQNR", details["sqnr_db"], tolerances.min_sqnr_db), ("next-token agreement", details["token_agreement"], tolerances.min_token_agreement)):
+        if result.passed and required is not None and value < required:
+            result.passed = False
+            details["error"] = f"{name} {value:.4g} < {required}"
+    return result
