@@ -11,6 +11,7 @@
 #   bash benchmarks/device_run.sh optimize [CASES]             # optimize.py --preset h100 (default case llama-1b-decode-short; OPTIMIZE_FILE, OPTIMIZE_LIMIT)
 #   bash benchmarks/device_run.sh gputests                     # the kernels' GPU tests alone
 #   bash benchmarks/device_run.sh trust [CASE]                 # the trust tests (TRUST_TESTS=expr), then optimize CASE (default bert-base-b1-short)
+#   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -69,6 +70,10 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 200 -k "$TRUST_TESTS" tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_run_safety.py tests/test_model_untouched.py > "$OUT/pytest-trust.txt" 2>&1; tail -25 "$OUT/pytest-trust.txt"
       fi
       optimize "${TRUST_LIMIT:-330}" "${2:-bert-base-b1-short}"
+      ;;
+    trained)  # tinylm-py large trained on the GPU (cached under the run's cache dir), then its recipes against compile
+      timeout 570 python3 benchmarks/trained.py --size large --device cuda --train
+      cp benchmarks/results/trained-tinylm-py-large-*.json /tmp/agnitra-cache/zoo/tinylm-py-large.json "$OUT/" 2>/dev/null
       ;;
     decode8b)  # llama-8b decode (random weights): bf16 compile vs the fused int8 decode kernels vs int8 through Inductor
       ro="compile(mode=reduce-overhead)"

@@ -35,6 +35,8 @@ PRESETS: dict[str, list[Case]] = {
     "cpu": [
         Case("minilm-b1", "zoo:minilm", dict(batch=1, seq_len=128, budget="6m", min_cosine=0.99)),
         Case("tinylm-decode", "zoo:tinylm", dict(batch=1, seq_len=32, tokens=64, budget="4m")),
+        # trained weights: candidates judged by held-out perplexity (+1% allowed by default)
+        Case("tinylm-py-decode", "zoo:tinylm-py", dict(batch=1, budget="3m")),
     ],
     "h100": [
         Case("llama-1b-decode", "zoo:llama-1b", dict(batch=1, seq_len=32, tokens=128, dtype="bf16", budget="9m")),
