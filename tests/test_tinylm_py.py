@@ -118,3 +118,8 @@ def test_random_weights_are_said_with_their_noise_floor():
     assert fp32.conditions["noise_floor"] == {"measured": False, "reason": "the model already runs in float32"}
     trained = api.benchmark("zoo:tinylm-py", variants=["eager"], device="cpu", runs=1, warmup=0, op_breakdown=False)
     assert trained.workload["weights"] == "trained" and "noise_floor" not in trained.conditions
+
+
+def test_profile_and_inspect_reports_say_the_weights():
+    assert api.profile("zoo:tinylm-py", device="cpu", runs=2, warmup=1).workload["weights"] == "trained"
+    assert api.inspect("zoo:tinylm", device="cpu", size="tiny", runs=2, warmup=1, timed=False).workload["weights"] == "random"

@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -219,3 +221,10 @@ def test_a_busy_machine_is_said_and_threads_sized_to_the_free_cores(device_repor
     assert any(n.startswith("the machine was busy: other processes used") for n in report.notes)
     assert set(machine["round_cv"]) == {"eager", "copy"}
     assert 1 <= report.conditions["threads"] <= threads and torch.get_num_threads() == threads  # restored
+
+
+def test_one_timed_sample_each_is_said_not_judged():
+    """--runs 1 gives one sample a variant: nothing to resample, so no win is claimed (and no crash)."""
+    verdict = faster_beyond_noise([[10.0]], [[5.0]])
+    assert not verdict.faster and verdict.speedup == 2.0 and math.isnan(verdict.low)
+    assert "one timed sample each: not judged against the noise" in verdict.reason

@@ -143,7 +143,7 @@ def inspect(model, example_inputs=None, *, device=None, runs: int = 10, warmup: 
         t = ir.timing
         timing = {"total_us": t["step_us"], "attributed_share": t["attributed_share"], "measured_ms": t["measured_ms"], "resource": t["resource"], "device_busy_ms": t["device_busy_ms"]}
     return InspectReport(
-        workload={"name": workload.name, "source": workload.source, "task": workload.task.value, "params": workload.param_count(), "dtype": str(workload.dtype).replace("torch.", ""), "unit": "one decode step (model forward)" if workload.decoder else "one forward call"},
+        workload={"name": workload.name, "source": workload.source, "task": workload.task.value, "weights": workload.weights, "params": workload.param_count(), "dtype": str(workload.dtype).replace("torch.", ""), "unit": "one decode step (model forward)" if workload.decoder else "one forward call"},
         device=device_report,
         ir=ir,
         hotspots=module_hotspots(ir, device_report.ceilings, workload.dtype),
@@ -220,6 +220,7 @@ def optimize(
     min_token_agreement: float | None = None,
     min_sqnr_db: float | None = None,
     max_ppl_increase: float | str | None = None,
+    min_retrieval: float | None = None,
     check_positions: int | None = None,
     transforms: Sequence[str] | None = None,
     exclude_transforms: Sequence[str] | None = None,
@@ -236,7 +237,7 @@ def optimize(
     their fields are also accepted one by one (`budget="3m"`, `min_cosine=0.99`), not both ways.
     """
     flat_tolerances = dict(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db,
-                           max_ppl_increase=max_ppl_increase, check_positions=check_positions)
+                           max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions)
     flat_search = dict(budget=budget, candidate_timeout=candidate_timeout, strategy=strategy, transforms=transforms, exclude_transforms=exclude_transforms, peers=peers)
     tolerances = _grouped("tolerances", tolerances, Tolerances, flat_tolerances)
     search = _grouped("search", search, SearchSettings, flat_search)
@@ -246,6 +247,7 @@ def optimize(
     arguments.fraction("--min-cosine", tolerances.min_cosine)
     arguments.fraction("--min-token-agreement", tolerances.min_token_agreement)
     arguments.finite("--min-sqnr", tolerances.min_sqnr_db)
+    arguments.fraction("--min-retrieval", tolerances.min_retrieval)
     tolerances = dataclasses.replace(tolerances, max_ppl_increase=arguments.relative_change("--max-ppl-increase", tolerances.max_ppl_increase))
     arguments.count("--check-positions", tolerances.check_positions)
     arguments.each_one_of("--peers", search.peers, _variant_names(), "variant")

@@ -296,6 +296,7 @@ def optimize(
     min_token_agreement: Optional[float] = typer.Option(None, "--min-token-agreement", help="decoders: next-token agreement required (teacher-forced)"),
     min_sqnr: Optional[float] = typer.Option(None, "--min-sqnr", help="decoders: logit SQNR in dB required against the original (default 20)"),
     max_ppl_increase: Optional[str] = typer.Option(None, "--max-ppl-increase", help="decoders with held-out text (tinylm-py): held-out perplexity rise allowed, e.g. 1% (the default) or 0.5%"),
+    min_retrieval: Optional[float] = typer.Option(None, "--min-retrieval", help="embeddings on real sentences (minilm): share of sentences that must keep their nearest neighbour (reported always)"),
     check_positions: Optional[int] = typer.Option(None, "--check-positions", help="decoders: teacher-forced positions verified (default: --tokens; 1024 on held-out text), in windows of --tokens"),
     transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: search only these transforms"),
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
@@ -319,7 +320,7 @@ def optimize(
     with _working(out_dir, not as_json) as progress:
         optimized = _api().optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
-            objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, check_positions=check_positions,
+            objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
             candidate_timeout=candidate_timeout,
             peers=_names(peers), out=out_dir, resume=resume, progress=progress, **_pickle(allow_pickle),

@@ -40,6 +40,7 @@ from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import StepClock, summarize, time_calls
 from agnitra.verify import Tolerances, check_reference, compare, compare_sets, renest
 from agnitra.verify.perplexity import judge_perplexity, perplexity
+from agnitra.verify.retrieval import same_nearest_neighbour
 
 TEXT_CHECK_POSITIONS = 1024  # held-out text positions a decoder's perplexity is judged on by default
 from agnitra.workloads.base import Workload, tensor_leaves
@@ -343,6 +344,9 @@ class Harness:
                 result = judge_perplexity(reference[0], outputs[0], self._check_targets(), self.config.tolerances)
             else:
                 result = compare_sets(self._metric(), pairs, self.config.threshold, self.config.tolerances)
+                self._check_retrieval(result, reference, outputs)
+                self._check_accuracy(result, reference, outputs)
+                self._note_task_checks(run.name, result)
             if result.passed and shape_reference is not None:
                 self._verify_other_shape(run, shape_reference, result)
         result.details["reference"] = reference_name
@@ -350,6 +354,45 @@ class Harness:
         if not result.passed and not run.result.reason:
             run.result.reason = f"verification: {result.details.get('error', 'failed')}"
         return result
+
+    def _check_retrieval(self, result: Correctness, reference: list[Any], outputs: list[Any]) -> None:
+        """Embeddings of real sentences (check_inputs): does each keep its nearest neighbour?
+        Reported always; required where the user gave --min-retrieval."""
+        if self._metric() != "cosine" or self.workload.check_inputs is None:
+            return
+        ref = torch.cat([tensor_leaves(o)[0].float() for o in reference])
+        cand = torch.cat([tensor_leaves(o)[0].float() for o in outputs])
+        if ref.dim() != 2 or ref.shape != cand.shape or ref.shape[0] < 3:
+            return
+        retrieval = same_nearest_neighbour(ref, cand)
+        result.details["retrieval"] = retrieval
+        required = self.config.tolerances.min_retrieval
+        if result.passed and required is not None and retrieval["same_nearest_neighbour"] < required:
+            result.passed = False
+            result.details["error"] = (f"retrieval: {retrieval['same_nearest_neighbour']:.3f} of the {retrieval['items']} sentences keep "
+                                       f"their nearest neighbour < {required}")
+
+    def _check_accuracy(self, result: Correctness, reference: list[Any], outputs: list[Any]) -> None:
+        """Classifiers with labelled check data: the original's accuracy and the candidate's, reported."""
+        labels = self.workload.check_labels
+        if self._metric() != "top1" or labels is None or self.workload.check_inputs is None:
+            return
+        ref = torch.cat([tensor_leaves(o)[0].float() for o in reference])
+        cand = torch.cat([tensor_leaves(o)[0].float() for o in outputs])
+        labels = labels.reshape(-1)[: ref.shape[0]].to("cpu")
+        if ref.dim() != 2 or ref.shape != cand.shape or labels.numel() != ref.shape[0]:
+            return
+        result.details["accuracy"] = {"labels": int(labels.numel()), "original": (ref.argmax(-1) == labels).double().mean().item(),
+                                      "candidate": (cand.argmax(-1) == labels).double().mean().item()}
+
+    def _note_task_checks(self, name: str, result: Correctness) -> None:
+        """The retrieval and accuracy figures in the report's notes, beside the metric."""
+        retrieval, accuracy = result.details.get("retrieval"), result.details.get("accuracy")
+        if retrieval:
+            kept = round(retrieval["same_nearest_neighbour"] * retrieval["items"])
+            self.notes.append(f"{name}: {kept} of {retrieval['items']} sentences keep their nearest neighbour")
+        if accuracy:
+            self.notes.append(f"{name}: accuracy {accuracy['candidate']:.4f} on {accuracy['labels']} labelled rows (the original's {accuracy['original']:.4f})")
 
     def _shape_reference(self, reference_run: _Run) -> Any:
         """The reference variant's output at the other batch size; None where none is checked."""

@@ -61,6 +61,8 @@ def faster_beyond_noise(
     else:
         data = (np.concatenate(base_rounds), np.concatenate(cand_rounds))
     speedup = float(_ratio_of_medians(*data))
+    if min(len(d) for d in data) < 2:  # nothing to resample (--runs 1): said, not a crash
+        return Verdict(False, speedup, math.nan, math.nan, f"{speedup:.2f}x from one timed sample each: not judged against the noise (use --runs 2 or more)")
     result = stats.bootstrap(
         data, _ratio_of_medians, paired=paired, vectorized=True, n_resamples=resamples,
         confidence_level=confidence, method="percentile", rng=np.random.default_rng(seed),

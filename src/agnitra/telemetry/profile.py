@@ -47,7 +47,7 @@ def profile_workload(workload: Workload, device: torch.device, device_report: De
         peak, memory_kind = peak_memory(lambda: fn(*inputs), device)
     ops = operator_table(fn, inputs, device, runs=profiler_runs, warmup=1, costs=costs)
     return ProfileReport(
-        workload={"name": workload.name, "source": workload.source, "task": workload.task.value, "params": workload.param_count(), "dtype": str(workload.dtype).replace("torch.", "")},
+        workload={"name": workload.name, "source": workload.source, "task": workload.task.value, "weights": workload.weights, "params": workload.param_count(), "dtype": str(workload.dtype).replace("torch.", "")},
         device=device_report,
         conditions={
             "unit": "one decode step" if workload.decoder else "one forward call",

@@ -51,6 +51,7 @@ class Tolerances:
     min_sqnr_db: float | None = None  # logit SQNR (decoders)
     min_token_agreement: float | None = None  # next-token agreement (decoders); not required by default
     max_ppl_increase: float | None = None  # decoders with held-out text: relative perplexity rise (0.01 = +1%)
+    min_retrieval: float | None = None  # embeddings on real sentences: share keeping their nearest neighbour (reported always)
     # decoders: teacher-forced positions compared, in windows of the generation length with a
     # fresh prompt each (the timed KV cache is never resized); None = one window
     check_positions: int | None = None

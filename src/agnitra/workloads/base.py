@@ -62,6 +62,8 @@ class Workload:
     make_inputs: Callable[[int], tuple] | None = None
     # real data for correctness checks (minilm's sentences), same structure as example_inputs
     check_inputs: tuple | None = None
+    # classifiers: the true class of each check_inputs row, where known (accuracy is reported)
+    check_labels: torch.Tensor | None = None
     decoder: DecoderSpec | None = None
     # facts variants may use (e.g. the ONNX Runtime transformer optimizer's model type)
     hints: dict[str, Any] = field(default_factory=dict)
