@@ -73,7 +73,7 @@ def test_inspect_json_and_files(capsys, tmp_path):
     assert doc["timing"]["attributed_share"] > 0.5
     top = doc["hotspots"][0]
     assert {"module", "kind", "share", "flops", "bytes", "intensity", "bound"} <= set(top)
-    assert doc["signature"]["version"] == "agnitra.signature/1" and len(doc["signature"]["values"]) == len(doc["signature"]["names"])
+    assert doc["signature"]["version"] == "agnitra.signature/2" and len(doc["signature"]["values"]) == len(doc["signature"]["names"])
     assert {p.name for p in tmp_path.iterdir()} >= {"inspect.json", "ir.json", "inspect.html"}
 
 

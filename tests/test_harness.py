@@ -107,7 +107,7 @@ def test_report_schema_keys(device_report):
     assert {"metric", "value", "passed"} <= set(v["correctness"])
     assert doc["op_breakdown"] and doc["op_breakdown"][0]["op"].startswith("aten::")
     sig = doc["workload"]["signature"]  # stored with every run, for the search to learn from
-    assert sig["version"] == "agnitra.signature/1" and len(sig["values"]) == len(sig["names"]) > 40
+    assert sig["version"] == "agnitra.signature/2" and len(sig["values"]) == len(sig["names"]) > 40
     assert any("energy: not measured" in n for n in doc["notes"])  # said, not silently dropped
 
 

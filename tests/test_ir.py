@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from agnitra.ir import annotate_bounds, capture, module_hotspots, signature
+from agnitra.ir.graph import KINDS
 from agnitra.ir.graph import GraphIR
 from agnitra.ir.hotspots import covering
 from agnitra.ir.timing import attribute_time
@@ -170,9 +171,24 @@ def test_signature_is_deterministic_and_fixed_length():
     first = signature(capture(w.model, w.example_inputs))
     again = signature(capture(build_workload("bert-base", BuildOptions(size="tiny")).model, w.example_inputs))
     other = signature(capture(*_tiny("tinylm")))
-    assert first.values == again.values and first.version == "agnitra.signature/1"
+    assert first.values == again.values and first.version == "agnitra.signature/2"
     assert len(first.values) == len(other.values) == len(first.names)
     assert first.distance(again) == 0.0 and first.distance(other) > 0.1
+
+
+def test_the_signature_names_the_workload_not_the_moment():
+    """Time shares move with the machine's load: they are kept in `measured`, out of the vector
+    and the distance, so two timed inspections of one model give the same signature."""
+    from agnitra import api
+
+    first = api.inspect("zoo:tinylm", device="cpu", size="tiny", runs=2, warmup=1).signature
+    again = api.inspect("zoo:tinylm", device="cpu", size="tiny", runs=3, warmup=0).signature
+    assert first["values"] == again["values"] and first["names"] == again["names"]
+    assert not any(name.startswith("time_share") or name == "timed" for name in first["names"])
+    assert set(first["measured"]) == {f"time_share.{kind}" for kind in KINDS}
+    assert sum(first["measured"].values()) == pytest.approx(1.0, abs=1e-6)
+    untimed = api.inspect("zoo:tinylm", device="cpu", size="tiny", timed=False).signature
+    assert untimed["values"] == first["values"] and untimed["measured"] == {}
 
 
 def _tiny(name, size="tiny"):
