@@ -18,7 +18,7 @@ ROOT = Path(agnitra.__file__).parent
 # the same table as docs/ARCHITECTURE.md's "Layers"
 LAYERS = {
     "_version": 0, "errors": 0, "config": 0, "device": 0, "fileio": 0, "arguments": 0, "console_io": 0, "results": 0, "pytree": 0,
-    "models": 1, "ort": 1,
+    "models": 1, "ort": 1, "store": 1,
     "workloads": 2,
     "telemetry": 3,
     "ir": 4,

@@ -13,7 +13,7 @@ from agnitra.bench.harness import BenchConfig, Progress
 from agnitra.bench.harness import benchmark as run_harness
 from agnitra.config import Settings, load_settings
 from agnitra.device import resolve_device
-from agnitra.errors import UserError
+from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, DeviceReport, InspectReport, OptimizeReport, ProfileReport
 from agnitra.telemetry.ceilings import load_or_measure
 from agnitra.telemetry.profile import profile_workload
@@ -113,7 +113,64 @@ def benchmark(
     _check_load_options(device, load_options)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold)
-    return run_harness(workload, dev, describe_device(dev, settings), config, progress)
+    report = run_harness(workload, dev, describe_device(dev, settings), config, progress)
+    _record_in_store(report, report.notes)
+    return report
+
+
+def _strategy_names() -> list[str]:
+    from agnitra.search.strategies import STRATEGIES
+
+    return list(STRATEGIES)
+
+
+def _record_in_store(report, notes: list[str]) -> None:
+    """Every measured run goes to the store; a store that cannot take it is said, never fatal."""
+    from agnitra.store import open_store, record_report
+
+    try:
+        store = open_store()
+        try:
+            with store.session() as session:
+                record_report(session, report.to_dict())
+        finally:
+            store.close()
+    except Exception as exc:  # noqa: BLE001 - the measurements are in the report either way
+        notes.append(f"store: this run was not recorded ({first_line(exc)})")
+
+
+def store_import(paths: Sequence[str | Path]):
+    """Earlier run folders (their report.json) into the store; returns what was imported, what was
+    there already and what was skipped with the reason."""
+    from agnitra.store import import_runs, open_store
+
+    store = open_store()
+    try:
+        return import_runs(store, list(paths))
+    finally:
+        store.close()
+
+
+def store_export(path: str | Path) -> tuple[int, str]:
+    """Every measurement in the store as one CSV; returns the row count and the store's URL."""
+    from agnitra.store import export_csv, open_store
+
+    store = open_store()
+    try:
+        return export_csv(store, path), store.url
+    finally:
+        store.close()
+
+
+def store_info() -> dict:
+    from agnitra.store import counts, open_store
+    from agnitra.store.db import safe_url
+
+    store = open_store()
+    try:
+        return {"url": safe_url(store.url), "revision": store.revision(), **counts(store)}
+    finally:
+        store.close()
 
 
 def inspect(model, example_inputs=None, *, device=None, runs: int = 10, warmup: int = 3, timed: bool = True, settings: Settings | None = None, **load_options) -> InspectReport:
@@ -243,6 +300,7 @@ def optimize(
     search = _grouped("search", search, SearchSettings, flat_search)
     arguments.one_of("--objective", objective, OBJECTIVES, "objective")
     arguments.duration("--candidate-timeout", search.candidate_timeout)
+    arguments.one_of("--strategy", search.strategy, _strategy_names(), "strategy")
     arguments.positive("--max-error", tolerances.max_error)
     arguments.fraction("--min-cosine", tolerances.min_cosine)
     arguments.fraction("--min-token-agreement", tolerances.min_token_agreement)
@@ -329,6 +387,7 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         setup=setup, progress=progress,
     )
     optimized = OptimizedModel(result.model, result.recipe, workload, result.report)
+    _record_in_store(result.report, result.report.bench.notes)
     if folder is not None:
         write_reports(result.report, folder.path)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
         optimized.save(folder.path)  # + what load() needs to rebuild the model

@@ -35,6 +35,8 @@ app = typer.Typer(
 )
 zoo_app = typer.Typer(no_args_is_help=True, help="Built-in workloads.")
 app.add_typer(zoo_app, name="zoo")
+store_app = typer.Typer(no_args_is_help=True, help="The measurement store (SQLite in the cache dir, or AGNITRA_DB_URL).")
+app.add_typer(store_app, name="store")
 
 GLOBAL_FLAGS = ("--debug", "--verbose")
 # click's ClickException as the installed typer raises it: typer >= 0.2x vendors click
@@ -159,6 +161,38 @@ def zoo_build(
         return
     out.print(f"{name} {size}: held-out perplexity {record['heldout_perplexity']:.3f} (a unigram model of the same bytes: "
               f"{record['unigram_perplexity']:.3f}) after {record['steps']} steps, {record['train_s']:.0f} s on {record['device']}; wrote {path}")
+
+
+@store_app.command("import")
+def store_import(paths: list[Path] = typer.Argument(..., help="run folders (their report.json), e.g. runs/*/"), as_json: bool = JsonOpt) -> None:
+    """Load earlier bench and optimize run folders into the store."""
+    with _working(None, show_progress=False):
+        result = _api().store_import(paths)
+    if as_json:
+        _print_json({"imported": result.imported, "already": result.already, "skipped": result.skipped})
+        return
+    out.print(f"imported {len(result.imported)} run(s); {len(result.already)} stored already; {len(result.skipped)} skipped")
+    for line in result.skipped:
+        err.print(f"skipped: {line}")
+
+
+@store_app.command("export")
+def store_export(csv_path: Path = typer.Option(..., "--csv", help="the CSV file to write: one row per measurement")) -> None:
+    """Write every measurement in the store, with its workload, device and run, as one CSV."""
+    with _working(None, show_progress=False):
+        rows, url = _api().store_export(csv_path)
+    out.print(f"wrote {rows} measurement(s) to {csv_path}")
+
+
+@store_app.command("info")
+def store_info(as_json: bool = JsonOpt) -> None:
+    """Where the store is, its schema revision and how many rows each table holds."""
+    with _working(None, show_progress=False):
+        info = _api().store_info()
+    if as_json:
+        _print_json(info)
+        return
+    out.print(" ".join(f"{k}={v}" for k, v in info.items()))
 
 
 def _millions(n: int) -> str:
@@ -302,6 +336,7 @@ def optimize(
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
     candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
+    strategy: str = typer.Option("enumerate", "--strategy", help="how the space is searched: enumerate (by the transforms' priors), random, tpe (Optuna TPE)"),
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants for the final run (default: the best built-in ones)"),
     resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
     allow_pickle: bool = PickleOpt,
@@ -322,7 +357,7 @@ def optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
-            candidate_timeout=candidate_timeout,
+            candidate_timeout=candidate_timeout, strategy=strategy,
             peers=_names(peers), out=out_dir, resume=resume, progress=progress, **_pickle(allow_pickle),
         )
     if out_dir is not None:

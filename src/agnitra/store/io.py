@@ -1,0 +1,83 @@
+"""Run folders into the store, and the store out as one CSV (the dataset a cost model learns from)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from agnitra.errors import UserError
+from agnitra.store.db import Store
+from agnitra.store.record import record_report
+from agnitra.store.schema import DeviceRow, MeasurementRow, RunRow, WorkloadRow
+
+REPORT_FILES = ("report.json",)
+CSV_COLUMNS = (
+    "run_id", "run_kind", "created_at", "workload", "source", "task", "weights", "dtype", "params", "device", "device_kind",
+    "phase", "variant", "recipe", "status", "reason", "median_ms", "p95_ms", "baseline_ms", "speedup", "throughput", "throughput_unit",
+    "model_bytes", "peak_memory_bytes", "energy_j_per_item", "quality_metric", "quality_value", "passed", "torch",
+)
+
+
+@dataclass
+class ImportResult:
+    imported: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # "path: why"
+
+
+def import_runs(store: Store, paths: list[str | Path]) -> ImportResult:
+    """Each run folder's report.json (or a report file itself) into the store; a report stored
+    already is counted once; a folder without a readable report is skipped with the reason."""
+    result = ImportResult()
+    for path in map(Path, paths):
+        report = path / "report.json" if path.is_dir() else path
+        if not report.is_file():
+            result.skipped.append(f"{path}: no report.json (not a finished bench or optimize run)")
+            continue
+        try:
+            doc = json.loads(report.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            result.skipped.append(f"{path}: report.json is not readable JSON ({type(exc).__name__})")
+            continue
+        try:
+            with store.session() as session:
+                run = record_report(session, doc, origin=str(path.resolve()))
+        except ValueError as exc:
+            result.skipped.append(f"{path}: {exc}")
+            continue
+        (result.imported if run is not None else result.already).append(str(path))
+    return result
+
+
+def export_csv(store: Store, path: str | Path) -> int:
+    """Every measurement, one row each with its workload, device and run; returns the row count."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("w", newline="")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}; choose another --csv path") from exc
+    rows = 0
+    with handle, store.session() as session:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_COLUMNS)
+        query = (select(MeasurementRow, RunRow, WorkloadRow, DeviceRow).join(RunRow, MeasurementRow.run_id == RunRow.id)
+                 .join(WorkloadRow, RunRow.workload_id == WorkloadRow.id).join(DeviceRow, RunRow.device_id == DeviceRow.id)
+                 .order_by(RunRow.id, MeasurementRow.id))
+        for m, run, w, d in session.execute(query):
+            speedup = m.baseline_ms / m.median_ms if m.baseline_ms and m.median_ms else None
+            writer.writerow([run.id, run.kind, run.created_at.isoformat() if run.created_at else "", w.name, w.source, w.task, w.weights, w.dtype, w.params,
+                             d.name, d.kind, m.phase, m.variant, json.dumps(m.recipe["steps"]) if m.recipe else "", m.status, m.reason,
+                             m.median_ms, m.p95_ms, m.baseline_ms, speedup, m.throughput, m.throughput_unit, m.model_bytes, m.peak_memory_bytes,
+                             m.energy_j_per_item, m.quality_metric, m.quality_value, m.passed, (run.versions or {}).get("torch", "")])
+            rows += 1
+    return rows
+
+
+def counts(store: Store) -> dict[str, int]:
+    with store.session() as session:
+        return {table.__tablename__: session.scalar(select(func.count()).select_from(table)) for table in (WorkloadRow, DeviceRow, RunRow, MeasurementRow)}

