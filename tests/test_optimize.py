@@ -249,3 +249,17 @@ def test_a_peer_that_runs_out_of_time_leaves_the_others_compared():
     assert [v.name for v in measured.peers] == ["compile-reduce-overhead", "compile"]
     assert measured.peer_runs == 2 and "compile-max-autotune (measuring it ran past its time limit" in note
     assert len(runner.limits) == 3 and all(0 < limit <= 40.0 for limit in runner.limits)  # within the peers' share, 0.4 of 100 s
+
+
+@pytest.mark.parametrize("strategy", ["random", "tpe"])
+def test_other_strategies_search_verify_and_report(tmp_path, strategy):
+    fast = agnitra.optimize(_mlp(), device="cpu", strategy=strategy, transforms=["threads", "test-double", "test-nan"], peers=[], budget="60s", out=tmp_path)
+    report = fast.report
+    assert report.search["strategy"] == strategy and report.candidates
+    assert all(not c.passed for c in report.candidates if c.name.startswith(("test-double", "test-nan")))
+    assert json.loads((tmp_path / "report.json").read_text())["search"]["strategy"] == strategy
+
+
+def test_an_unknown_strategy_is_refused_before_any_work():
+    with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: enumerate, random, tpe"):
+        agnitra.optimize(_mlp(), device="cpu", strategy="annealing", budget="60s")
