@@ -17,9 +17,11 @@ import torch
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
+def _isolated_cache(tmp_path_factory, tmp_path, monkeypatch):
     cache = tmp_path_factory.getbasetemp() / "agnitra-cache"  # shared by the session: ceilings measured once
     monkeypatch.setenv("AGNITRA_CACHE_DIR", str(cache))
+    # each test its own measurement store: no test warm-starts from another's runs
+    monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{tmp_path / 'agnitra-store.db'}")
     monkeypatch.delenv("AGNITRA_DEVICE", raising=False)
     yield
 

@@ -114,3 +114,19 @@ def test_store_cli_imports_exports_and_tells(db_url, tmp_path, capsys):
     assert main(["store", "info", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["runs"] == 1 and info["revision"] == "0001"
+
+
+def test_recommend_finds_what_passed_on_the_same_workload_and_optimize_starts_there(db_url, tmp_path, capsys):
+    from agnitra.cli import main
+
+    assert main(["recommend", "zoo:tinylm", "--size", "tiny", "--device", "cpu"]) == 0
+    assert "no recipe in the store passed on a similar workload" in capsys.readouterr().out
+    first = agnitra.optimize(_mlp(), device="cpu", transforms=["threads", "test-double"], peers=[], budget="60s", out=tmp_path / "a")
+    passed = {c.name for c in first.report.candidates if c.passed}
+    found = api.recommend(_mlp(), device="cpu")
+    assert found and {r.name for r in found} <= passed and found[0].distance == 0.0 and found[0].workload == "mlp"
+    assert all(r.speedup > 0 and r.measurements >= 1 for r in found)
+    again = agnitra.optimize(_mlp(), device="cpu", transforms=["threads", "test-double"], peers=[], budget="60s", out=tmp_path / "b")
+    notes = [n for n in again.report.search["notes"] if n.startswith("warm start:")]
+    assert notes and found[0].name in notes[0]
+    assert again.report.candidates[0].name == found[0].name  # measured first

@@ -139,6 +139,24 @@ def _record_in_store(report, notes: list[str]) -> None:
         notes.append(f"store: this run was not recorded ({first_line(exc)})")
 
 
+def recommend(model, example_inputs=None, *, device=None, limit: int = 5, settings: Settings | None = None, **load_options):
+    """The recipes that passed verification on the stored workloads nearest to this one (by static
+    signature), on this kind of device, each with its measured speedup and quality."""
+    from agnitra.ir import capture_workload, signature
+    from agnitra.search.recommend import recommend as nearest_recipes
+    from agnitra.store import open_store
+
+    arguments.count("--limit", limit)
+    _check_load_options(device, load_options)
+    workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    query = signature(capture_workload(workload)).to_dict()
+    store = open_store()
+    try:
+        return nearest_recipes(store, query, dev.type, limit=limit)
+    finally:
+        store.close()
+
+
 def store_import(paths: Sequence[str | Path]):
     """Earlier run folders (their report.json) into the store; returns what was imported, what was
     there already and what was skipped with the reason."""

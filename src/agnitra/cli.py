@@ -163,6 +163,38 @@ def zoo_build(
               f"{record['unigram_perplexity']:.3f}) after {record['steps']} steps, {record['train_s']:.0f} s on {record['device']}; wrote {path}")
 
 
+@app.command()
+def recommend(
+    model: str = typer.Argument(..., help="zoo:NAME, file.py:factory, model.pt2, ..."),
+    device: Optional[str] = DeviceOpt,
+    dtype: Optional[str] = DtypeOpt,
+    batch: Optional[int] = BatchOpt,
+    seq_len: Optional[int] = SeqOpt,
+    size: str = SizeOpt,
+    limit: int = typer.Option(5, "--limit", help="how many recipes"),
+    allow_pickle: bool = PickleOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Recipes that worked on the nearest workloads in the store, with their measured effect."""
+    with _working(None, show_progress=False):
+        found = _api().recommend(model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, size=size, limit=limit, **_pickle(allow_pickle))
+    if as_json:
+        from agnitra.results import to_dict
+
+        _print_json([to_dict(r) for r in found])
+        return
+    if not found:
+        out.print("no recipe in the store passed on a similar workload on this kind of device yet; run `agnitra optimize` or `agnitra store import runs/*/` first")
+        return
+    table = Table(title=f"Recipes that worked on workloads like {model}", title_justify="left")
+    for col in ("recipe", "worked on", "distance", "speedup", "quality", "device"):
+        table.add_column(col)
+    for r in found:
+        quality = f"{r.quality_metric} {r.quality_value:.4g}" if r.quality_value is not None else r.quality_metric
+        table.add_row(r.name, r.workload, f"{r.distance:.3f}", f"{r.speedup:.2f}x", quality, r.device)
+    _show(table)
+
+
 @store_app.command("import")
 def store_import(paths: list[Path] = typer.Argument(..., help="run folders (their report.json), e.g. runs/*/"), as_json: bool = JsonOpt) -> None:
     """Load earlier bench and optimize run folders into the store."""

@@ -21,7 +21,7 @@ _CONFIG_FILE = "agnitra.toml"
 class Settings:
     device: str = "auto"  # cpu | cuda | auto
     cache_dir: str = str(Path.home() / ".cache" / "agnitra")
-    db_url: str = ""  # the store (a later issue); empty means SQLite under cache_dir
+    db_url: str = ""  # the measurement store (AGNITRA_DB_URL); empty means SQLite under cache_dir
 
     def with_overrides(self, **overrides: Any) -> "Settings":
         """A copy with every non-None override applied (the flags of one command)."""

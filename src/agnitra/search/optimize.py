@@ -144,8 +144,11 @@ def run_optimize(
 ) -> OptimizeResult:
     progress = progress or (lambda message, fraction: None)
     notes = list(setup.journal_warnings)
-    ctx = TransformContext(workload, device, op_kinds=_op_kinds(workload, notes))
+    op_kinds, signature = _captured(workload, notes)
+    ctx = TransformContext(workload, device, op_kinds=op_kinds)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
+    if not setup.done:  # a resumed run keeps its first order, so its journal's results line up
+        space = _warm_started(space, signature, device, notes)
     # candidates are screened on one window of positions; the final run verifies all of them
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses.replace(tolerances, check_positions=None))
     runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
@@ -206,15 +209,39 @@ def run_optimize(
     return _finish(report, budget, OptimizeResult(model, recipe, report))
 
 
-def _op_kinds(workload: Workload, notes: list[str]) -> frozenset[str] | None:
-    """The op kinds of the captured graph, which say what each transform could change here."""
-    from agnitra.ir import capture_workload
+def _captured(workload: Workload, notes: list[str]) -> tuple[frozenset[str] | None, dict | None]:
+    """The op kinds of the captured graph, which say what each transform could change here, and
+    its static signature, which finds the nearest stored workloads."""
+    from agnitra.ir import capture_workload, signature
 
     try:
-        return frozenset(node.kind for node in capture_workload(workload).nodes)
+        ir = capture_workload(workload)
     except Exception as exc:  # noqa: BLE001 - a model that does not capture is still searched, all of it
         notes.append(f"the graph was not captured ({first_line(exc)}); every transform was searched")
-        return None
+        return None, None
+    return frozenset(node.kind for node in ir.nodes), signature(ir).to_dict()
+
+
+def _warm_started(space: list, signature: dict | None, device: torch.device, notes: list[str]) -> list:
+    """Recipes that worked on the nearest workloads in the store go first; the store is optional."""
+    if signature is None or not space:
+        return space
+    from agnitra.search.recommend import recommend, warm_start
+    from agnitra.store import open_store
+
+    try:
+        store = open_store()
+        try:
+            recommended = recommend(store, signature, device.type)
+        finally:
+            store.close()
+    except Exception as exc:  # noqa: BLE001 - no store, no warm start: said
+        notes.append(f"warm start: the store was not read ({first_line(exc)})")
+        return space
+    space, first = warm_start(space, recommended)
+    if first:
+        notes.append(f"warm start: {len(first)} recipe(s) that passed on the nearest stored workloads measured first: {'; '.join(first[:3])}")
+    return space
 
 
 def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> OptimizeResult:

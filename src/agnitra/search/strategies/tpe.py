@@ -1,12 +1,14 @@
 """`tpe`: Optuna's Tree-structured Parzen Estimator over the recipe space.
 
 A recipe is read as one categorical choice per transform: which of its parameter settings the
-recipe uses, or none. TPE proposes a combination; a combination the space holds (the space's
-pruning rules and conflicts decide which exist) is measured and its outcome told back as the log
-of its speedup (a failure, timeout or failed verification as a large loss), so later proposals
-lean towards the transforms and settings that paid. A combination the space does not hold is
-told back as pruned and another is asked for; after a bounded number of misses the best-prior
-candidate not yet measured is taken, so the search always moves on.
+recipe uses, or none. TPE proposes a combination; the candidate measured is the one of the space
+(not measured yet, not blocked by a failure) that agrees with it on the most transforms, the
+transforms' priors breaking ties, since the space's pruning rules and conflicts leave out most
+combinations. What was measured is told back as a completed trial of that candidate's own
+choices, valued by the log of its speedup (a failure, timeout or failed verification as a large
+loss), so later proposals lean towards the transforms and settings that paid. The proposal
+itself is closed as failed, which TPE does not learn from: one proposal and one result per
+candidate, so asking stays cheap.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from agnitra.search.strategies.blocking import FailedSteps
 
 NONE = "-"
 FAILED_VALUE = -2.0  # log speedup told for a candidate that did not give a correct measurement
-MISSES_PER_ASK = 32  # proposals outside the space before falling back to the best prior
 STARTUP_TRIALS = 4  # random proposals before TPE models the results
 
 
@@ -34,40 +35,32 @@ class TPE(Strategy):
         super().__init__(space)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.dimensions = _dimensions(self.space)
-        self.by_choice = {_choice(c, self.dimensions): c for c in self.space}
+        self.distributions = {name: optuna.distributions.CategoricalDistribution(options) for name, options in self.dimensions.items()}
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=STARTUP_TRIALS, multivariate=True, warn_independent_sampling=False)
         self.study = optuna.create_study(direction="maximize", sampler=sampler)
         self.asked: set[str] = set()
-        self.trials: dict[str, Any] = {}  # recipe key -> its open Optuna trial
         self.failed = FailedSteps()
 
     def ask(self) -> Candidate | None:
         from optuna.trial import TrialState
 
-        if not self._open():
+        open_candidates = [c for c in self.space if c.recipe.key() not in self.asked and self.failed.allows(c)]
+        if not open_candidates:
             return None
-        for _ in range(MISSES_PER_ASK):
-            trial = self.study.ask()
-            choice = tuple(trial.suggest_categorical(name, options) for name, options in self.dimensions.items())
-            candidate = self.by_choice.get(choice)
-            if candidate is not None and candidate.recipe.key() not in self.asked and self.failed.allows(candidate):
-                self.trials[candidate.recipe.key()] = trial
-                return self._take(candidate)
-            self.study.tell(trial, state=TrialState.PRUNED)
-        return self._take(self._open()[0])
-
-    def tell(self, candidate: Candidate, result: Any) -> None:
-        self.failed.learn(candidate, result)
-        trial = self.trials.pop(candidate.recipe.key(), None)
-        if trial is not None:
-            self.study.tell(trial, _value(result))
-
-    def _open(self) -> list[Candidate]:
-        return [c for c in self.space if c.recipe.key() not in self.asked and self.failed.allows(c)]
-
-    def _take(self, candidate: Candidate) -> Candidate:
+        trial = self.study.ask(self.distributions)
+        proposal = tuple(trial.params[name] for name in self.dimensions)
+        self.study.tell(trial, state=TrialState.FAIL)
+        agreement = lambda c: sum(a == b for a, b in zip(_choice(c, self.dimensions), proposal))  # noqa: E731
+        candidate = max(open_candidates, key=agreement)  # the first of equals: the best prior
         self.asked.add(candidate.recipe.key())
         return candidate
+
+    def tell(self, candidate: Candidate, result: Any) -> None:
+        import optuna
+
+        self.failed.learn(candidate, result)
+        params = dict(zip(self.dimensions, _choice(candidate, self.dimensions)))
+        self.study.add_trial(optuna.trial.create_trial(params=params, distributions=self.distributions, value=_value(result)))
 
 
 def _dimensions(space: list[Candidate]) -> dict[str, list[str]]:

@@ -1,0 +1,79 @@
+"""Recipe reuse: what worked on the workloads nearest to this one, from the measurement store.
+
+Nearest by the static workload signature (scikit-learn's nearest neighbours, Euclidean; every
+feature is scaled to about [0, 1]); on the same kind of device; only recipes whose outputs passed
+verification, each with the best speedup measured for it over its run's baseline. `optimize`
+measures these first (warm start): the transforms' priors order the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import select
+
+from agnitra.search.space import Candidate
+from agnitra.store import Store
+from agnitra.store.schema import DeviceRow, MeasurementRow, RunRow, WorkloadRow
+from agnitra.transforms.recipe import Recipe
+
+NEIGHBOURS = 5
+
+
+@dataclass
+class Recommendation:
+    recipe: dict  # agnitra.recipe/1
+    name: str
+    workload: str  # the stored workload it worked on
+    distance: float  # signature distance to this workload (0: the same)
+    device: str
+    speedup: float  # best measured speedup over the baseline of its run
+    quality_metric: str
+    quality_value: float | None
+    measurements: int  # passing measurements behind it
+
+
+def recommend(store: Store, signature: dict, device_kind: str, limit: int = 5, neighbours: int = NEIGHBOURS) -> list[Recommendation]:
+    """The best recipes measured on the `neighbours` stored workloads nearest to `signature`."""
+    names, query = signature["names"], np.asarray(signature["values"], dtype=np.float64)
+    with store.session() as session:
+        rows = session.scalars(select(WorkloadRow).where(WorkloadRow.signature_version == signature["version"])).all()
+        stored = [(row, [row.signature.get(n) for n in names]) for row in rows]
+        stored = [(row, vector) for row, vector in stored if None not in vector]
+        if not stored:
+            return []
+        from sklearn.neighbors import NearestNeighbors
+
+        index = NearestNeighbors(n_neighbors=min(neighbours, len(stored))).fit(np.asarray([v for _, v in stored], dtype=np.float64))
+        distances, positions = index.kneighbors(query[None, :])
+        nearest = {stored[p][0].id: (stored[p][0].name, float(d)) for p, d in zip(positions[0], distances[0])}
+        query_rows = session.execute(
+            select(MeasurementRow, RunRow.workload_id, DeviceRow.name).join(RunRow, MeasurementRow.run_id == RunRow.id)
+            .join(DeviceRow, RunRow.device_id == DeviceRow.id)
+            .where(RunRow.workload_id.in_(list(nearest)), DeviceRow.kind == device_kind, MeasurementRow.passed.is_(True),
+                   MeasurementRow.status == "ok", MeasurementRow.recipe.is_not(None))
+        ).all()
+    best: dict[str, Recommendation] = {}
+    for m, workload_id, device in query_rows:
+        if not m.median_ms or not m.baseline_ms or not (m.recipe or {}).get("steps"):
+            continue
+        key = Recipe.from_dict(m.recipe).key()
+        name, distance = nearest[workload_id]
+        speedup = m.baseline_ms / m.median_ms
+        seen = best.get(key)
+        if seen is None or (distance, -speedup) < (seen.distance, -seen.speedup):
+            best[key] = Recommendation(m.recipe, m.variant, name, round(distance, 6), device, round(speedup, 4), m.quality_metric, m.quality_value,
+                                       (seen.measurements if seen else 0) + 1)
+        else:
+            seen.measurements += 1
+    ranked = sorted(best.values(), key=lambda r: (r.distance, -r.speedup))
+    return ranked[:limit]
+
+
+def warm_start(space: list[Candidate], recommended: list[Recommendation]) -> tuple[list[Candidate], list[str]]:
+    """The space with the recommended recipes it holds moved to the front, in recommendation
+    order; and their names."""
+    keys = [Recipe.from_dict(r.recipe).key() for r in recommended]
+    first = [c for key in keys for c in space if c.recipe.key() == key]
+    return first + [c for c in space if c not in first], [c.recipe.name for c in first]
