@@ -251,7 +251,7 @@ def test_a_peer_that_runs_out_of_time_leaves_the_others_compared():
     assert len(runner.limits) == 3 and all(0 < limit <= 40.0 for limit in runner.limits)  # within the peers' share, 0.4 of 100 s
 
 
-@pytest.mark.parametrize("strategy", ["random", "tpe"])
+@pytest.mark.parametrize("strategy", ["random", "tpe", "nsga2", "auto"])
 def test_other_strategies_search_verify_and_report(tmp_path, strategy):
     fast = agnitra.optimize(_mlp(), device="cpu", strategy=strategy, transforms=["threads", "test-double", "test-nan"], peers=[], budget="60s", out=tmp_path)
     report = fast.report
@@ -261,5 +261,5 @@ def test_other_strategies_search_verify_and_report(tmp_path, strategy):
 
 
 def test_an_unknown_strategy_is_refused_before_any_work():
-    with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: enumerate, random, tpe"):
+    with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: auto, enumerate, nsga2, random, tpe"):
         agnitra.optimize(_mlp(), device="cpu", strategy="annealing", budget="60s")

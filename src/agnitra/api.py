@@ -121,7 +121,7 @@ def benchmark(
 def _strategy_names() -> list[str]:
     from agnitra.search.strategies import STRATEGIES
 
-    return list(STRATEGIES)
+    return sorted(STRATEGIES)
 
 
 def _record_in_store(report, notes: list[str]) -> None:
