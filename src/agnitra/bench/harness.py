@@ -104,6 +104,11 @@ def _describe(exc: BaseException) -> str:
     return first_line(exc)
 
 
+def _main_rows(outputs: list[Any]) -> torch.Tensor:
+    """The first tensor of each held-out set's output, stacked: one row per input row."""
+    return torch.cat([tensor_leaves(o)[0].float() for o in outputs])
+
+
 def _free_cuda(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -360,8 +365,7 @@ class Harness:
         Reported always; required where the user gave --min-retrieval."""
         if self._metric() != "cosine" or self.workload.check_inputs is None:
             return
-        ref = torch.cat([tensor_leaves(o)[0].float() for o in reference])
-        cand = torch.cat([tensor_leaves(o)[0].float() for o in outputs])
+        ref, cand = _main_rows(reference), _main_rows(outputs)
         if ref.dim() != 2 or ref.shape != cand.shape or ref.shape[0] < 3:
             return
         retrieval = same_nearest_neighbour(ref, cand)
@@ -377,8 +381,7 @@ class Harness:
         labels = self.workload.check_labels
         if self._metric() != "top1" or labels is None or self.workload.check_inputs is None:
             return
-        ref = torch.cat([tensor_leaves(o)[0].float() for o in reference])
-        cand = torch.cat([tensor_leaves(o)[0].float() for o in outputs])
+        ref, cand = _main_rows(reference), _main_rows(outputs)
         labels = labels.reshape(-1)[: ref.shape[0]].to("cpu")
         if ref.dim() != 2 or ref.shape != cand.shape or labels.numel() != ref.shape[0]:
             return
