@@ -306,3 +306,20 @@ def test_on_a_terminal_tables_are_drawn_and_library_prints_stay_in_the_log(tmp_p
     assert "┃" in screen and "eager" in screen  # a drawn table, not tab-separated rows
     assert "from forward" not in screen and "a library warning" not in screen
     assert "python print from forward" in (tmp_path / "logs" / "last.log").read_text()
+
+
+def test_a_signal_inside_an_import_is_an_interruption_not_an_internal_error():
+    """Ctrl-C landing in a class body's __set_name__ during a lazy import reaches the CLI as a
+    RuntimeError raised from it: still 'interrupted', exit 130/143."""
+    from agnitra.cli import Interrupted, interruption_in
+
+    class Field:
+        def __set_name__(self, owner, name):
+            raise Interrupted(signal.SIGTERM)
+
+    with pytest.raises(BaseException) as info:
+        type("LocalState", (), {"automatic_dynamic": Field()})
+    assert interruption_in(info.value) == 143
+    wrapped = RuntimeError("Error calling __set_name__")
+    wrapped.__cause__ = KeyboardInterrupt()
+    assert interruption_in(wrapped) == 130 and interruption_in(ValueError("plain")) is None

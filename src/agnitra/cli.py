@@ -591,6 +591,21 @@ def _interrupted(exit_code: int) -> int:
     return exit_code
 
 
+def interruption_in(exc: BaseException) -> int | None:
+    """The exit code of an interruption an exception was raised from (Python wraps one that hits a
+    class body's __set_name__ during an import in a RuntimeError), or None."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if isinstance(link, Interrupted):
+            return link.exit_code
+        if isinstance(link, KeyboardInterrupt):
+            return 130
+        link = link.__cause__ or link.__context__
+    return None
+
+
 def _run(argv: list[str], debug: bool) -> int:
     """The command's exit code; every error becomes one line on stderr unless `debug`."""
     try:
@@ -612,6 +627,9 @@ def _run(argv: list[str], debug: bool) -> int:
     except Exception as exc:  # noqa: BLE001 - anything else is a defect; say so in one line
         if isinstance(exc, _CLICK_EXCEPTION):
             return _usage_error(exc)
+        interrupted = interruption_in(exc)
+        if interrupted is not None:  # e.g. Ctrl-C inside a lazy import, re-raised as a RuntimeError
+            return _interrupted(interrupted)
         if debug:
             raise
         from agnitra.errors import first_line
