@@ -157,6 +157,83 @@ def recommend(model, example_inputs=None, *, device=None, limit: int = 5, settin
         store.close()
 
 
+def collect(
+    entries: Sequence,
+    *,
+    device=None,
+    sample: int = 16,
+    budget_per_workload: str | float = "3m",
+    candidate_timeout: str | float = "90s",
+    seed: int = 0,
+    dataset: str | Path | None = None,
+    progress: Progress | None = None,
+    settings: Settings | None = None,
+):
+    """Measure a designed sample of recipes on each workload (`search.collect.PlanEntry`s, or
+    model specs), record each workload's run in the store, and write the dataset (every stored
+    measurement with its features) to `dataset` if given. A workload that cannot be built or
+    measured is kept with its reason and the others go on. Returns the collected workloads."""
+    from agnitra.bench.isolated import workload_source
+    from agnitra.search.budget import Budget
+    from agnitra.search.collect import CollectedWorkload, PlanEntry, collect_workload
+
+    arguments.count("--sample", sample)
+    per_workload_s = parse_duration(budget_per_workload, "--budget-per-workload")
+    timeout_s = parse_duration(candidate_timeout, "--candidate-timeout")
+    plan = [e if isinstance(e, PlanEntry) else PlanEntry(str(e)) for e in entries]
+    if not plan:
+        raise UserError("nothing to collect: name model specs, or use --plan")
+    collected = []
+    for i, entry in enumerate(plan):
+        done = CollectedWorkload(entry)
+        collected.append(done)
+        say = (lambda message, fraction, i=i: progress(f"[{i + 1}/{len(plan)}] {entry.label()}: {message}", (i + fraction) / len(plan))) if progress else None
+        try:
+            clock = Budget(per_workload_s)
+            options = {k: v for k, v in (("batch", entry.batch), ("seq_len", entry.seq_len)) if v is not None}
+            workload, dev = prepare_workload(entry.spec, device=device, **options)
+            source, _reason = workload_source(entry.spec, options, workload, dev)
+            done.report = collect_workload(workload, dev, describe_device(dev, settings), sample=sample, budget=clock, seed=seed + i,
+                                           source=source, tolerances=Tolerances(), candidate_timeout_s=timeout_s, progress=say)
+        except UserError as exc:
+            done.error = str(exc)
+            continue
+        except Exception as exc:  # noqa: BLE001 - one workload's failure is kept, the others collected
+            done.error = f"internal error: {first_line(exc)}"
+            continue
+        _record_in_store(done.report, done.notes)
+    if dataset is not None:
+        store_dataset(dataset)
+    return collected
+
+
+def collect_plan(device=None, generated: int = 12, seed: int = 0) -> list:
+    """The designed collection plan for this device (`search.collect.default_plan`)."""
+    from agnitra.search.collect import default_plan
+
+    return default_plan(resolve_device(device or load_settings().device).type, generated, seed)
+
+
+def collect_entries(specs: Sequence[str], batches: Sequence[int] = ()) -> list:
+    """Plan entries for named specs, at each batch size given (else at each spec's default)."""
+    from agnitra.search.collect import PlanEntry
+
+    return [PlanEntry(spec, batch=b) for spec in specs for b in (list(batches) or [None])]
+
+
+def store_dataset(path: str | Path, device_kind: str | None = None) -> tuple[int, str]:
+    """Every stored candidate measurement with its features (workload signature, recipe, device)
+    as one CSV: the cost model's training set. Returns the row count and the store's URL."""
+    from agnitra.store import open_store
+    from agnitra.store.io import export_dataset
+
+    store = open_store()
+    try:
+        return export_dataset(store, path, device_kind=device_kind), store.url
+    finally:
+        store.close()
+
+
 def store_import(paths: Sequence[str | Path]):
     """Earlier run folders (their report.json) into the store; returns what was imported, what was
     there already and what was skipped with the reason."""

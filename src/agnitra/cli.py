@@ -209,11 +209,56 @@ def store_import(paths: list[Path] = typer.Argument(..., help="run folders (thei
 
 
 @store_app.command("export")
-def store_export(csv_path: Path = typer.Option(..., "--csv", help="the CSV file to write: one row per measurement")) -> None:
+def store_export(
+    csv_path: Path = typer.Option(..., "--csv", help="the CSV file to write: one row per measurement"),
+    features: bool = typer.Option(False, "--features", help="the cost model's dataset: each recipe's measurement with its workload's signature and device features"),
+    device_kind: Optional[str] = typer.Option(None, "--device-kind", help="with --features: only measurements on this kind of device (cpu, cuda)"),
+) -> None:
     """Write every measurement in the store, with its workload, device and run, as one CSV."""
+    if device_kind is not None and not features:
+        raise UserError("--device-kind applies to the dataset only; add --features")
     with _working(None, show_progress=False):
-        rows, url = _api().store_export(csv_path)
-    out.print(f"wrote {rows} measurement(s) to {csv_path}")
+        rows, url = _api().store_dataset(csv_path, device_kind) if features else _api().store_export(csv_path)
+    out.print(f"wrote {rows} {'recipe measurement' if features else 'measurement'}(s) to {csv_path}")
+
+
+@app.command()
+def collect(
+    specs: Optional[list[str]] = typer.Argument(None, help="model specs to collect on (zoo:NAME, gen:mlp-w512-d4, file.py:factory, ...)"),
+    plan: bool = typer.Option(False, "--plan", help="the designed plan for this device: zoo workloads and --generated models of the generated family"),
+    generated: int = typer.Option(12, "--generated", help="with --plan: how many generated models"),
+    device: Optional[str] = DeviceOpt,
+    batch: Optional[list[int]] = typer.Option(None, "--batch", help="for the named specs: collect at each of these batch sizes"),
+    sample: int = typer.Option(16, "--sample", help="recipes measured per workload: every single-step recipe, then multi-step ones at random"),
+    budget: str = typer.Option("3m", "--budget-per-workload", help="time per workload, e.g. 90s, 3m"),
+    candidate_timeout: str = typer.Option("90s", "--candidate-timeout", help="one recipe's run, past which it is stopped"),
+    seed: int = typer.Option(0, "--seed", help="the designed sample's and the generated names' seed"),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="write the dataset (the store's recipe measurements with features) here after collecting"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Measure a designed sample of recipes over many workloads into the store: the cost model's data."""
+    arguments.count("--generated", generated, minimum=0)
+    for b in batch or []:
+        arguments.count("--batch", b)
+    with _working(None, not as_json) as progress:
+        entries = _api().collect_plan(device=device, generated=generated, seed=seed) if plan else []
+        entries += _api().collect_entries(specs or [], batch or [])
+        collected = _api().collect(entries, device=device, sample=sample, budget_per_workload=budget, candidate_timeout=candidate_timeout, seed=seed, dataset=dataset, progress=progress)
+    if as_json:
+        _print_json([{"workload": c.entry.label(), "error": c.error, "search": c.report.search if c.report else None, "verdict": c.report.verdict if c.report else ""} for c in collected])
+        return
+    table = Table(title="Collected", title_justify="left")
+    for col in ("workload", "space", "measured", "passed", "note"):
+        table.add_column(col)
+    for c in collected:
+        if c.report is None:
+            table.add_row(c.entry.label(), "", "", "", c.error)
+            continue
+        info = c.report.search
+        table.add_row(c.entry.label(), str(info["space_size"]), str(info["evaluated"]), str(sum(r.passed for r in c.report.candidates)), "; ".join(c.notes))
+    _show(table)
+    if dataset is not None:
+        out.print(f"dataset written to {dataset}")
 
 
 @store_app.command("info")

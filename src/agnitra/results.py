@@ -179,6 +179,21 @@ def own_memory_bytes(result: "VariantResult | CandidateResult") -> int:
     return result.model_bytes if result.model_bytes is not None else result.peak_memory_bytes or 0
 
 
+WORST_ERROR = 1.0
+
+
+def quality_error(metric: str | None, value: float | None) -> float:
+    """A check's value as an error to minimise, about 0 (exact) to 1 (useless): 1 - cosine or
+    top-1 agreement, SQNR's noise share of the signal power, the relative error or perplexity rise."""
+    if value is None:
+        return 0.0
+    if metric in ("cosine", "top1", "retrieval", "accuracy"):
+        return max(0.0, 1.0 - value)
+    if metric == "logits":  # SQNR in dB
+        return min(WORST_ERROR, 10 ** (-value / 10))
+    return min(WORST_ERROR, max(0.0, value))
+
+
 @dataclass
 class CandidateResult:
     """One recipe measured against the baseline in its own short interleaved run."""

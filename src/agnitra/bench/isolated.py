@@ -78,7 +78,7 @@ def workload_source(model: Any, load_options: dict[str, Any], workload, device: 
         extras = _user_extras()
     except Exception as exc:  # noqa: BLE001 - a registration that cannot travel keeps the run here
         return None, f"a transform or variant registered in this process cannot be copied into a worker process ({first_line(exc)})"
-    if isinstance(model, str) and (model.startswith("zoo:") or model.lower().endswith(MODEL_FILE_SUFFIXES)):
+    if isinstance(model, str) and (model.startswith(("zoo:", "gen:")) or model.lower().endswith(MODEL_FILE_SUFFIXES)):
         return WorkloadSource(str(device), spec=model, options=dict(load_options), extras=extras), ""
     size = sum(t.numel() * t.element_size() for t in list(workload.model.parameters()) + list(workload.model.buffers()))
     if size > MAX_PICKLED_BYTES:

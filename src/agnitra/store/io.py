@@ -81,3 +81,75 @@ def export_csv(store: Store, path: str | Path) -> int:
 def counts(store: Store) -> dict[str, int]:
     with store.session() as session:
         return {table.__tablename__: session.scalar(select(func.count()).select_from(table)) for table in (WorkloadRow, DeviceRow, RunRow, MeasurementRow)}
+
+
+DATASET_COLUMNS = (
+    "run_id", "run_kind", "workload", "source", "family", "task", "weights", "dtype", "params", "batch", "device", "device_kind",
+    "phase", "variant", "recipe", "status", "reason", "median_ms", "baseline_ms", "speedup", "model_bytes", "baseline_model_bytes",
+    "peak_memory_bytes", "quality_metric", "quality_value", "quality_error", "passed", "setup_s", "torch",
+)
+SIGNATURE_PREFIX = "sig."
+DEVICE_PREFIX = "dev."
+
+
+def family_of(name: str, source: str) -> str:
+    """The group a workload is held out with: a generated model's family (`gen:mlp`), else its name."""
+    if source.startswith("gen:"):
+        return source.split("-", 1)[0]
+    return name
+
+
+def dataset_rows(store: Store, device_kind: str | None = None) -> list[dict]:
+    """Every measurement of a recipe (candidates and recipe variants; not the baselines or peers
+    that are no recipe), with its workload's static signature (`sig.*`), its device's numeric
+    signature (`dev.*`) and the targets: speedup over its run's baseline, the model's own memory
+    against the baseline's, the quality error (`results.quality_error`) and whether it passed."""
+    from agnitra.results import quality_error
+
+    rows: list[dict] = []
+    with store.session() as session:
+        query = (select(MeasurementRow, RunRow, WorkloadRow, DeviceRow).join(RunRow, MeasurementRow.run_id == RunRow.id)
+                 .join(WorkloadRow, RunRow.workload_id == WorkloadRow.id).join(DeviceRow, RunRow.device_id == DeviceRow.id)
+                 .order_by(RunRow.id, MeasurementRow.id))
+        if device_kind:
+            query = query.where(DeviceRow.kind == device_kind)
+        baseline_bytes: dict[int, int | None] = {}
+        for m, run, w, d in session.execute(query):
+            if m.phase == "final" and m.variant == "eager":
+                baseline_bytes[run.id] = m.model_bytes
+            if not (m.recipe or {}).get("steps"):
+                continue
+            row = {
+                "run_id": run.id, "run_kind": run.kind, "workload": w.name, "source": w.source, "family": family_of(w.name, w.source), "task": w.task,
+                "weights": w.weights, "dtype": w.dtype, "params": w.params, "batch": (run.conditions or {}).get("batch"), "device": d.name, "device_kind": d.kind,
+                "phase": m.phase, "variant": m.variant, "recipe": json.dumps(m.recipe["steps"], sort_keys=True), "status": m.status, "reason": m.reason,
+                "median_ms": m.median_ms, "baseline_ms": m.baseline_ms, "speedup": m.baseline_ms / m.median_ms if m.baseline_ms and m.median_ms else None,
+                "model_bytes": m.model_bytes, "baseline_model_bytes": baseline_bytes.get(run.id), "peak_memory_bytes": m.peak_memory_bytes,
+                "quality_metric": m.quality_metric, "quality_value": m.quality_value,
+                "quality_error": quality_error(m.quality_metric, m.quality_value) if m.quality_value is not None else None,
+                "passed": m.passed, "setup_s": m.setup_s, "torch": (run.versions or {}).get("torch", ""),
+            }
+            row.update({SIGNATURE_PREFIX + k: v for k, v in (w.signature or {}).items()})
+            row.update({DEVICE_PREFIX + k: v for k, v in (d.signature or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+            rows.append(row)
+    for row in rows:  # the baseline's bytes are known once its run is read
+        row["baseline_model_bytes"] = row["baseline_model_bytes"] or baseline_bytes.get(row["run_id"])
+    return rows
+
+
+def export_dataset(store: Store, path: str | Path, device_kind: str | None = None) -> int:
+    """`dataset_rows` as one CSV (the columns: DATASET_COLUMNS, then every signature and device
+    feature seen); returns the row count."""
+    rows = dataset_rows(store, device_kind)
+    extra = list(dict.fromkeys(k for row in rows for k in row if k not in DATASET_COLUMNS))
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = path.open("w", newline="")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}; choose another path") from exc
+    with handle:
+        writer = csv.DictWriter(handle, fieldnames=[*DATASET_COLUMNS, *extra], restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    return len(rows)

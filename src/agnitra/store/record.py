@@ -33,7 +33,7 @@ def record_report(session: Session, doc: dict, origin: str = "") -> RunRow | Non
         return None
     bench = doc["bench"] if schema == OPTIMIZE_SCHEMA else doc
     run = RunRow(
-        kind="optimize" if schema == OPTIMIZE_SCHEMA else "bench", origin=origin, fingerprint=fingerprint,
+        kind=_run_kind(doc), origin=origin, fingerprint=fingerprint,
         created_at=_parse_time(bench.get("created_at")), workload=_workload(session, bench.get("workload") or {}),
         device=_device(session, bench.get("device") or {}), conditions=bench.get("conditions") or {},
         versions=bench.get("versions") or {}, verdict=doc.get("verdict", "") if schema == OPTIMIZE_SCHEMA else "",
@@ -48,6 +48,13 @@ def record_report(session: Session, doc: dict, origin: str = "") -> RunRow | Non
         run.measurements.append(_measurement("search", candidate, candidate.get("recipe"), candidate.get("baseline_ms")))
     session.flush()
     return run
+
+
+def _run_kind(doc: dict) -> str:
+    """bench, optimize, or collect (an optimize report of the collector's designed sample)."""
+    if doc.get("schema") != OPTIMIZE_SCHEMA:
+        return "bench"
+    return "collect" if (doc.get("search") or {}).get("mode") == "collect" else "optimize"
 
 
 def _workload(session: Session, w: dict) -> WorkloadRow:

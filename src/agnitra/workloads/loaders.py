@@ -1,6 +1,7 @@
 """Turn what the user names into a Workload.
 
 - `zoo:NAME`                      a built-in workload
+- `gen:FAMILY-...`                a generated model (`workloads.generated`: MLPs, convnets, encoders)
 - `path/to/file.py:factory`       factory() returns (model, example_inputs) or a Workload
 - `model.pt2`                     a torch.export archive (example inputs saved inside)
 - `model.pt` / `.ts` / `.torchscript`  TorchScript (or a model saved whole with torch.save, with
@@ -26,6 +27,7 @@ from pathlib import Path
 import torch
 
 from agnitra.errors import NotApplicable, UserError, WorkloadError, first_line
+from agnitra.workloads import generated
 from agnitra.workloads.base import TaskKind, Workload, tensor_leaves
 from agnitra.workloads.registry import BuildOptions, build_workload, get_entry
 from agnitra.workloads.safe_load import is_damaged_zip, is_torchscript, load_checkpoint, load_export_archive, load_torchscript, open_zip, quiet_library
@@ -75,6 +77,9 @@ def load_workload(spec: str, options: BuildOptions, input_shapes: list[str] | No
     shapes = [parse_input_shape(s) for s in input_shapes or []]
     if spec.startswith("zoo:"):
         workload = _from_zoo(spec[4:], options, shapes)
+    elif spec.startswith(generated.PREFIX):
+        refuse_flags(spec, ["input_shape"] if shapes else [], "a generated workload makes its own inputs (set --batch or --seq-len)")
+        workload = generated.build(spec, options)
     else:
         path_text, sep, factory = spec.rpartition(":")
         if sep and path_text.endswith(".py"):

@@ -59,7 +59,7 @@ def prepare_workload(
     else:
         options = BuildOptions(device=dev, dtype=parse_dtype(dtype), batch=batch, seq_len=seq_len, tokens=tokens, size=size)
         workload = load_workload(str(model), options, input_shapes=input_shapes, task=task, allow_pickle=allow_pickle)
-    if dtype and not (isinstance(model, str) and model.startswith("zoo:")):
+    if dtype and not (isinstance(model, str) and model.startswith(("zoo:", "gen:"))):
         _cast(workload, parse_dtype(dtype))
     smoke_test(workload)
     return workload, dev

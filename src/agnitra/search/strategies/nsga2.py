@@ -9,11 +9,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from agnitra.results import WORST_ERROR
+from agnitra.results import quality_error as error_of
 from agnitra.search.strategies.base import register_strategy
 from agnitra.search.strategies.optuna_base import OptunaStrategy, correct, log_speedup
 
 POPULATION = 8
-WORST_ERROR = 1.0
 
 
 @register_strategy
@@ -34,11 +35,5 @@ class NSGA2(OptunaStrategy):
 
 
 def quality_error(check: Any) -> float:
-    """A check's value as an error to minimise, about 0 (exact) to 1 (useless)."""
-    if check is None or check.value is None:
-        return 0.0
-    if check.metric in ("cosine", "top1"):
-        return max(0.0, 1.0 - check.value)
-    if check.metric == "logits":  # SQNR in dB: the noise's share of the signal power
-        return min(WORST_ERROR, 10 ** (-check.value / 10))
-    return min(WORST_ERROR, max(0.0, check.value))  # rel_error, the perplexity rise
+    """A check's value as an error to minimise (`results.quality_error`)."""
+    return 0.0 if check is None else error_of(check.metric, check.value)

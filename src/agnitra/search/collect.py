@@ -1,0 +1,136 @@
+"""The collector: a designed sample of recipes measured over many workloads, for the cost model.
+
+For each workload of a plan, the space is built as `optimize` builds it, and a designed sample of
+it is measured the way the search measures candidates (each in its own short interleaved run
+against the baseline, in a worker process): every single-step recipe first, so each transform's
+every setting is seen alone, then multi-step recipes drawn at random (seeded) until the sample
+size or the workload's share of the time is reached. Nothing is skipped because something else
+failed: failures are data too (the cost model learns which recipes fail verification). There is
+no final run and no answer; each workload's measurements become one run of kind `collect` in
+the store, and the dataset is the store exported with its features (`store.io.export_dataset`).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import torch
+
+from agnitra.bench.isolated import InProcess, Worker, WorkloadSource
+from agnitra.results import CandidateResult, DeviceReport, OptimizeReport
+from agnitra.search.budget import Budget
+from agnitra.search.optimize import _captured, _probe
+from agnitra.search.space import Candidate, recipe_space
+from agnitra.search.strategies.base import Strategy
+from agnitra.search.tuner import SearchConfig, pareto_front, search
+from agnitra.transforms.base import TransformContext
+from agnitra.transforms.recipe import Recipe
+from agnitra.verify import Tolerances
+from agnitra.workloads.base import Workload
+
+MODE = "collect"
+FINISH_S = 1.0  # kept at the end of a workload's share: writing its record
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    """One workload of a plan: a model spec and the sizes it is built at."""
+
+    spec: str
+    batch: int | None = None
+    seq_len: int | None = None
+
+    def label(self) -> str:
+        sizes = "".join(f" {k}={v}" for k, v in (("batch", self.batch), ("seq_len", self.seq_len)) if v is not None)
+        return self.spec + sizes
+
+
+@dataclass
+class CollectedWorkload:
+    entry: PlanEntry
+    report: OptimizeReport | None = None
+    error: str = ""  # why the workload could not be collected
+    notes: list[str] = field(default_factory=list)
+
+
+def designed_sample(space: list[Candidate], size: int, seed: int = 0) -> list[Candidate]:
+    """Every single-step recipe (each transform's every setting alone), then multi-step recipes
+    at random, `size` in all (the single steps alone may exceed it: they are all kept)."""
+    singles = [c for c in space if len(c.recipe.steps) == 1]
+    rest = [c for c in space if len(c.recipe.steps) > 1]
+    random.Random(seed).shuffle(rest)
+    return singles + rest[: max(0, size - len(singles))]
+
+
+class InOrder(Strategy):
+    """The sample in its given order; every candidate is measured, whatever failed before."""
+
+    name = "designed-sample"
+
+    def __init__(self, space: list[Candidate]) -> None:
+        super().__init__(space)
+        self._left = list(space)
+
+    def ask(self) -> Candidate | None:
+        return self._left.pop(0) if self._left else None
+
+
+def collect_workload(
+    workload: Workload, device: torch.device, device_report: DeviceReport, *, sample: int, budget: Budget, seed: int,
+    source: WorkloadSource | None, tolerances: Tolerances, candidate_timeout_s: float, progress=None,
+) -> OptimizeReport:
+    """One workload's designed sample, measured; the report records it as a collect run."""
+    notes: list[str] = []
+    op_kinds, signature = _captured(workload, notes)
+    space, skipped = recipe_space(TransformContext(workload, device, op_kinds=op_kinds))
+    chosen = designed_sample(space, sample, seed)
+    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses_replace(tolerances))
+    runner = Worker(source, progress) if source is not None else InProcess(workload, device, progress)
+    with runner:
+        probe = _probe(runner, device_report, config, budget)
+        outcome = search(InOrder(chosen), runner, device_report, config, budget, lambda results: FINISH_S, progress=progress)
+    if signature is not None:  # the screening run skips it; the store names the workload by it
+        probe.workload["signature"] = signature
+    info = {
+        "mode": MODE, "strategy": InOrder.name, "seed": seed, "budget_s": budget.total_s, "space_size": len(space), "sample": len(chosen),
+        "evaluated": len(outcome.results), "unmeasured": outcome.unmeasured, "candidate_timeout_s": candidate_timeout_s,
+        "not_applicable": [{"transform": s.transform, "reason": s.reason} for s in skipped], "notes": notes + outcome.notes,
+        "isolation": "worker process" if source is not None else "in-process",
+    }
+    passed = sum(r.passed for r in outcome.results)
+    verdict = f"collected {len(outcome.results)} of {len(chosen)} sampled recipes ({passed} passed verification) from a space of {len(space)}"
+    return OptimizeReport(probe, "latency", None, Recipe().to_dict(), 1.0, outcome.results, pareto_front(outcome.results), info, verdict)
+
+
+def dataclasses_replace(tolerances: Tolerances) -> Tolerances:
+    """Candidates are screened on one window of positions, as the search screens them."""
+    import dataclasses
+
+    return dataclasses.replace(tolerances, check_positions=None)
+
+
+def completed(results: list[CandidateResult]) -> int:
+    return sum(1 for r in results if r.status == "ok")
+
+
+# ---- plans ----------------------------------------------------------------------------------------
+
+ZOO_PLAN = {  # zoo workloads worth collecting on each device kind, with the sizes they are built at
+    "cpu": [PlanEntry("zoo:tinylm-py"), PlanEntry("zoo:minilm", batch=8)],
+    "cuda": [PlanEntry("zoo:tinylm-py"), PlanEntry("zoo:minilm", batch=32), PlanEntry("zoo:bert-base", batch=1), PlanEntry("zoo:bert-base", batch=16),
+             PlanEntry("zoo:resnet50", batch=1), PlanEntry("zoo:resnet50", batch=32)],
+}
+BATCHES = {"cpu": (1, 16), "cuda": (1, 32)}
+
+
+def default_plan(device_kind: str, generated: int = 12, seed: int = 0) -> list[PlanEntry]:
+    """The zoo workloads of this device kind, then `generated` names of the generated family
+    (`workloads.generated.designed_sample`), each at a small and a large batch."""
+    from agnitra.workloads.generated import designed_sample as generated_names
+
+    small, large = BATCHES.get(device_kind, BATCHES["cpu"])
+    entries = list(ZOO_PLAN.get(device_kind, ZOO_PLAN["cpu"]))
+    for i, name in enumerate(generated_names(generated, seed)):
+        entries.append(PlanEntry(name, batch=small if i % 2 == 0 else large))
+    return entries
