@@ -207,11 +207,15 @@ def collect(
     return collected
 
 
-def collect_plan(device=None, generated: int = 12, seed: int = 0) -> list:
-    """The designed collection plan for this device (`search.collect.default_plan`)."""
+def collect_plan(device=None, generated: int = 12, seed: int = 0, part: str = "1/1") -> list:
+    """The designed collection plan for this device (`search.collect.default_plan`); `part`
+    "k/n": the k-th of n interleaved parts of it."""
     from agnitra.search.collect import default_plan
 
-    return default_plan(resolve_device(device or load_settings().device).type, generated, seed)
+    k, _, n = part.partition("/")
+    if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise UserError(f"--plan-part must be K/N with 1 <= K <= N (e.g. 2/3), got {part!r}")
+    return default_plan(resolve_device(device or load_settings().device).type, generated, seed, (int(k), int(n)))
 
 
 def collect_entries(specs: Sequence[str], batches: Sequence[int] = ()) -> list:

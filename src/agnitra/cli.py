@@ -227,6 +227,7 @@ def collect(
     specs: Optional[list[str]] = typer.Argument(None, help="model specs to collect on (zoo:NAME, gen:mlp-w512-d4, file.py:factory, ...)"),
     plan: bool = typer.Option(False, "--plan", help="the designed plan for this device: zoo workloads and --generated models of the generated family"),
     generated: int = typer.Option(12, "--generated", help="with --plan: how many generated models"),
+    plan_part: str = typer.Option("1/1", "--plan-part", help="with --plan: K/N, the K-th of N interleaved parts (a plan collected over N sessions)"),
     device: Optional[str] = DeviceOpt,
     batch: Optional[list[int]] = typer.Option(None, "--batch", help="for the named specs: collect at each of these batch sizes"),
     sample: int = typer.Option(16, "--sample", help="recipes measured per workload: every single-step recipe, then multi-step ones at random"),
@@ -241,7 +242,7 @@ def collect(
     for b in batch or []:
         arguments.count("--batch", b)
     with _working(None, not as_json) as progress:
-        entries = _api().collect_plan(device=device, generated=generated, seed=seed) if plan else []
+        entries = _api().collect_plan(device=device, generated=generated, seed=seed, part=plan_part) if plan else []
         entries += _api().collect_entries(specs or [], batch or [])
         collected = _api().collect(entries, device=device, sample=sample, budget_per_workload=budget, candidate_timeout=candidate_timeout, seed=seed, dataset=dataset, progress=progress)
     if as_json:

@@ -55,11 +55,14 @@ class CollectedWorkload:
 
 
 def designed_sample(space: list[Candidate], size: int, seed: int = 0) -> list[Candidate]:
-    """Every single-step recipe (each transform's every setting alone), then multi-step recipes
-    at random, `size` in all (the single steps alone may exceed it: they are all kept)."""
+    """Every single-step recipe (each transform's every setting alone) in a seeded order, then
+    multi-step recipes at random, `size` in all (the single steps alone may exceed it: they are
+    all kept)."""
     singles = [c for c in space if len(c.recipe.steps) == 1]
     rest = [c for c in space if len(c.recipe.steps) > 1]
-    random.Random(seed).shuffle(rest)
+    rng = random.Random(seed)
+    rng.shuffle(singles)  # a workload's share of time may end before them: each workload sees others
+    rng.shuffle(rest)
     return singles + rest[: max(0, size - len(singles))]
 
 
@@ -118,19 +121,20 @@ def completed(results: list[CandidateResult]) -> int:
 
 ZOO_PLAN = {  # zoo workloads worth collecting on each device kind, with the sizes they are built at
     "cpu": [PlanEntry("zoo:tinylm-py"), PlanEntry("zoo:minilm", batch=8)],
-    "cuda": [PlanEntry("zoo:tinylm-py"), PlanEntry("zoo:minilm", batch=32), PlanEntry("zoo:bert-base", batch=1), PlanEntry("zoo:bert-base", batch=16),
-             PlanEntry("zoo:resnet50", batch=1), PlanEntry("zoo:resnet50", batch=32)],
+    "cuda": [PlanEntry("zoo:tinylm-py"), PlanEntry("zoo:minilm", batch=32), PlanEntry("zoo:bert-base", batch=8), PlanEntry("zoo:resnet50", batch=32)],
 }
 BATCHES = {"cpu": (1, 16), "cuda": (1, 32)}
 
 
-def default_plan(device_kind: str, generated: int = 12, seed: int = 0) -> list[PlanEntry]:
+def default_plan(device_kind: str, generated: int = 12, seed: int = 0, part: tuple[int, int] = (1, 1)) -> list[PlanEntry]:
     """The zoo workloads of this device kind, then `generated` names of the generated family
-    (`workloads.generated.designed_sample`), each at a small and a large batch."""
+    (`workloads.generated.designed_sample`), each at a small and a large batch; `part` (k, n):
+    only every n-th entry from the k-th, so a plan can be collected in n separate sessions."""
     from agnitra.workloads.generated import designed_sample as generated_names
 
     small, large = BATCHES.get(device_kind, BATCHES["cpu"])
     entries = list(ZOO_PLAN.get(device_kind, ZOO_PLAN["cpu"]))
     for i, name in enumerate(generated_names(generated, seed)):
         entries.append(PlanEntry(name, batch=small if i % 2 == 0 else large))
-    return entries
+    k, n = part
+    return entries[k - 1::n]
