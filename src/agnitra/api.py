@@ -143,7 +143,9 @@ def recommend(model, example_inputs=None, *, device=None, limit: int = 5, settin
     """The recipes that passed verification on the stored workloads nearest to this one (by static
     signature), on this kind of device, each with its measured speedup and quality."""
     from agnitra.ir import capture_workload, signature
+    from agnitra.search.costmodel.context import workload_row
     from agnitra.search.recommend import recommend as nearest_recipes
+    from agnitra.search.recommend import with_predictions
     from agnitra.store import open_store
 
     arguments.count("--limit", limit)
@@ -152,9 +154,65 @@ def recommend(model, example_inputs=None, *, device=None, limit: int = 5, settin
     query = signature(capture_workload(workload)).to_dict()
     store = open_store()
     try:
-        return nearest_recipes(store, query, dev.type, limit=limit)
+        found = nearest_recipes(store, query, dev.type, limit=limit)
+        with_predictions(found, store, workload_row(workload, query, describe_device(dev, settings), dev))
+        return found
     finally:
         store.close()
+
+
+def costmodel_train(datasets: Sequence[str | Path] | None = None, *, device_kind: str | None = None, out: str | Path | None = None, settings: Settings | None = None):
+    """Train the cost model on the store's measurements (or on dataset CSVs) and save it (default:
+    costmodel.json in the cache dir). Returns the model and its path."""
+    from agnitra.search.costmodel import CostModel
+
+    rows = _costmodel_rows(datasets, device_kind)
+    model = CostModel.fit(rows)
+    path = Path(out) if out else (settings or load_settings()).cache_path() / "costmodel.json"
+    try:
+        return model, model.save(path)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}; choose another --out") from None
+
+
+def costmodel_eval(datasets: Sequence[str | Path] | None = None, *, device_kind: str | None = None, by: str = "workload", out: str | Path | None = None, progress: Progress | None = None):
+    """Leave-one-group-out evaluation (a workload at one size, or a whole family): MAPE of the
+    speedup, Kendall's tau within each group, the pass classifier, per device kind; also written
+    to `out` as JSON if given."""
+    import json
+
+    from agnitra.fileio import atomic_write_text
+    from agnitra.search.costmodel.evaluate import leave_one_out
+
+    arguments.one_of("--by", by, ("workload", "family"), "grouping")
+    evaluation = leave_one_out(_costmodel_rows(datasets, device_kind), by=by, progress=progress)
+    if out is not None:
+        try:
+            atomic_write_text(out, json.dumps(evaluation.to_dict(), indent=2) + "\n")
+        except OSError as exc:
+            raise UserError(f"cannot write {out}: {exc.strerror or exc}; choose another --out") from None
+    return evaluation
+
+
+def _costmodel_rows(datasets, device_kind: str | None) -> list[dict]:
+    from agnitra.search.costmodel import load_rows
+    from agnitra.store import open_store
+
+    if device_kind is not None:
+        arguments.one_of("--device-kind", device_kind, ("cpu", "cuda"), "device kind")
+    if datasets:
+        rows = load_rows(datasets=list(datasets), device_kind=device_kind)
+        source = ", ".join(map(str, datasets))
+    else:
+        store = open_store()
+        try:
+            rows = load_rows(store, device_kind=device_kind)
+        finally:
+            store.close()
+        source = "the store"
+    if not rows:
+        raise UserError(f"no recipe measurements{' on ' + device_kind if device_kind else ''} in {source}; run `agnitra collect` (or `agnitra optimize`) first, or give --dataset")
+    return rows
 
 
 def collect(

@@ -37,6 +37,8 @@ zoo_app = typer.Typer(no_args_is_help=True, help="Built-in workloads.")
 app.add_typer(zoo_app, name="zoo")
 store_app = typer.Typer(no_args_is_help=True, help="The measurement store (SQLite in the cache dir, or AGNITRA_DB_URL).")
 app.add_typer(store_app, name="store")
+costmodel_app = typer.Typer(no_args_is_help=True, help="The learned cost model: trained on the store's measurements (or dataset CSVs), evaluated on workloads it never saw.")
+app.add_typer(costmodel_app, name="costmodel")
 
 GLOBAL_FLAGS = ("--debug", "--verbose")
 # click's ClickException as the installed typer raises it: typer >= 0.2x vendors click
@@ -187,11 +189,12 @@ def recommend(
         out.print("no recipe in the store passed on a similar workload on this kind of device yet; run `agnitra optimize` or `agnitra store import runs/*/` first")
         return
     table = Table(title=f"Recipes that worked on workloads like {model}", title_justify="left")
-    for col in ("recipe", "worked on", "distance", "speedup", "quality", "device"):
+    for col in ("recipe", "worked on", "distance", "speedup", "quality", "device", "predicted here"):
         table.add_column(col)
     for r in found:
         quality = f"{r.quality_metric} {r.quality_value:.4g}" if r.quality_value is not None else r.quality_metric
-        table.add_row(r.name, r.workload, f"{r.distance:.3f}", f"{r.speedup:.2f}x", quality, r.device)
+        predicted = f"{r.predicted['speedup']:.2f}x, P(pass) {r.predicted['p_pass']:.2f}" if r.predicted else "—"
+        table.add_row(r.name, r.workload, f"{r.distance:.3f}", f"{r.speedup:.2f}x", quality, r.device, predicted)
     _show(table)
 
 
@@ -220,6 +223,52 @@ def store_export(
     with _working(None, show_progress=False):
         rows, url = _api().store_dataset(csv_path, device_kind) if features else _api().store_export(csv_path)
     out.print(f"wrote {rows} {'recipe measurement' if features else 'measurement'}(s) to {csv_path}")
+
+
+DatasetOpt = typer.Option(None, "--dataset", help="dataset CSV(s) from `agnitra store export --features` (repeat); default: the store")
+DeviceKindOpt = typer.Option(None, "--device-kind", help="only measurements on this kind of device: cpu or cuda")
+
+
+@costmodel_app.command("train")
+def costmodel_train(
+    dataset: Optional[list[Path]] = DatasetOpt,
+    device_kind: Optional[str] = DeviceKindOpt,
+    out_path: Optional[Path] = typer.Option(None, "--out", help="where to save it (default: costmodel.json in the cache dir)"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train the cost model (speedup with its uncertainty, P(pass), memory, quality error) and save it."""
+    with _working(None, show_progress=False):
+        model, path = _api().costmodel_train(dataset, device_kind=device_kind, out=out_path)
+    if as_json:
+        _print_json({"path": str(path), "info": model.info, "notes": model.notes})
+        return
+    info = model.info
+    out.print(f"cost model trained on {info['rows']} recipe measurement(s) of {info['groups']} run(s) ({', '.join(info['device_kinds'])}): {info['speed_rows']} timed, {info['pass_rows']} verified; saved to {path}")
+    for note in model.notes:
+        err.print(f"note: {note}")
+
+
+@costmodel_app.command("eval")
+def costmodel_eval(
+    dataset: Optional[list[Path]] = DatasetOpt,
+    device_kind: Optional[str] = DeviceKindOpt,
+    by: str = typer.Option("workload", "--by", help="what is held out: workload (one workload at one size) or family (all sizes of a family)"),
+    out_path: Optional[Path] = typer.Option(None, "--out", help="also write the evaluation as JSON here"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Leave-one-out evaluation: MAPE of the predicted speedup and Kendall's tau per device kind."""
+    with _working(None, not as_json) as progress:
+        evaluation = _api().costmodel_eval(dataset, device_kind=device_kind, by=by, out=out_path, progress=progress)
+    if as_json:
+        _print_json(evaluation.to_dict())
+        return
+    table = Table(title=f"Cost model, leave one {by} out ({evaluation.rows} rows)", title_justify="left")
+    for col in ("device", "held out", "rows", "MAPE", "Kendall tau", "pass accuracy", "failures caught", "top-1 regret"):
+        table.add_column(col)
+    fmt = lambda v, pct=False: "—" if v is None else (f"{v:.1%}" if pct else f"{v:.3f}")  # noqa: E731
+    for d in evaluation.devices:
+        table.add_row(d.device_kind, str(d.groups), str(d.rows), fmt(d.mape, True), fmt(d.kendall_tau), fmt(d.pass_accuracy, True), fmt(d.failures_caught, True), fmt(d.top1_regret, True))
+    _show(table)
 
 
 @app.command()

@@ -28,7 +28,8 @@ from agnitra.results import BenchReport, CandidateResult, DeviceReport, Optimize
 from agnitra.search.budget import Budget
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import recipe_space
-from agnitra.search.strategies.base import get_strategy
+from agnitra.search.costmodel.context import workload_row
+from agnitra.search.strategies.base import SearchContext, get_strategy
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
@@ -164,7 +165,9 @@ def run_optimize(
         peers = [v.name for v in measured.peers if v.status == "ok"]
         notes += [peer_note] if peer_note else []
         reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s)
-        outcome = search(get_strategy(strategy)(space), runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
+        searcher = get_strategy(strategy)(space)
+        notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
+        outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
         notes += outcome.notes
         results = outcome.results
         finalists = final_candidates(results, peers, objective)

@@ -32,6 +32,7 @@ class Recommendation:
     quality_metric: str
     quality_value: float | None
     measurements: int  # passing measurements behind it
+    predicted: dict | None = None  # the cost model's prediction for this workload (speedup, its spread, P(pass))
 
 
 def recommend(store: Store, signature: dict, device_kind: str, limit: int = 5, neighbours: int = NEIGHBOURS) -> list[Recommendation]:
@@ -77,3 +78,22 @@ def warm_start(space: list[Candidate], recommended: list[Recommendation]) -> tup
     keys = [Recipe.from_dict(r.recipe).key() for r in recommended]
     first = [c for key in keys for c in space if c.recipe.key() == key]
     return first + [c for c in space if c not in first], [c.recipe.name for c in first]
+
+
+def with_predictions(recommended: list[Recommendation], store: Store, workload_row: dict) -> str:
+    """Each recommendation's predicted effect on this workload, from a cost model trained on the
+    store's measurements on this kind of device; returns why there is none ('' when there is)."""
+    from agnitra.search.costmodel import CostModel, load_rows
+    from agnitra.search.strategies.model import MIN_STORED, MAX_TRAINING_ROWS
+
+    if not recommended:
+        return ""
+    rows = load_rows(store, device_kind=workload_row.get("device_kind"))[-MAX_TRAINING_ROWS:]
+    measured = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup"))
+    if measured < MIN_STORED:
+        return f"no prediction: {measured} measurement(s) on this kind of device in the store (fewer than {MIN_STORED}); `agnitra collect` fills it"
+    model = CostModel.fit(rows)
+    queries = [dict(workload_row, steps=r.recipe.get("steps", [])) for r in recommended]
+    for r, p in zip(recommended, model.predict(queries)):
+        r.predicted = p.to_dict()
+    return ""

@@ -154,6 +154,7 @@ def search(
         candidate = strategy.ask()
         if candidate is None:
             break
+        prediction = strategy.predicted(candidate)  # before it is measured
         key = candidate.recipe.key()
         if key in done:
             result = done[key]  # measured before the run was interrupted
@@ -174,6 +175,8 @@ def search(
             result = run_candidate(runner, candidate, device_report, config, min(config.candidate_timeout_s, left))
             if folder is not None:
                 folder.append(result)
+        if prediction is not None:
+            result.predicted = prediction
         outcome.results.append(result)
         strategy.tell(candidate, result)
     return outcome

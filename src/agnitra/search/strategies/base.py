@@ -8,6 +8,7 @@ come as new files beside this one.
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass, field
 from typing import Any
 
 from agnitra.search.space import Candidate
@@ -27,6 +28,24 @@ class Strategy(abc.ABC):
 
     def tell(self, candidate: Candidate, result: Any) -> None:
         """The measured result of a candidate (status, speedup, correctness)."""
+
+    def attach(self, context: SearchContext) -> list[str]:
+        """What the run knows about the workload (its features, the store), before the first
+        ask; returns notes for the report. Strategies that learn from the store use it."""
+        return []
+
+    def predicted(self, candidate: Candidate) -> dict | None:
+        """What the strategy expected of a candidate (its cost model's prediction), if anything."""
+        return None
+
+
+@dataclass
+class SearchContext:
+    """The searched workload as the cost model sees it: a dataset row without a recipe (device
+    kind, batch, source, family, `sig.*` and `dev.*` features), and where its measurements go."""
+
+    workload_row: dict[str, Any] = field(default_factory=dict)
+    store_url: str | None = None  # None: the configured store
 
 
 def register_strategy(cls: type[Strategy]) -> type[Strategy]:

@@ -1,0 +1,153 @@
+"""Replay the collected datasets: how many measurements each strategy needs, nothing re-measured.
+
+For each held-out workload (one workload at one size on one device) with enough measured
+recipes, its measured recipes are the space and the dataset answers every "measurement". Each
+strategy searches that space until it measures a recipe that passed verification within 3% of
+the best passing one (`--within`); the count is what it needed. `model` is trained on the other
+workloads only (or, with --hold-out family, on other families only), as a search on a new
+model would be; `random` is averaged over --seeds seeds, `tpe` over fewer (it is slower). The
+result file gives, per device kind, each strategy's mean and median count, the model's count
+against random's and TPE's, and each workload's counts.
+
+    python benchmarks/search.py                                # every dataset in benchmarks/datasets
+    python benchmarks/search.py --dataset X.csv --hold-out family
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from agnitra.results import Correctness  # noqa: E402
+from agnitra.search.costmodel import CostModel, load_rows  # noqa: E402
+from agnitra.search.costmodel.evaluate import group_key  # noqa: E402
+from agnitra.search.space import Candidate  # noqa: E402
+from agnitra.search.strategies.model import ModelGuided  # noqa: E402
+from agnitra.search.strategies.random_order import RandomOrder  # noqa: E402
+from agnitra.search.strategies.tpe import TPE  # noqa: E402
+from agnitra.telemetry.signature import software_versions  # noqa: E402
+from agnitra.transforms.recipe import Recipe, Step  # noqa: E402
+
+MIN_RECIPES = 6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", action="append", help="dataset CSV (repeat); default: benchmarks/datasets/*.csv")
+    parser.add_argument("--within", type=float, default=0.03, help="a hit: a passing recipe within this fraction of the best")
+    parser.add_argument("--seeds", type=int, default=20, help="random search's seeds")
+    parser.add_argument("--tpe-seeds", type=int, default=3)
+    parser.add_argument("--hold-out", choices=("workload", "family"), default="workload")
+    parser.add_argument("--out-file", help="default: benchmarks/results/search-replay-<devices>-<date>.json")
+    args = parser.parse_args()
+    paths = args.dataset or sorted(str(p) for p in (ROOT / "benchmarks" / "datasets").glob("*.csv"))
+    rows = load_rows(datasets=paths)
+    started = time.time()
+    by_device: dict[str, list[dict]] = defaultdict(list)
+    groups = workload_groups(rows)
+    for key, members in sorted(groups.items()):
+        space = recipes_of(members)
+        if len(space) < MIN_RECIPES or not any(r["passed"] for r in space.values()):
+            continue
+        held = set(map(id, members)) if args.hold_out == "workload" else {id(r) for r in rows if same_family(r, members[0])}
+        training = [r for r in rows if id(r) not in held and r.get("device_kind") == members[0].get("device_kind")]
+        counts = replay(members[0], space, training, args)
+        by_device[members[0].get("device_kind") or "?"].append({"workload": key, "recipes": len(space), "training_rows": len(training), **counts})
+        print(key, len(space), {k: round(v, 1) for k, v in counts.items()}, flush=True)
+    summary = {kind: summarise(entries) for kind, entries in by_device.items()}
+    doc = {
+        "schema": "agnitra.search-replay/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
+        "versions": software_versions(), "datasets": [Path(p).name for p in paths], "dataset_devices": sorted({r.get("device") or "" for r in rows}),
+        "conditions": {"within": args.within, "random_seeds": args.seeds, "tpe_seeds": args.tpe_seeds, "hold_out": args.hold_out, "min_recipes": MIN_RECIPES,
+                       "what": "measurements a strategy needs until it measures a recipe that passed verification within `within` of the best passing recipe of the workload; the dataset answers each measurement (nothing re-measured); the model strategy is trained on the other workloads (or families) only"},
+        "summary": summary, "workloads": by_device, "elapsed_s": round(time.time() - started, 1),
+    }
+    out = Path(args.out_file) if args.out_file else ROOT / "benchmarks" / "results" / f"search-replay-{'-'.join(sorted(by_device))}-{args.hold_out}-{dt.date.today().isoformat()}.json"
+    out.write_text(json.dumps(doc, indent=2))
+    print(json.dumps(summary, indent=2))
+    print(f"wrote {out}")
+
+
+def workload_groups(rows: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[group_key(r, "workload")].append(r)
+    return groups
+
+
+def same_family(row: dict, other: dict) -> bool:
+    return row.get("device_kind") == other.get("device_kind") and (row.get("family") or row.get("workload")) == (other.get("family") or other.get("workload"))
+
+
+def recipes_of(members: list[dict]) -> dict[str, SimpleNamespace]:
+    """Each distinct recipe of the workload with what was measured for it (the median speedup
+    where it was measured more than once; it passed only if every measurement passed)."""
+    seen: dict[str, list[dict]] = defaultdict(list)
+    for r in members:
+        if r.get("status") in ("ok", "failed"):
+            seen[r["recipe"]].append(r)
+    out = {}
+    for key, measured in seen.items():
+        speedups = [r["speedup"] for r in measured if r.get("status") == "ok" and r.get("speedup")]
+        passed = all(bool(r.get("passed")) for r in measured) and bool(speedups)
+        out[key] = SimpleNamespace(status="ok" if speedups else "failed", speedup=statistics.median(speedups) if speedups else None, passed=passed,
+                                   correctness=Correctness("rel_error", measured[0].get("quality_error"), passed, None) if speedups else None,
+                                   model_bytes=measured[0].get("model_bytes"), steps=json.loads(key))
+    return out
+
+
+def candidates(space: dict[str, SimpleNamespace]) -> list[Candidate]:
+    return [Candidate(Recipe(tuple(Step(s["transform"], dict(s.get("params") or {})) for s in result.steps)), 1.0) for result in space.values()]
+
+
+def replay(workload: dict, space: dict[str, SimpleNamespace], training: list[dict], args) -> dict[str, float]:
+    best = max(r.speedup for r in space.values() if r.passed)
+    hits = {k for k, r in space.items() if r.passed and r.speedup >= best / (1 + args.within)}
+    cands = candidates(space)
+    row = {k: v for k, v in workload.items() if k.startswith(("sig.", "dev.")) or k in ("device_kind", "batch", "source", "family", "workload", "task")}
+    counts = {"random": statistics.mean(run(RandomOrder(cands, seed=s), space, hits) for s in range(args.seeds)),
+              "tpe": statistics.mean(run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds))}
+    model = CostModel.fit(training) if training else None
+    counts["model"] = run(ModelGuided(cands, model=model, rows=training, workload_row=row), space, hits)
+    return counts
+
+
+def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> int:
+    """Measurements until a hit; a strategy that never measures one is charged the whole space."""
+    for n in range(1, len(space) + 1):
+        candidate = strategy.ask()
+        if candidate is None:
+            break
+        key = json.dumps([{"params": dict(s.params), "transform": s.transform} for s in candidate.recipe.steps], sort_keys=True)
+        result = space[key]
+        if key in hits:
+            return n
+        strategy.tell(candidate, result)
+    return len(space)
+
+
+def summarise(entries: list[dict]) -> dict:
+    out = {"workloads": len(entries)}
+    for name in ("random", "tpe", "model"):
+        values = [e[name] for e in entries]
+        out[name] = {"mean": round(statistics.mean(values), 2), "median": round(statistics.median(values), 2)}
+    out["model_over_random"] = round(out["model"]["mean"] / out["random"]["mean"], 3)
+    out["model_over_tpe"] = round(out["model"]["mean"] / out["tpe"]["mean"], 3)
+    out["model_beats_tpe_on"] = sum(e["model"] < e["tpe"] for e in entries)
+    out["tpe_beats_model_on"] = sum(e["tpe"] < e["model"] for e in entries)
+    return out
+
+
+if __name__ == "__main__":
+    main()

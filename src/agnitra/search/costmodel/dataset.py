@@ -1,0 +1,66 @@
+"""The cost model's rows: from the store (`store.io.dataset_rows`) or from dataset CSV files
+written by `agnitra store export --features` (the committed datasets), typed the same way."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from agnitra.errors import UserError
+
+NUMERIC = ("params", "batch", "median_ms", "baseline_ms", "speedup", "model_bytes", "baseline_model_bytes", "peak_memory_bytes", "quality_value", "quality_error", "setup_s")
+
+
+def read_dataset(paths: list[str | Path]) -> list[dict]:
+    """Rows of dataset CSVs; each row's `group` says which file and run it came from."""
+    rows: list[dict] = []
+    for path in map(Path, paths):
+        if not path.is_file():
+            raise UserError(f"dataset not found: {path}; write one with `agnitra store export --csv FILE --features`")
+        try:
+            with path.open(newline="") as handle:
+                reader = csv.DictReader(handle)
+                if not reader.fieldnames or "recipe" not in reader.fieldnames or "speedup" not in reader.fieldnames:
+                    raise UserError(f"{path} is not a dataset (no recipe and speedup columns); write one with `agnitra store export --csv FILE --features`")
+                for raw in reader:
+                    rows.append(_typed(raw, origin=path.name))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            raise UserError(f"cannot read {path}: {exc}; check the file") from None
+    return rows
+
+
+def load_rows(store=None, datasets: list[str | Path] | None = None, device_kind: str | None = None) -> list[dict]:
+    """The training rows: the given dataset files, else every recipe measurement in the store."""
+    if datasets:
+        rows = read_dataset(datasets)
+    else:
+        from agnitra.store.io import dataset_rows
+
+        rows = [dict(r, group=f"store:{r['run_id']}") for r in dataset_rows(store)]
+    return [r for r in rows if device_kind is None or r.get("device_kind") == device_kind]
+
+
+def _typed(raw: dict, origin: str) -> dict:
+    row: dict = dict(raw)
+    for key in NUMERIC:
+        row[key] = _number(raw.get(key))
+    for key, value in raw.items():
+        if key.startswith(("sig.", "dev.")):
+            row[key] = _number(value)
+    row["passed"] = {"True": True, "False": False}.get(raw.get("passed", ""))
+    try:
+        json.loads(raw.get("recipe") or "[]")
+    except json.JSONDecodeError:
+        row["recipe"] = "[]"
+    row["group"] = f"{origin}:{raw.get('run_id', '')}"
+    return row
+
+
+def _number(text) -> float | None:
+    if text is None or text == "":
+        return None
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None

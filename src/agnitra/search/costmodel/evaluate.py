@@ -1,0 +1,111 @@
+"""How good the cost model is on workloads it never saw: leave one group out (a workload at one
+size on one device, or a whole family), train on the rest, predict the group, and score per
+device kind: MAPE of the predicted speedup, Kendall's tau between predicted and measured
+speedups within each group (the order a search would measure in), the pass classifier's
+accuracy and how many failing recipes it caught, and the regret of trusting its top pick."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from agnitra.search.costmodel.model import CostModel
+
+MIN_GROUP = 3  # measured recipes a group needs to be scored
+
+
+@dataclass
+class DeviceScore:
+    device_kind: str
+    groups: int = 0
+    rows: int = 0
+    mape: float | None = None  # of the speedup, over rows measured ok
+    kendall_tau: float | None = None  # mean over groups
+    pass_accuracy: float | None = None
+    failures_caught: float | None = None  # share of failing recipes predicted to fail
+    top1_regret: float | None = None  # mean over groups: 1 - measured speedup of the predicted best / the best's
+    per_group: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Evaluation:
+    by: str  # workload | family
+    rows: int
+    devices: list[DeviceScore]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def group_key(row: dict, by: str) -> str:
+    if by == "family":
+        return f"{row.get('device_kind')}|{row.get('family') or row.get('workload')}"
+    return f"{row.get('device_kind')}|{row.get('source') or row.get('workload')}|batch={row.get('batch')}"
+
+
+def leave_one_out(rows: list[dict], by: str = "workload", seed: int = 0, progress=None) -> Evaluation:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[group_key(r, by)].append(i)
+    scored: dict[str, list[dict]] = defaultdict(list)
+    keys = sorted(groups)
+    for n, key in enumerate(keys):
+        members = groups[key]
+        measured = [i for i in members if _speed(rows[i])]
+        if len(measured) < MIN_GROUP:
+            continue
+        if progress:
+            progress(f"leave out {key}", n / len(keys))
+        held = set(members)
+        model = CostModel.fit([r for i, r in enumerate(rows) if i not in held], seed=seed)
+        predictions = model.predict([rows[i] for i in members])
+        scored[key.split("|", 1)[0]].append(_group_score(key, [rows[i] for i in members], predictions))
+    return Evaluation(by, len(rows), [_device_score(kind, groups_scored) for kind, groups_scored in sorted(scored.items())])
+
+
+def _speed(row: dict) -> bool:
+    return row.get("status") == "ok" and bool(row.get("speedup")) and row["speedup"] > 0
+
+
+def _group_score(key: str, rows: list[dict], predictions) -> dict:
+    from scipy.stats import kendalltau
+
+    pairs = [(p.speedup, r["speedup"]) for r, p in zip(rows, predictions) if _speed(r)]
+    predicted, actual = np.array([p for p, _ in pairs]), np.array([a for _, a in pairs])
+    tau = kendalltau(predicted, actual).statistic if len(pairs) >= 2 and len(set(actual)) > 1 else None
+    labelled = [(p.p_pass, bool(r.get("passed"))) for r, p in zip(rows, predictions) if r.get("passed") is not None or r.get("status") == "failed"]
+    passing = [(p.speedup, r["speedup"]) for r, p in zip(rows, predictions) if _speed(r) and r.get("passed")]
+    regret = None
+    if passing:
+        best = max(a for _, a in passing)
+        pick = max(passing, key=lambda pa: pa[0])[1]
+        regret = 1.0 - pick / best
+    return {
+        "group": key, "rows": len(rows), "measured": len(pairs),
+        "ape": [float(abs(p - a) / a) for p, a in pairs],
+        "kendall_tau": None if tau is None or math.isnan(tau) else float(tau),
+        "pass_right": sum((p >= 0.5) == y for p, y in labelled), "pass_labelled": len(labelled),
+        "failures": sum(not y for _, y in labelled), "failures_caught": sum(p < 0.5 and not y for p, y in labelled),
+        "top1_regret": regret,
+    }
+
+
+def _device_score(kind: str, groups: list[dict]) -> DeviceScore:
+    ape = [e for g in groups for e in g["ape"]]
+    taus = [g["kendall_tau"] for g in groups if g["kendall_tau"] is not None]
+    labelled = sum(g["pass_labelled"] for g in groups)
+    failures = sum(g["failures"] for g in groups)
+    regrets = [g["top1_regret"] for g in groups if g["top1_regret"] is not None]
+    per_group = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in g.items() if k != "ape"} | {"mape": round(float(np.mean(g["ape"])), 4) if g["ape"] else None} for g in groups]
+    return DeviceScore(
+        kind, len(groups), sum(g["rows"] for g in groups),
+        mape=round(float(np.mean(ape)), 4) if ape else None,
+        kendall_tau=round(float(np.mean(taus)), 4) if taus else None,
+        pass_accuracy=round(sum(g["pass_right"] for g in groups) / labelled, 4) if labelled else None,
+        failures_caught=round(sum(g["failures_caught"] for g in groups) / failures, 4) if failures else None,
+        top1_regret=round(float(np.mean(regrets)), 4) if regrets else None,
+        per_group=per_group,
+    )

@@ -1,0 +1,88 @@
+"""Rows into feature vectors: the workload's static signature (`sig.*`), the device's numeric
+signature (`dev.*`, log-scaled) and kind, the batch, and the recipe: per transform whether it is
+in the recipe and its position, each numeric parameter's value and each other parameter's value
+as a flag. The vocabulary is fitted on the training rows and saved with the model; what the
+training rows never had reads as zeros."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SIG, DEV = "sig.", "dev."
+
+
+@dataclass
+class Featurizer:
+    signature: list[str] = field(default_factory=list)
+    device: list[str] = field(default_factory=list)
+    recipe: list[str] = field(default_factory=list)  # "t:NAME", "p:NAME.PARAM", "v:NAME.PARAM=VALUE"
+
+    @classmethod
+    def fit(cls, rows: list[dict]) -> "Featurizer":
+        signature = sorted({k[len(SIG):] for r in rows for k, v in r.items() if k.startswith(SIG) and v is not None})
+        device = sorted({k[len(DEV):] for r in rows for k, v in r.items() if k.startswith(DEV) and v is not None})
+        recipe: dict[str, None] = {}
+        for r in rows:
+            for name in recipe_tokens(steps_of(r)):
+                recipe.setdefault(name, None)
+        return cls(signature, device, sorted(recipe))
+
+    def names(self) -> list[str]:
+        return ["device_is_cuda", "log2_batch", *(SIG + n for n in self.signature), *(DEV + n for n in self.device), "n_steps", *self.recipe]
+
+    def transform(self, rows: list[dict]) -> np.ndarray:
+        index = {name: i for i, name in enumerate(self.recipe)}
+        base = 2 + len(self.signature) + len(self.device) + 1
+        out = np.zeros((len(rows), base + len(self.recipe)), dtype=np.float64)
+        for i, r in enumerate(rows):
+            out[i, 0] = 1.0 if r.get("device_kind") == "cuda" else 0.0
+            out[i, 1] = math.log2(r["batch"]) if r.get("batch") else np.nan
+            for j, n in enumerate(self.signature):
+                v = r.get(SIG + n)
+                out[i, 2 + j] = np.nan if v is None else v
+            for j, n in enumerate(self.device):
+                v = r.get(DEV + n)
+                out[i, 2 + len(self.signature) + j] = np.nan if v is None else math.log2(1 + abs(v))
+            steps = steps_of(r)
+            out[i, base - 1] = len(steps)
+            for name, value in recipe_tokens(steps).items():
+                if name in index:
+                    out[i, base + index[name]] = value
+        return out
+
+    def to_dict(self) -> dict:
+        return {"signature": self.signature, "device": self.device, "recipe": self.recipe}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> "Featurizer":
+        return cls(list(doc["signature"]), list(doc["device"]), list(doc["recipe"]))
+
+
+def steps_of(row: dict) -> list[dict]:
+    steps = row.get("steps")
+    if steps is None:
+        text = row.get("recipe") or "[]"
+        steps = json.loads(text) if isinstance(text, str) else text
+        row["steps"] = steps
+    return steps
+
+
+def recipe_tokens(steps: list[dict]) -> dict[str, float]:
+    """A recipe as named values: each transform's presence (its position, from 1), numeric and
+    boolean parameters as numbers, other parameters as one flag per value."""
+    tokens: dict[str, float] = {}
+    for position, step in enumerate(steps, 1):
+        name = step.get("transform", "")
+        tokens[f"t:{name}"] = float(position)
+        for key, value in sorted((step.get("params") or {}).items()):
+            if isinstance(value, bool):
+                tokens[f"p:{name}.{key}"] = 1.0 if value else 0.0
+            elif isinstance(value, (int, float)):
+                tokens[f"p:{name}.{key}"] = float(value)
+            else:
+                tokens[f"v:{name}.{key}={value}"] = 1.0
+    return tokens

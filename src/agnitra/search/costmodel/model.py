@@ -1,0 +1,168 @@
+"""The cost model: LightGBM over `Featurizer` features, one model per target.
+
+- speed: the log speedup over the baseline, an ensemble of ENSEMBLE bagged models with different
+  seeds; their spread is the uncertainty (`log_speedup_std`) the `model` strategy trades off;
+- pass: the probability that the recipe's outputs pass verification (a classifier);
+- memory: the log of the model's own memory against the baseline's;
+- quality: the log10 of the quality error (`results.quality_error`).
+
+A target with too few rows (or one class only) has no model: its prediction is the prior
+(speedup 1 with a wide spread, pass 0.5) and `notes` says so. Saved as JSON with LightGBM's own
+text format for the trees: loading a model runs no code from the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from agnitra.errors import UserError
+from agnitra.search.costmodel.features import Featurizer
+
+SCHEMA = "agnitra.costmodel/1"
+ENSEMBLE = 5
+MIN_ROWS = 8
+PRIOR_STD = 0.7  # log-speedup spread where nothing is known (about 2x either way)
+QUALITY_FLOOR = 1e-7
+PARAMS = {
+    "learning_rate": 0.05, "num_leaves": 15, "min_data_in_leaf": 3, "min_data_in_bin": 1, "feature_fraction": 0.9,
+    "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1, "num_threads": 1, "deterministic": True, "force_row_wise": True,
+}
+ROUNDS = 150
+
+
+@dataclass
+class Prediction:
+    log_speedup: float
+    log_speedup_std: float
+    p_pass: float
+    memory_ratio: float | None = None
+    quality_error: float | None = None
+
+    @property
+    def speedup(self) -> float:
+        return math.exp(self.log_speedup)
+
+    def to_dict(self) -> dict:
+        doc = asdict(self)
+        doc["speedup"] = round(self.speedup, 4)
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in doc.items()}
+
+
+@dataclass
+class CostModel:
+    featurizer: Featurizer
+    speed: list = field(default_factory=list)  # lightgbm Boosters
+    passing: object | None = None
+    pass_constant: float | None = None  # where one class only was seen
+    memory: object | None = None
+    quality: object | None = None
+    info: dict = field(default_factory=dict)  # rows per target, device kinds, the training groups
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def fit(cls, rows: list[dict], weights: list[float] | None = None, seed: int = 0) -> "CostModel":
+        """Train on dataset rows (`costmodel.dataset`); `weights` count some rows more (the
+        workload being searched, as its measurements arrive)."""
+        import lightgbm as lgb
+
+        featurizer = Featurizer.fit(rows)
+        x = featurizer.transform(rows)
+        w = np.asarray(weights if weights is not None else [1.0] * len(rows), dtype=np.float64)
+        model = cls(featurizer, info={"rows": len(rows), "device_kinds": sorted({r.get("device_kind") or "" for r in rows}),
+                                      "groups": len({r.get("group") for r in rows})})
+
+        def train(mask, y, objective: str, seed_offset: int = 0, bagging: bool = True):
+            params = dict(PARAMS, objective=objective, seed=seed + seed_offset, bagging_seed=seed + seed_offset, feature_fraction_seed=seed + seed_offset)
+            if not bagging:
+                params.update(bagging_fraction=1.0, bagging_freq=0)
+            data = lgb.Dataset(x[mask], label=y, weight=w[mask], free_raw_data=True, params={"verbose": -1, "min_data_in_bin": 1})
+            return lgb.train(params, data, num_boost_round=ROUNDS)
+
+        speed_mask = np.array([_ok_speed(r) for r in rows], dtype=bool)
+        model.info["speed_rows"] = int(speed_mask.sum())
+        if speed_mask.sum() >= MIN_ROWS:
+            y = np.log([r["speedup"] for r, m in zip(rows, speed_mask) if m])
+            model.speed = [train(speed_mask, y, "regression", i) for i in range(ENSEMBLE)]
+        else:
+            model.notes.append(f"speed: {int(speed_mask.sum())} measured rows (fewer than {MIN_ROWS}): the prior is predicted")
+        pass_mask = np.array([r.get("passed") is not None or r.get("status") == "failed" for r in rows], dtype=bool)
+        labels = np.array([1.0 if r.get("passed") else 0.0 for r, m in zip(rows, pass_mask) if m])
+        model.info["pass_rows"] = int(pass_mask.sum())
+        if pass_mask.sum() >= MIN_ROWS and 0 < labels.sum() < len(labels):
+            model.passing = train(pass_mask, labels, "binary", bagging=False)
+        elif len(labels):
+            model.pass_constant = float(labels.mean())
+            model.notes.append(f"pass: {len(labels)} rows of one class or fewer than {MIN_ROWS}: P(pass) = {model.pass_constant:.2f} everywhere")
+        memory_mask = np.array([bool(r.get("model_bytes") and r.get("baseline_model_bytes")) for r in rows], dtype=bool)
+        if memory_mask.sum() >= MIN_ROWS:
+            y = np.log([r["model_bytes"] / r["baseline_model_bytes"] for r, m in zip(rows, memory_mask) if m])
+            model.memory = train(memory_mask, y, "regression", bagging=False)
+        quality_mask = np.array([r.get("quality_error") is not None and r.get("status") == "ok" for r in rows], dtype=bool)
+        if quality_mask.sum() >= MIN_ROWS:
+            y = np.log10([r["quality_error"] + QUALITY_FLOOR for r, m in zip(rows, quality_mask) if m])
+            model.quality = train(quality_mask, y, "regression", bagging=False)
+        return model
+
+    def predict(self, rows: list[dict]) -> list[Prediction]:
+        if not rows:
+            return []
+        x = self.featurizer.transform(rows)
+        if self.speed:
+            runs = np.stack([b.predict(x) for b in self.speed])
+            mean, std = runs.mean(0), runs.std(0)
+        else:
+            mean, std = np.zeros(len(rows)), np.full(len(rows), PRIOR_STD)
+        if self.passing is not None:
+            p = self.passing.predict(x)
+        else:
+            p = np.full(len(rows), 0.5 if self.pass_constant is None else self.pass_constant)
+        memory = np.exp(self.memory.predict(x)) if self.memory is not None else [None] * len(rows)
+        quality = np.power(10.0, self.quality.predict(x)) if self.quality is not None else [None] * len(rows)
+        return [Prediction(float(m), float(s), float(pp), None if mem is None else float(mem), None if q is None else float(q))
+                for m, s, pp, mem, q in zip(mean, std, p, memory, quality)]
+
+    # ---- files --------------------------------------------------------------------------------
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "schema": SCHEMA, "featurizer": self.featurizer.to_dict(), "info": self.info, "notes": self.notes, "pass_constant": self.pass_constant,
+            "speed": [b.model_to_string() for b in self.speed],
+            "passing": self.passing.model_to_string() if self.passing is not None else None,
+            "memory": self.memory.model_to_string() if self.memory is not None else None,
+            "quality": self.quality.model_to_string() if self.quality is not None else None,
+        }
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostModel":
+        import lightgbm as lgb
+
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise UserError(f"no cost model at {path}; train one with `agnitra costmodel train`") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{path} is not a readable cost model ({type(exc).__name__}); train it again with `agnitra costmodel train`") from None
+        if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+            raise UserError(f"{path} is not an {SCHEMA} cost model; train it again with `agnitra costmodel train`")
+        try:
+            booster = lambda text: lgb.Booster(model_str=text) if text else None  # noqa: E731
+            return cls(Featurizer.from_dict(doc["featurizer"]), [booster(t) for t in doc["speed"]], booster(doc["passing"]), doc.get("pass_constant"),
+                       booster(doc["memory"]), booster(doc["quality"]), doc.get("info", {}), doc.get("notes", []))
+        except (KeyError, TypeError, lgb.basic.LightGBMError) as exc:
+            raise UserError(f"{path} is a damaged cost model ({type(exc).__name__}: {exc}); train it again with `agnitra costmodel train`") from None
+
+
+def _ok_speed(row: dict) -> bool:
+    return row.get("status") == "ok" and bool(row.get("speedup")) and row["speedup"] > 0

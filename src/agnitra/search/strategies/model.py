@@ -1,0 +1,133 @@
+"""`model`: the cost model picks what to measure next, and learns from each measurement.
+
+Before the first ask, a cost model (`search.costmodel`) is trained on the store's measurements
+on this kind of device; it predicts every candidate's speedup with its uncertainty and the
+probability that it passes verification. Each ask takes the candidate with the largest expected
+improvement in log speedup over the best correct one measured so far (the baseline at first),
+times its probability of passing: a likely failure is measured late, an uncertain candidate with
+a chance of a large win early. Each tell adds the measurement to the training rows, counted
+OWN_WEIGHT times (it is the very workload being searched), and retrains (active learning). With
+too few stored measurements it orders by the transforms' priors, and says so.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agnitra.search.space import Candidate
+from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
+from agnitra.search.strategies.blocking import FailedSteps
+
+OWN_WEIGHT = 5.0
+MIN_STORED = 30  # measurements on this kind of device before the model is trusted to order
+MAX_TRAINING_ROWS = 20000  # the most recent, so training stays about a second
+EPSILON = 1e-9
+
+
+@register_strategy
+class ModelGuided(Strategy):
+    name = "model"
+
+    def __init__(self, space: list[Candidate], model=None, rows: list[dict] | None = None, workload_row: dict | None = None) -> None:
+        super().__init__(space)
+        self.model = model
+        self.rows = list(rows or [])  # the training rows the model came from
+        self.own: list[dict] = []  # this workload's measurements, as rows
+        self.workload_row = dict(workload_row or {})
+        self.asked: set[str] = set()
+        self.failed = FailedSteps()
+        self.predictions: dict[str, Any] = {}
+        self.best_log_speedup = 0.0  # the baseline
+        if self.model is not None:
+            self._predict_all()
+
+    def attach(self, context: SearchContext) -> list[str]:
+        from agnitra.search.costmodel import CostModel, load_rows
+        from agnitra.store import open_store
+
+        self.workload_row = dict(context.workload_row)
+        kind = self.workload_row.get("device_kind")
+        try:
+            store = open_store(context.store_url) if context.store_url else open_store()
+            try:
+                rows = load_rows(store, device_kind=kind)[-MAX_TRAINING_ROWS:]
+            finally:
+                store.close()
+        except Exception as exc:  # noqa: BLE001 - no store: the priors order, said
+            return [f"model: the store was not read ({type(exc).__name__}: {exc}); candidates in the order of the transforms' priors"]
+        measured = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup"))
+        if measured < MIN_STORED:
+            return [f"model: {measured} measurement(s) on {kind} in the store (fewer than {MIN_STORED}); candidates in the order of the transforms' priors until this run's own measurements train it (`agnitra collect` fills the store)"]
+        self.rows = rows
+        self.model = CostModel.fit(rows)
+        self._predict_all()
+        groups = len({r.get("group") for r in rows})
+        return [f"model: cost model trained on {measured} measurements of {groups} stored run(s) on {kind}; retrained after each candidate"] + [f"model: {n}" for n in self.model.notes]
+
+    def ask(self) -> Candidate | None:
+        open_candidates = [c for c in self.space if c.recipe.key() not in self.asked and self.failed.allows(c)]
+        if not open_candidates:
+            return None
+        if self.predictions:
+            candidate = max(open_candidates, key=self._acquisition)  # the first of equals: the best prior
+        else:
+            candidate = open_candidates[0]  # no model yet: the transforms' priors
+        self.asked.add(candidate.recipe.key())
+        return candidate
+
+    def tell(self, candidate: Candidate, result: Any) -> None:
+        self.failed.learn(candidate, result)
+        speedup = getattr(result, "speedup", None)
+        passed = bool(getattr(result, "passed", False))
+        if passed and speedup:
+            self.best_log_speedup = max(self.best_log_speedup, math.log(speedup))
+        row = dict(self.workload_row, recipe=None, steps=[{"transform": s.transform, "params": dict(s.params)} for s in candidate.recipe.steps],
+                   status=getattr(result, "status", "failed"), speedup=speedup, passed=passed if getattr(result, "status", "") == "ok" else False, group="this run")
+        correctness = getattr(result, "correctness", None)
+        if correctness is not None and correctness.value is not None:
+            from agnitra.results import quality_error
+
+            row["quality_error"] = quality_error(correctness.metric, correctness.value)
+        self.own.append(row)
+        self._retrain()
+
+    def predicted(self, candidate: Candidate) -> dict | None:
+        prediction = self.predictions.get(candidate.recipe.key())
+        return prediction.to_dict() if prediction is not None else None
+
+    # ---- the model ------------------------------------------------------------------------------
+
+    def _retrain(self) -> None:
+        from agnitra.search.costmodel import CostModel
+
+        if not self.rows and len(self.own) < 2:
+            return
+        rows = self.rows + self.own
+        self.model = CostModel.fit(rows, weights=[1.0] * len(self.rows) + [OWN_WEIGHT] * len(self.own))
+        self._predict_all(keep_asked=True)
+
+    def _predict_all(self, keep_asked: bool = False) -> None:
+        pending = [c for c in self.space if not (keep_asked and c.recipe.key() in self.asked)]
+        rows = [dict(self.workload_row, steps=[{"transform": s.transform, "params": dict(s.params)} for s in c.recipe.steps]) for c in pending]
+        for candidate, prediction in zip(pending, self.model.predict(rows)):
+            self.predictions[candidate.recipe.key()] = prediction
+
+    def _acquisition(self, candidate: Candidate) -> float:
+        """Expected improvement of the log speedup over the best correct one so far, times the
+        probability of passing verification."""
+        p = self.predictions.get(candidate.recipe.key())
+        if p is None:
+            return -math.inf
+        sigma = max(p.log_speedup_std, 0.02)
+        z = (p.log_speedup - self.best_log_speedup) / sigma
+        improvement = sigma * (z * _normal_cdf(z) + _normal_pdf(z))
+        return p.p_pass * improvement + EPSILON * p.p_pass * p.log_speedup
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+def _normal_pdf(z: float) -> float:
+    return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)

@@ -1,0 +1,89 @@
+"""The generated family builds what its names say, the collector measures a designed sample into
+the store, and the dataset comes out with the features the cost model reads."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from agnitra.cli import main
+from agnitra.search.collect import PlanEntry, default_plan, designed_sample
+from agnitra.search.space import Candidate
+from agnitra.transforms.recipe import Recipe, Step
+from agnitra.workloads import generated
+from agnitra.workloads.registry import BuildOptions
+
+
+@pytest.mark.parametrize("name, params", [("gen:mlp-w32-d2", 2 * (32 * 128 + 128 + 128 * 32 + 32 + 64) + 32 * 100 + 100),
+                                          ("gen:conv-c4-d2-r16", None), ("gen:tfm-d32-l1-h2", None)])
+def test_a_generated_name_builds_the_model_it_describes(name, params):
+    workload = generated.build(name, BuildOptions(batch=3))
+    out = workload.model(*workload.example_inputs)
+    assert out.shape[0] == 3 and torch.isfinite(out).all()
+    assert workload.weights == "random" and workload.source == name and workload.hints["family"] == name.split("-")[0]
+    if params is not None:
+        assert workload.param_count() == params
+    again = generated.build(name, BuildOptions(batch=3))
+    assert all(torch.equal(a, b) for a, b in zip(workload.model.state_dict().values(), again.model.state_dict().values()))  # seeded
+
+
+@pytest.mark.parametrize("name, message", [
+    ("gen:mlp-w32", "not a generated workload name"),
+    ("gen:tfm-d30-l1-h4", "does not split into 4 heads"),
+    ("gen:conv-c4-d2-r4", "resolution 4 is outside"),
+    ("gen:mlp-w99999-d1", "width 99999 is outside"),
+])
+def test_a_bad_generated_name_is_one_line(name, message, capsys):
+    assert main(["bench", name, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_designed_sample_of_names_spreads_over_families_and_parses():
+    names = generated.designed_sample(12, seed=3)
+    assert len(names) >= 10 and {generated.family(n) for n in names} == {"gen:mlp", "gen:conv", "gen:tfm"}
+    assert all(generated.parse(n) for n in names)
+    assert generated.designed_sample(12, seed=3) == names
+
+
+def _candidate(*names: str) -> Candidate:
+    return Candidate(Recipe(tuple(Step(n) for n in names)), 1.0)
+
+
+def test_the_designed_sample_measures_every_single_step_then_combinations():
+    space = [_candidate("a"), _candidate("a", "b"), _candidate("b"), _candidate("a", "c"), _candidate("c"), _candidate("b", "c")]
+    sample = designed_sample(space, 4, seed=0)
+    assert {c.recipe.name for c in sample[:3]} == {"a", "b", "c"} and len(sample) == 4 and len(sample[3].recipe.steps) == 2
+    assert len(designed_sample(space, 2)) == 3  # the single steps are all kept
+
+
+def test_a_plan_splits_into_parts_that_cover_it_once():
+    whole = default_plan("cuda", 8)
+    parts = [default_plan("cuda", 8, part=(k, 3)) for k in (1, 2, 3)]
+    assert sorted(e.label() for p in parts for e in p) == sorted(e.label() for e in whole)
+    assert main(["collect", "--plan", "--plan-part", "4/3"]) == 2
+
+
+@pytest.mark.slow
+def test_collect_records_a_designed_sample_and_exports_the_dataset(tmp_path, capsys):
+    dataset = tmp_path / "d.csv"
+    code = main(["collect", "gen:mlp-w32-d1", "--batch", "2", "--device", "cpu", "--sample", "4", "--budget-per-workload", "90s",
+                 "--dataset", str(dataset), "--json"])
+    assert code == 0, capsys.readouterr().err
+    rows = list(csv.DictReader(dataset.open()))
+    assert len(rows) >= 4 and {r["run_kind"] for r in rows} == {"collect"} and {r["family"] for r in rows} == {"gen:mlp"}
+    assert all(r["batch"] == "2" and r["recipe"].startswith("[") for r in rows)
+    assert any(k.startswith("sig.") for k in rows[0]) and any(k.startswith("dev.") for k in rows[0])
+    measured = [r for r in rows if r["status"] == "ok"]
+    assert measured and all(float(r["speedup"]) > 0 and r["passed"] in ("True", "False") for r in measured)
+    assert main(["costmodel", "train", "--out", str(tmp_path / "m.json")]) == 0  # from the store the collector filled
+
+
+def test_collect_keeps_going_past_a_workload_that_cannot_be_built(capsys):
+    from agnitra import api
+
+    collected = api.collect([PlanEntry("gen:mlp-w32"), PlanEntry("zoo:nothing")], device="cpu", sample=1, budget_per_workload="10s")
+    assert [c.report for c in collected] == [None, None]
+    assert "not a generated workload name" in collected[0].error and "no zoo workload named 'nothing'" in collected[1].error
