@@ -68,8 +68,7 @@ class CostModel:
     def fit(cls, rows: list[dict], weights: list[float] | None = None, seed: int = 0) -> "CostModel":
         """Train on dataset rows (`costmodel.dataset`); `weights` count some rows more (the
         workload being searched, as its measurements arrive)."""
-        import lightgbm as lgb
-
+        lgb = lightgbm()
         featurizer = Featurizer.fit(rows)
         x = featurizer.transform(rows)
         w = np.asarray(weights if weights is not None else [1.0] * len(rows), dtype=np.float64)
@@ -145,8 +144,7 @@ class CostModel:
 
     @classmethod
     def load(cls, path: str | Path) -> "CostModel":
-        import lightgbm as lgb
-
+        lgb = lightgbm()
         path = Path(path)
         try:
             doc = json.loads(path.read_text())
@@ -162,6 +160,16 @@ class CostModel:
                        booster(doc["memory"]), booster(doc["quality"]), doc.get("info", {}), doc.get("notes", []))
         except (KeyError, TypeError, lgb.basic.LightGBMError) as exc:
             raise UserError(f"{path} is a damaged cost model ({type(exc).__name__}: {exc}); train it again with `agnitra costmodel train`") from None
+
+
+def lightgbm():
+    """LightGBM, or a one-line error naming what is missing (its wheel, or the OpenMP runtime)."""
+    try:
+        import lightgbm as lgb
+    except (ImportError, OSError) as exc:
+        raise UserError(f"the cost model needs LightGBM, which did not load ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                        "pip install lightgbm (on Debian also: apt-get install libgomp1)") from None
+    return lgb
 
 
 def _ok_speed(row: dict) -> bool:
