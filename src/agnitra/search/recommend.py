@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import select
 
+from agnitra.errors import UserError
 from agnitra.search.space import Candidate
 from agnitra.store import Store
 from agnitra.store.schema import DeviceRow, MeasurementRow, RunRow, WorkloadRow
@@ -92,7 +93,10 @@ def with_predictions(recommended: list[Recommendation], store: Store, workload_r
     measured = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup"))
     if measured < MIN_STORED:
         return f"no prediction: {measured} measurement(s) on this kind of device in the store (fewer than {MIN_STORED}); `agnitra collect` fills it"
-    model = CostModel.fit(rows)
+    try:
+        model = CostModel.fit(rows)
+    except UserError as exc:
+        return f"no prediction: {exc}"
     queries = [dict(workload_row, steps=r.recipe.get("steps", [])) for r in recommended]
     for r, p in zip(recommended, model.predict(queries)):
         r.predicted = p.to_dict()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from agnitra.errors import UserError
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
@@ -59,8 +60,11 @@ class ModelGuided(Strategy):
         measured = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup"))
         if measured < MIN_STORED:
             return [f"model: {measured} measurement(s) on {kind} in the store (fewer than {MIN_STORED}); candidates in the order of the transforms' priors until this run's own measurements train it (`agnitra collect` fills the store)"]
-        self.rows = rows
-        self.model = CostModel.fit(rows)
+        try:
+            model = CostModel.fit(rows)
+        except UserError as exc:  # LightGBM missing: the priors order, said
+            return [f"model: no cost model ({exc}); candidates in the order of the transforms' priors"]
+        self.rows, self.model = rows, model
         self._predict_all()
         groups = len({r.get("group") for r in rows})
         return [f"model: cost model trained on {measured} measurements of {groups} stored run(s) on {kind}; retrained after each candidate"] + [f"model: {n}" for n in self.model.notes]
@@ -104,7 +108,10 @@ class ModelGuided(Strategy):
         if not self.rows and len(self.own) < 2:
             return
         rows = self.rows + self.own
-        self.model = CostModel.fit(rows, weights=[1.0] * len(self.rows) + [OWN_WEIGHT] * len(self.own))
+        try:
+            self.model = CostModel.fit(rows, weights=[1.0] * len(self.rows) + [OWN_WEIGHT] * len(self.own))
+        except UserError:
+            return  # attach said there is no cost model
         self._predict_all(keep_asked=True)
 
     def _predict_all(self, keep_asked: bool = False) -> None:
