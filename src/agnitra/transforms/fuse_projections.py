@@ -1,6 +1,13 @@
-"""`fuse-projections`: Llama's q, k, v projections as one Linear, and its gate and up projections
-as another, over the stacked weight rows; the same for the q, k, v of transformers' encoder
-self-attention (BERT family).
+"""`fuse-projections`: projections that read the same input, stacked into one matmul.
+
+Found by structure (`transforms.structure`): one forward of the example inputs shows which
+nn.Linear / transformers Conv1D layers read the very same tensor (q/k/v, gate/up, the key/value of
+cross-attention across all decoder layers); each such group becomes one nn.Linear over the stacked
+rows, its members slices of the product (`StackedProjection`). That covers the transformers
+families whatever their class names or release. Two paths come first, where they apply, because
+they rewrite the parent's code and need no runtime bookkeeping: our Llama's q|k|v and gate|up
+(`StackedQKVAttention`, `StackedFeedForward`, which the decode kernels need) and transformers 5's
+BERT-family self-attention (`models.hf_attention`).
 
 A decode step is a chain of small GEMVs, each a kernel launch of a few microseconds; stacking
 removes three launches per layer (for llama-1b, 66 of about 300 per token) and reads the shared
@@ -48,10 +55,21 @@ def stack_projections(model: nn.Module, stackable, stack) -> int:
     return replace_modules(model, lambda n, m: (p := _projections(m)) is not None and stackable(p), lambda n, m: _stacked(m, stack))
 
 
-def _has_targets(model: nn.Module) -> bool:
+def _detection(ctx: TransformContext):
+    from agnitra.transforms.structure import find_projection_groups
+
+    return find_projection_groups(ctx.workload.model, ctx.workload.example_inputs)
+
+
+def stackable_targets(module: nn.Module) -> bool:
+    """A module the class-specific paths stack (our Llama's attention / feed-forward, a BERT-family self-attention)."""
     from agnitra.models.llama import linears_stack
 
-    return any((p := _projections(m)) is not None and linears_stack(p) for m in model.modules())
+    return (p := _projections(module)) is not None and linears_stack(p)
+
+
+def _has_targets(model: nn.Module) -> bool:
+    return any(stackable_targets(m) for m in model.modules())
 
 
 def _unstackable_attention(model: nn.Module) -> str:
@@ -65,8 +83,8 @@ def _unstackable_attention(model: nn.Module) -> str:
 @register_transform
 class FuseProjections(Transform):
     name = "fuse-projections"
-    description = "q|k|v (Llama, transformers encoders) and gate|up (Llama) projections stacked into one Linear each"
-    requires = "a Llama of the zoo or a transformers 5 BERT-family encoder (separate q/k/v Linears); before any quantising transform"
+    description = "projections that read the same input (q|k|v, gate|up, cross-attention k|v) stacked into one matmul each"
+    requires = "two or more nn.Linear / Conv1D layers reading the same tensor in a forward of the example inputs; before any quantising transform"
     stage = "module"
 
     order = 0  # first in every recipe: quantisers that follow quantise the stacked Linears
@@ -77,13 +95,29 @@ class FuseProjections(Transform):
 
     def check(self, ctx: TransformContext, params) -> None:
         model = ctx.workload.model
-        if not _has_targets(model):
-            raise NotApplicable("no Llama attention or feed-forward, nor transformers 5 encoder self-attention, with separate q/k/v or gate/up nn.Linear projections to stack" + _unstackable_attention(model))
+        if _has_targets(model):
+            return
+        detection = _detection(ctx)
+        if not detection.groups:
+            raise NotApplicable("no Llama attention or feed-forward, nor transformers 5 encoder self-attention, with separate q/k/v or gate/up"
+                                f" nn.Linear projections to stack, and by structure {detection.why_none()}" + _unstackable_attention(model))
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         from agnitra.models.llama import linears_stack, stack_linears
+        from agnitra.transforms.structure import stack_groups
 
         count = stack_projections(model, linears_stack, stack_linears)
+        if not _has_targets(ctx.workload.model):  # what the class-specific paths stacked is not looked for again
+            count += stack_groups(model, _detection(ctx).groups)
         if count == 0:
             raise NotApplicable("the projections are no longer plain Linears (a quantising step ran first?); put fuse-projections before it")
         return model
+
+    def notes(self, ctx: TransformContext, params) -> list[str]:
+        if _has_targets(ctx.workload.model):
+            return []
+        detection = _detection(ctx)
+        note = f"fuse-projections: by structure, {detection.describe_groups()}; each group one matmul per input"
+        if detection.repeated:
+            note += f"; {len(detection.repeated)} layers called more than once per forward left alone"
+        return [note]
