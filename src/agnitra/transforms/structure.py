@@ -320,18 +320,25 @@ def rms_norm_eps(module: nn.Module) -> float | None:
     return eps if _close(y, ref, x.dtype) else None
 
 
-def gated_mlp_parts(module: nn.Module) -> tuple[nn.Linear, nn.Linear, nn.Linear] | None:
+def gated_mlp_parts(module: nn.Module) -> tuple[nn.Module, nn.Module, nn.Module] | None:
     """(gate, up, down) of a module computing down(silu(gate(x)) * up(x)) with three bias-free
-    nn.Linear children, judged on a probe input; else None."""
+    Linear-like children (nn.Linear, or a quantised one with in_features / out_features) and no
+    other parameters, judged on a probe input; else None."""
     children = list(module.children())
-    linears = [c for c in children if type(c) is nn.Linear and c.bias is None and c.weight.is_floating_point()]
-    if len(linears) != 3 or len(dict(module.named_parameters())) != 3 or any(c.weight.is_meta for c in linears):
+    linears = [c for c in children if isinstance(getattr(c, "in_features", None), int) and isinstance(getattr(c, "out_features", None), int)]
+    others = [c for c in children if not any(c is li for li in linears)]
+    if len(linears) != 3 or any(getattr(c, "bias", None) is not None for c in linears) or any(True for c in others for _ in c.parameters()):
+        return None
+    if any(True for _ in module.parameters(recurse=False)):
+        return None
+    like = next((t for c in linears for t in [*c.parameters(), *c.buffers()] if t.is_floating_point()), None)
+    if like is None or like.is_meta:
         return None
     for down in linears:
         gate, up = (c for c in linears if c is not down)
         if not (gate.in_features == up.in_features == down.out_features and gate.out_features == up.out_features == down.in_features):
             continue
-        x = _probe(gate.in_features, gate.weight)
+        x = _probe(gate.in_features, like)
         try:
             with torch.no_grad():
                 y = module(x)

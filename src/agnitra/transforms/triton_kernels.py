@@ -6,12 +6,18 @@
   layers of a 16-bit model keep their weights once, pre-shuffled for the tensor-core GEMV (batch
   1-8), which the tiled kernel (larger batches) reads too; a layer whose batch-1 GEMV is the row
   kernel (small layers, where it is faster) keeps the packed bytes it reads as well.
-- `norms`: RMSNorm (ours) and nn.LayerNorm through the fused norm kernels; in our Llama the
-  residual add is fused into the FFN norm (one pass over the hidden state instead of two).
-- `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel; a transformers encoder's Linear + exact
-  GELU (BERT's intermediate layer) as one matmul-template launch with bias and GELU in its epilogue.
+- `norms`: RMSNorm (ours, and any module that computes it: transformers' Llama/Mistral/Qwen/T5
+  norms, recognised by behaviour on a probe input, `structure.rms_norm_eps`) and nn.LayerNorm
+  through the fused norm kernels; in our Llama the residual add is fused into the FFN norm (one
+  pass over the hidden state instead of two).
+- `mlp`: Llama's silu(w1 x) * w3 x gating in one kernel, and any module that computes
+  down(silu(gate x) * up x) with three bias-free Linears (transformers' Llama/Mistral/Qwen MLPs,
+  by behaviour, `structure.gated_mlp_parts`); a transformers encoder's Linear + exact GELU (BERT's
+  intermediate layer) as one matmul-template launch with bias and GELU in its epilogue.
 - `fuse`: Llama's wq|wk|wv and w1|w3, and a transformers encoder's q|k|v, stacked into one Linear
-  each, kernel-backed for int8/int4 (launch-bound steps: two or three launches fewer per layer).
+  each, kernel-backed for int8/int4 (launch-bound steps: two or three launches fewer per layer);
+  with weights=keep, also the float projection groups `fuse-projections` finds by structure
+  (those of a gated MLP the kernel took stay separate).
 - `decode`: each Llama block's decode steps in five fused kernels (`kernels.decode_layer`: norm
   folded into the projections, rotary + cache write and residual adds in their epilogues, one
   attention kernel), the final norm folded into the LM head. Needs stacked projections and int8
@@ -30,9 +36,17 @@ from torch import nn
 from agnitra.errors import NotApplicable, check
 from agnitra.kernels.spec import triton_available
 from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform, replace_modules
-from agnitra.transforms.fuse_projections import stack_projections
+from agnitra.transforms.fuse_projections import stack_projections, stackable_targets
+from agnitra.transforms.structure import find_projection_groups, gated_mlp_parts, rms_norm_eps, stack_groups
 
 WEIGHT_MODES = ("keep", "int8", "int4")
+
+
+class _GatedParts:
+    """What `TritonFeedForward` reads of a Llama FeedForward, from a module found by behaviour."""
+
+    def __init__(self, gate: nn.Module, up: nn.Module, down: nn.Module) -> None:
+        self.w1, self.w3, self.w2 = gate, up, down
 
 
 def _fits(params):
@@ -140,10 +154,14 @@ class TritonKernels(Transform):
         count = replace_modules(model, lambda n, m: isinstance(m, Int8WeightOnlyLinear), lambda n, m: km.TritonInt8Linear.from_int8_module(m))
         if params.weights != "keep":
             count += _convert_float_linears(model, params)
+        if params.mlp:  # before the structural stacking: a gated MLP's gate|up go to the gating kernel
+            count += replace_modules(model, lambda n, m: type(m) is not FeedForward and gated_mlp_parts(m) is not None, lambda n, m: km.TritonFeedForward(_GatedParts(*gated_mlp_parts(m))))
         if params.fuse:  # what fuse-projections does before quantisation, here on the kernels' modules
             count += stack_projections(model, km.stackable, km.concat_outputs)
             if params.weights == "keep":  # float projections: stacked as fuse-projections stacks them
                 count += stack_projections(model, linears_stack, stack_linears)
+                if not any(stackable_targets(m) for m in ctx.workload.model.modules()):
+                    count += stack_groups(model, find_projection_groups(ctx.workload.model, ctx.workload.example_inputs).groups)
         if params.mlp:
             count += replace_modules(model, lambda n, m: type(m) is FeedForward, lambda n, m: km.TritonFeedForward(m))
             count += replace_modules(model, lambda n, m: type(m) is StackedFeedForward, lambda n, m: km.TritonStackedFeedForward(m.w13, m.w2))
@@ -151,6 +169,7 @@ class TritonKernels(Transform):
         if params.norms:
             count += replace_modules(model, lambda n, m: isinstance(m, Block), lambda n, m: km.TritonLlamaBlock(m))
             count += replace_modules(model, lambda n, m: isinstance(m, RMSNorm), lambda n, m: km.TritonRMSNorm(m.weight, m.eps))
+            count += replace_modules(model, lambda n, m: rms_norm_eps(m) is not None, lambda n, m: km.TritonRMSNorm(m.weight, rms_norm_eps(m)))
             count += replace_modules(model, lambda n, m: isinstance(m, nn.LayerNorm) and m.weight is not None and len(m.normalized_shape) == 1, lambda n, m: km.TritonLayerNorm(m))
         if params.decode:
             count += _use_decode_kernels(model)
