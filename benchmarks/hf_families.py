@@ -295,7 +295,7 @@ def main(argv=None) -> int:
         row = survey(name, args.size, device)
         fp = row["fuse_projections"]
         print(f"{name:16s} groups {row['group_shapes']!s:22s} fuse-projections: "
-              + (f"applies, rel error {fp['rel_error']:.1e}" if fp["applies"] else f"refused: {fp['reason'].split('by structure ')[-1][:110]}")
+              + (f"applies, rel error {fp['rel_error']:.1e}" if fp["applies"] else f"refused: {fp['reason'].split('by structure ')[-1][:160]}")
               + f"; space: {row['space']['candidates']} candidates, transforms {', '.join(row['space']['applicable'])}", flush=True)
         rows.append(row)
         write_result(path, "agnitra.bench.hf-families/1", report, conditions=conditions, families=rows, optimize=optimized)

@@ -178,8 +178,10 @@ def _rows(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
 class StackedProjection(nn.Module):
     """One nn.Linear over the stacked rows of a group; `take(i, x)` hands member i its columns.
 
-    The state (input, version, product, members served) lives in a plain list, not a tensor
-    attribute: TorchDynamo traces its mutation and sees one matmul per input."""
+    The state is one entry [input, product, input version, members served (bit mask)] in a plain
+    list, read once per call and replaced whole: TorchDynamo traces its mutation (one matmul per
+    input in the graph), and a thread that finds another thread's entry recomputes rather than
+    read a product of another input."""
 
     def __init__(self, members: list[nn.Module]) -> None:
         super().__init__()
@@ -196,26 +198,29 @@ class StackedProjection(nn.Module):
             self.bounds.append((start, start + out_features(m)))
             start += out_features(m)
         self.all_served = (1 << len(members)) - 1
-        self._state = [None, None, 0, 0]  # input, product, input version, members served (bit mask)
+        self._state: list = [None]
 
     def take(self, index: int, x: torch.Tensor) -> torch.Tensor:
-        state = self._state
         start, stop = self.bounds[index]
         compiling = torch.compiler.is_compiling()
-        same = state[0] is x and (compiling or state[2] == x._version)  # eager: not changed in place since
-        if same and state[3] >> index & 1:  # a member asking twice for one input: the product stays for the others
+        entry = self._state[0]
+        same = entry is not None and entry[0] is x and (compiling or entry[2] == x._version)  # eager: not changed in place since
+        if same and entry[3] >> index & 1:  # a member asking twice for one input: the product stays for the others
             return self.linear(x)[..., start:stop]
         if not same:
-            state[0], state[1], state[2], state[3] = x, self.linear(x), 0 if compiling else x._version, 0
-        product = state[1]
-        state[3] |= 1 << index
-        if state[3] == self.all_served:
+            entry = [x, self.linear(x), 0 if compiling else x._version, 0]
+            self._state[0] = entry
+        entry[3] |= 1 << index
+        if entry[3] == self.all_served:
             self.release()
-        return product[..., start:stop]
+        return entry[1][..., start:stop]
+
+    def holds(self) -> bool:
+        """Whether a product is kept (between the members' calls of one forward only)."""
+        return self._state[0] is not None
 
     def release(self) -> None:
-        self._state[0] = self._state[1] = None
-        self._state[3] = 0
+        self._state[0] = None
 
     def extra_repr(self) -> str:
         return f"members={len(self.bounds)}, out_features={[b - a for a, b in self.bounds]}"
