@@ -13,7 +13,11 @@ A decode step is a chain of small GEMVs, each a kernel launch of a few microseco
 removes three launches per layer (for llama-1b, 66 of about 300 per token) and reads the shared
 input once. Output rows are independent, so the numbers are the same; quantising transforms that
 come after it (int8, int4, Agnitra's kernels) quantise the stacked Linear row by row, as they would
-have the separate ones.
+have the separate ones (a structural group's stacked Linear is a plain nn.Linear, quantised once).
+The structural groups compose with torch.compile (one matmul per group in the graph, no
+recompiles: tests/test_hf_families.py) and with ONNX export. Where no two layers read one tensor
+(GPT-2's c_attn is already stacked; a convnet has one Linear) the transform is refused, with the
+counts that show it.
 """
 
 from __future__ import annotations
