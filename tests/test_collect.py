@@ -4,6 +4,7 @@ the store, and the dataset comes out with the features the cost model reads."""
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 import torch
@@ -69,7 +70,7 @@ def test_a_plan_splits_into_parts_that_cover_it_once():
 @pytest.mark.slow
 def test_collect_records_a_designed_sample_and_exports_the_dataset(tmp_path, capsys):
     dataset = tmp_path / "d.csv"
-    code = main(["collect", "gen:mlp-w32-d1", "--batch", "2", "--device", "cpu", "--sample", "4", "--budget-per-workload", "90s",
+    code = main(["collect", "gen:mlp-w32-d1", "--batch", "2", "--device", "cpu", "--sample", "4", "--budget-per-workload", "90s", "--transforms", "precision,int8-weight-only,compile",
                  "--dataset", str(dataset), "--json"])
     assert code == 0, capsys.readouterr().err
     rows = list(csv.DictReader(dataset.open()))
@@ -79,6 +80,24 @@ def test_collect_records_a_designed_sample_and_exports_the_dataset(tmp_path, cap
     measured = [r for r in rows if r["status"] == "ok"]
     assert measured and all(float(r["speedup"]) > 0 and r["passed"] in ("True", "False") for r in measured)
     assert main(["costmodel", "train", "--out", str(tmp_path / "m.json")]) == 0  # from the store the collector filled
+
+
+@pytest.mark.slow
+def test_optimize_with_the_model_strategy_trains_on_the_store_and_shows_its_predictions(tmp_path, monkeypatch, capsys):
+    from agnitra.search.strategies import model as model_strategy
+
+    cheap = "precision,int8-weight-only,dynamic-int8,threads"  # nothing compiles: seconds, not minutes
+    assert main(["collect", "gen:mlp-w32-d1", "gen:mlp-w64-d1", "--batch", "2", "--device", "cpu", "--transforms", cheap, "--budget-per-workload", "60s"]) == 0
+    monkeypatch.setattr(model_strategy, "MIN_STORED", 8)  # a test's store is small
+    assert main(["optimize", "gen:mlp-w48-d1", "--batch", "2", "--device", "cpu", "--strategy", "model", "--budget", "90s", "--peers", "", "--transforms", cheap,
+                 "--out", str(tmp_path / "run"), "--json"]) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    notes = report["search"]["notes"]
+    assert any(n.startswith("model: cost model trained on") for n in notes), notes
+    predicted = [c for c in report["candidates"] if c.get("predicted")]
+    assert predicted and all(0 <= c["predicted"]["p_pass"] <= 1 and c["predicted"]["speedup"] > 0 for c in predicted)
+    assert "predicted" in (tmp_path / "run" / "candidates.csv").read_text().splitlines()[0]
+    assert "Cost model: predicted vs measured speedup" in (tmp_path / "run" / "report.html").read_text()
 
 
 def test_collect_keeps_going_past_a_workload_that_cannot_be_built(capsys):

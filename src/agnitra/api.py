@@ -223,6 +223,7 @@ def collect(
     budget_per_workload: str | float = "3m",
     candidate_timeout: str | float = "90s",
     seed: int = 0,
+    transforms: Sequence[str] | None = None,
     dataset: str | Path | None = None,
     progress: Progress | None = None,
     settings: Settings | None = None,
@@ -239,6 +240,7 @@ def collect(
     per_workload_s = parse_duration(budget_per_workload, "--budget-per-workload")
     timeout_s = parse_duration(candidate_timeout, "--candidate-timeout")
     plan = [e if isinstance(e, PlanEntry) else PlanEntry(str(e)) for e in entries]
+    _check_transform_names(SearchSettings(transforms=transforms))
     if not plan:
         raise UserError("nothing to collect: name model specs, or use --plan")
     collected = []
@@ -252,7 +254,8 @@ def collect(
             workload, dev = prepare_workload(entry.spec, device=device, **options)
             source, _reason = workload_source(entry.spec, options, workload, dev)
             done.report = collect_workload(workload, dev, describe_device(dev, settings), sample=sample, budget=clock, seed=seed + i,
-                                           source=source, tolerances=Tolerances(), candidate_timeout_s=timeout_s, progress=say)
+                                           source=source, tolerances=Tolerances(), candidate_timeout_s=timeout_s,
+                                           transforms=list(transforms) if transforms else None, progress=say)
         except UserError as exc:
             done.error = str(exc)
             continue

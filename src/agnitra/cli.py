@@ -283,6 +283,7 @@ def collect(
     budget: str = typer.Option("3m", "--budget-per-workload", help="time per workload, e.g. 90s, 3m"),
     candidate_timeout: str = typer.Option("90s", "--candidate-timeout", help="one recipe's run, past which it is stopped"),
     seed: int = typer.Option(0, "--seed", help="the designed sample's and the generated names' seed"),
+    transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: sample recipes of these transforms only"),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="write the dataset (the store's recipe measurements with features) here after collecting"),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -293,7 +294,8 @@ def collect(
     with _working(None, not as_json) as progress:
         entries = _api().collect_plan(device=device, generated=generated, seed=seed, part=plan_part) if plan else []
         entries += _api().collect_entries(specs or [], batch or [])
-        collected = _api().collect(entries, device=device, sample=sample, budget_per_workload=budget, candidate_timeout=candidate_timeout, seed=seed, dataset=dataset, progress=progress)
+        collected = _api().collect(entries, device=device, sample=sample, budget_per_workload=budget, candidate_timeout=candidate_timeout, seed=seed,
+                                  transforms=_names(transforms), dataset=dataset, progress=progress)
     if as_json:
         _print_json([{"workload": c.entry.label(), "error": c.error, "search": c.report.search if c.report else None, "verdict": c.report.verdict if c.report else ""} for c in collected])
         return

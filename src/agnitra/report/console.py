@@ -75,10 +75,11 @@ def candidates_table(report) -> Table:
     from agnitra.report.optimize_report import CANDIDATE_HEADERS
 
     table = Table(title=f"Candidates ({report.search['evaluated']} measured of {report.search['space_size']}, {report.search['elapsed_s']} s)", title_justify="left")
-    for i, header in enumerate(CANDIDATE_HEADERS):
-        table.add_column(header, justify="right" if 2 <= i <= 8 else "left", overflow="fold")
+    shown = [i for i, header in enumerate(CANDIDATE_HEADERS) if header != "predicted" or any(c.predicted for c in report.candidates)]  # predictions: the model strategy's
+    for i in shown:
+        table.add_column(CANDIDATE_HEADERS[i], justify="right" if 2 <= i <= 9 else "left", overflow="fold")
     for c in report.candidates:
-        cells = candidate_cells(c)
+        cells = [candidate_cells(c)[i] for i in shown]
         style = "bold green" if c.name == report.chosen else ("red" if c.status != "ok" or not c.passed else "")
         table.add_row(*[Text(cell, style=style) for cell in cells])
     return table

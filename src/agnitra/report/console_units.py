@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from agnitra.results import CandidateResult, own_memory_bytes
 
 
@@ -14,6 +16,7 @@ def candidate_cells(c: CandidateResult) -> list[str]:
         c.name,
         c.status,
         f"{c.speedup:.2f}x" if c.speedup else "",
+        predicted_cell(c.predicted),
         f"{c.latency_ms.median:.4g}" if c.latency_ms else "",
         f"{c.baseline_ms:.4g}" if c.baseline_ms else "",
         f"{own_memory_bytes(c) / 2**20:.1f}" if c.model_bytes is not None or c.peak_memory_bytes is not None else "",
@@ -22,3 +25,12 @@ def candidate_cells(c: CandidateResult) -> list[str]:
         f"{c.setup_s:.1f}" if c.setup_s is not None else "",
         c.reason,
     ]
+
+
+def predicted_cell(predicted: dict | None) -> str:
+    """What the cost model expected of a candidate before it was measured: speedup (x/÷ its
+    spread) and the probability that it passes verification."""
+    if not predicted:
+        return ""
+    spread = math.exp(predicted.get("log_speedup_std") or 0.0)
+    return f"{predicted['speedup']:.2f}x (x/÷{spread:.2f}), P(pass) {predicted['p_pass']:.2f}"

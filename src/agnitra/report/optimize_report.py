@@ -18,7 +18,7 @@ from agnitra.report.html import (
 )
 from agnitra.results import OptimizeReport, own_memory_bytes
 
-CANDIDATE_HEADERS = ["candidate", "status", "speedup", "median ms", "baseline ms", "model MiB", "correctness", "prior", "setup s", "reason"]
+CANDIDATE_HEADERS = ["candidate", "status", "speedup", "predicted", "median ms", "baseline ms", "model MiB", "correctness", "prior", "setup s", "reason"]
 
 
 def speedup_figure(report: OptimizeReport) -> go.Figure | None:
@@ -62,6 +62,27 @@ def pareto_figure(report: OptimizeReport) -> go.Figure | None:
     return fig
 
 
+def prediction_figure(report: OptimizeReport) -> go.Figure | None:
+    """Predicted against measured speedup of each candidate the cost model guided (none: no chart)."""
+    points = [c for c in report.candidates if c.predicted and c.speedup]
+    if not points:
+        return None
+    fig = go.Figure()
+    for group, members, color in (("passed", [c for c in points if c.passed], "#1c7ed6"), ("failed verification", [c for c in points if not c.passed], "#e03131")):
+        if members:
+            fig.add_trace(go.Scatter(
+                x=[c.predicted["speedup"] for c in members], y=[c.speedup for c in members], mode="markers", name=group, marker={"color": color, "size": 10},
+                text=[f"{_chart_label(c.name)}<br>P(pass) {c.predicted['p_pass']:.2f}" for c in members], hovertemplate="%{text}<br>predicted %{x:.2f}x, measured %{y:.2f}x<extra></extra>",
+            ))
+    values = [c.predicted["speedup"] for c in points] + [c.speedup for c in points]
+    low, high = min(values) * 0.9, max(values) * 1.1
+    fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="measured = predicted", line={"color": "#868e96", "dash": "dot"}, hoverinfo="skip"))
+    fig.update_layout(**_base_layout("Cost model: predicted vs measured speedup", 420))
+    fig.update_xaxes(title="predicted before measuring (x faster)", type="log")
+    fig.update_yaxes(title="measured in its own run (x faster)", type="log")
+    return fig
+
+
 def optimize_html(report: OptimizeReport) -> str:
     bench = report.bench
     charts = _Charts()
@@ -70,7 +91,7 @@ def optimize_html(report: OptimizeReport) -> str:
         _header("Optimize", bench.workload, bench.device, bench.created_at),
         f'<p class="summary"><strong>{html.escape(report.verdict)}</strong></p>',
         _section("Final run", _chart_grid(charts, speedup_figure(report)), _chart_grid(charts, latency_figure(bench.variants)), _results_table(bench.variants), _notes_list(bench.notes)),
-        _section("Search", _chart_grid(charts, pareto_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(2, 9))),
+        _section("Search", _chart_grid(charts, pareto_figure(report)), _chart_grid(charts, prediction_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(4, 10))),
         _section("Not applicable here", _table(["transform", "reason"], skipped) if skipped else '<p class="muted">Every transform applied.</p>'),
         _section("Recipe", f"<pre>{html.escape(json.dumps(report.recipe, indent=2))}</pre>"),
         _context_section(bench.workload, bench.device, {**bench.conditions, **{f"search.{k}": v for k, v in report.search.items() if k != "not_applicable"}}, bench.versions),

@@ -81,12 +81,12 @@ class InOrder(Strategy):
 
 def collect_workload(
     workload: Workload, device: torch.device, device_report: DeviceReport, *, sample: int, budget: Budget, seed: int,
-    source: WorkloadSource | None, tolerances: Tolerances, candidate_timeout_s: float, progress=None,
+    source: WorkloadSource | None, tolerances: Tolerances, candidate_timeout_s: float, transforms: list[str] | None = None, progress=None,
 ) -> OptimizeReport:
     """One workload's designed sample, measured; the report records it as a collect run."""
     notes: list[str] = []
     op_kinds, signature = _captured(workload, notes)
-    space, skipped = recipe_space(TransformContext(workload, device, op_kinds=op_kinds))
+    space, skipped = recipe_space(TransformContext(workload, device, op_kinds=op_kinds), allowed=set(transforms) if transforms else None)
     chosen = designed_sample(space, sample, seed)
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses_replace(tolerances))
     runner = Worker(source, progress) if source is not None else InProcess(workload, device, progress)

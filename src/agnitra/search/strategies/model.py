@@ -97,6 +97,8 @@ class ModelGuided(Strategy):
         self._retrain()
 
     def predicted(self, candidate: Candidate) -> dict | None:
+        if self.model is None or not self.model.speed:
+            return None  # the prior, not a prediction
         prediction = self.predictions.get(candidate.recipe.key())
         return prediction.to_dict() if prediction is not None else None
 
