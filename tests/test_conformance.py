@@ -48,7 +48,7 @@ def test_every_transform_keeps_the_contract(name):
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_every_strategy_keeps_the_contract(name):
     workload = _mlp()
-    space, _ = recipe_space(TransformContext(workload, CPU))
+    space, _ = recipe_space(TransformContext(workload, CPU), limit=64)  # the contract, not the scale: the full CPU space is ~1.6e4 recipes, which some strategies ask one by one
     asked = check_strategy(STRATEGIES[name], space)
     assert asked and len(asked) <= len(space)
 

@@ -144,7 +144,7 @@ def test_the_search_offers_policies_and_conflicts_like_the_quantisers(planted):
     transform = TRANSFORMS["mixed-precision"]
     choices = transform.choices(ctx)
     lows = {dict(c.params)["low"] for c in choices}
-    assert lows == {"int4", "int8", "dynamic-int8"} and len(choices) == len({c.params for c in choices}) == 4 * 8
+    assert lows == {"int4", "int8", "dynamic-int8"} and len(choices) == len({c.params for c in choices}) == 8 * 10
     dynamic = transform.parse_params({"low": "dynamic-int8"})
     assert "precision would change them first" in transform.conflict(dynamic, [Step("precision", {"dtype": "bf16"})], ctx)
     assert transform.exclusive == TRANSFORMS["int4-weight-only"].exclusive  # never with another weight format
@@ -152,4 +152,12 @@ def test_the_search_offers_policies_and_conflicts_like_the_quantisers(planted):
 
 def test_conformance_on_the_planted_model(planted):
     said = check_transform(TRANSFORMS["mixed-precision"], planted, CPU)
-    assert sum("applied, the user's model unchanged" in s for s in said) == 4 * 8
+    assert sum("applied, the user's model unchanged" in s for s in said) == 8 * 10
+
+
+def test_an_error_budget_keeps_the_layers_it_needs(planted):
+    ctx = TransformContext(planted, CPU)
+    for budget, kept in ((0.5, 1), (2.0, 0), (0.01, 4)):  # the planted layer alone causes ~1.05, each other ~0.08
+        patched = apply_recipe(Recipe((Step("mixed-precision", {"low": "int4", "group_size": 32, "error_budget": budget}),)), ctx)
+        assert sum(type(m) is nn.Linear for m in patched.model) == kept, budget
+    assert type(patched.model[2]) is nn.Linear

@@ -156,7 +156,7 @@ def test_search_space_fuses_convs_only_with_channels_last(resnet):
     allowed = {"conv-fusion", "channels-last", "compile", "cuda-graphs"}
     ranked, _ = recipe_space(TransformContext(resnet, CUDA), allowed=allowed)
     names = [c.recipe.name for c in ranked]
-    assert names[0] == "conv-fusion + channels-last + compile(freezing=False,mode=reduce-overhead,pdl=True)"
+    assert names[0] == "conv-fusion + channels-last + compile(coordinate_descent=True,dynamic=False,freezing=False,mode=reduce-overhead,pdl=True)"
     assert not [n for n in names if "conv-fusion" in n and "channels-last" not in n]
     cpu_names = [c.recipe.name for c in recipe_space(TransformContext(resnet, torch.device("cpu")), allowed=allowed)[0]]
     assert cpu_names and not [n for n in cpu_names if "conv-fusion" in n]

@@ -215,5 +215,5 @@ def test_search_space_for_a_gpu_encoder_has_the_kernels_without_norms_and_no_dup
     ranked, _ = recipe_space(TransformContext(workload, torch.device("cuda")), allowed={"fuse-projections", "triton-kernels", "compile"})
     names = [c.recipe.name for c in ranked]
     assert names[0].startswith("triton-kernels(") and "norms=False" in names[0] and "weights=keep" in names[0]
-    assert "fuse-projections + compile(freezing=False,mode=reduce-overhead,pdl=True)" in names
+    assert "fuse-projections + compile(coordinate_descent=True,dynamic=False,freezing=False,mode=reduce-overhead,pdl=True)" in names
     assert not [n for n in names if "fuse-projections" in n and "triton-kernels" in n and "fuse=True" in n]

@@ -21,17 +21,24 @@ from agnitra.transforms.wrappers import ModelWrapper
 MODES = ("default", "max-autotune", "reduce-overhead", "max-autotune-no-cudagraphs")
 
 
-def inductor_options(mode: str, device: torch.device, decoder: bool, freezing: bool, pdl: bool = False) -> dict:
+def inductor_options(mode: str, device: torch.device, decoder: bool, freezing: bool, pdl: bool = False, coordinate_descent: bool = True) -> dict:
     import torch._inductor
 
     options = dict(torch._inductor.list_mode_options(mode))
-    if decoder and device.type == "cuda":
+    if decoder and device.type == "cuda" and coordinate_descent:
         options["coordinate_descent_tuning"] = True
     if freezing:
         options["freezing"] = True
     if pdl and inductor_pdl_unavailable(device) is None:
         options["triton.enable_pdl"] = True
     return options
+
+
+def _pdl_available(device: torch.device) -> bool:
+    try:
+        return inductor_pdl_unavailable(device) is None
+    except (RuntimeError, AssertionError):  # no usable CUDA runtime here: judged where it runs
+        return False
 
 
 def inductor_pdl_unavailable(device: torch.device) -> str | None:
@@ -58,31 +65,53 @@ class Compile(Transform):
         mode: str = "default"
         freezing: bool = False
         pdl: bool = True  # Inductor's programmatic dependent launch where the GPU has it (Hopper+)
+        dynamic: bool = False  # symbolic shapes (one graph for inputs of any size); forward models only
+        coordinate_descent: bool = True  # decoders on the GPU: Inductor tunes its kernels' launch configs (gpt-fast's setting)
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
-        if ctx.device.type == "cuda":
+        """Modes x freezing x dynamic (forward models) x PDL off (where the GPU has it): the mode
+        says whether CUDA graphs are captured (reduce-overhead, max-autotune) or not (default,
+        max-autotune-no-cudagraphs; `cuda-graphs` may then capture the compiled forward)."""
+        cuda = ctx.device.type == "cuda"
+        if cuda:
             # reduce-overhead before max-autotune: faster where measured (bert-base b1 0.60 vs 0.73 ms,
             # llama-1b 725 vs 685 tok/s, H100) and compiled in a minute, where max-autotune's conv
             # tuning of resnet50 b64 outlasted a 222 s candidate timeout
-            return [
-                Choice(self.name, (("mode", "reduce-overhead"),), 3.0 if ctx.decoder else 2.2),
-                Choice(self.name, (("mode", "max-autotune"),), 2.0),
-                Choice(self.name, (("mode", "default"),), 1.5),
-            ]
-        return [Choice(self.name, (("mode", "default"), ("freezing", True)), 1.3), Choice(self.name, (("mode", "default"),), 1.15)]
+            modes = {"reduce-overhead": 3.0 if ctx.decoder else 2.2, "max-autotune": 2.0, "max-autotune-no-cudagraphs": 1.7, "default": 1.5}
+            freezing = {False: 1.0, True: 0.98}  # constant folding; not measured on the GPU yet
+        else:  # no CUDA graphs on the CPU: reduce-overhead is refused, max-autotune-no-cudagraphs is max-autotune
+            modes = {"default": 1.15, "max-autotune": 1.1}  # max-autotune: C++ GEMM templates, long compiles
+            freezing = {True: 1.3 / 1.15, False: 1.0}  # weights folded and prepacked for oneDNN: measured faster
+        dynamic = {False: 1.0} if ctx.decoder else {False: 1.0, True: 0.9}  # symbolic shapes specialise less
+        pdl = {True: 1.0}
+        if cuda and _pdl_available(ctx.device):
+            pdl[False] = 0.9  # llama-1b bf16 decode, H100: 1.479 ms a token without PDL, 1.323 with it
+        # off: Inductor's heuristic launch configurations, a shorter compile (only decoders on the GPU tune)
+        tuning = {True: 1.0, False: 0.95} if cuda and ctx.decoder else {True: 1.0}
+        out = []
+        for mode, p_mode in modes.items():
+            for frozen, p_frozen in freezing.items():
+                for dyn, p_dyn in dynamic.items():
+                    for launch, p_pdl in pdl.items():
+                        for tune, p_tune in tuning.items():
+                            params = (("mode", mode), ("freezing", frozen), ("dynamic", dyn), ("pdl", launch), ("coordinate_descent", tune))
+                            out.append(Choice(self.name, params, round(p_mode * p_frozen * p_dyn * p_pdl * p_tune, 4)))
+        return out
 
     def check(self, ctx: TransformContext, params) -> None:
         check(params.mode in MODES, f"compile mode must be one of {', '.join(MODES)}")
         check(ctx.device.type == "cuda" or shutil.which("g++") or shutil.which("c++"), "torch.compile on the CPU needs a C++ compiler (install g++)")
         check(not (params.mode == "reduce-overhead" and ctx.device.type != "cuda"), "reduce-overhead captures CUDA graphs; on the CPU it is the default mode")
+        check(not (params.mode == "max-autotune-no-cudagraphs" and ctx.device.type != "cuda"), "on the CPU there are no CUDA graphs: max-autotune-no-cudagraphs is max-autotune")
+        check(not (params.dynamic and ctx.decoder), "decoders compile their decode step with static shapes over the static KV cache: dynamic=true does not apply")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
-        options = inductor_options(params.mode, ctx.device, ctx.decoder, params.freezing, params.pdl)
+        options = inductor_options(params.mode, ctx.device, ctx.decoder, params.freezing, params.pdl, params.coordinate_descent)
         if ctx.decoder:
             wrapper = ModelWrapper(model)
             wrapper.agnitra_decode_fn = torch.compile(decode_one_token, fullgraph=True, dynamic=False, options=options)
             return wrapper
-        return ModelWrapper(model, torch.compile(model, dynamic=False, options=options))
+        return ModelWrapper(model, torch.compile(model, dynamic=params.dynamic, options=options))
 
     def notes(self, ctx: TransformContext, params) -> list[str]:
         if not params.pdl or ctx.device.type != "cuda":

@@ -8,6 +8,9 @@ with new ones captures a graph of its own (as torch.compile's reduce-overhead mo
 shape), up to MAX_GRAPHS; past that, or for inputs that are not tensors, the call is refused with
 an error naming the shapes, never silently run another way.
 Decoders get CUDA graphs through `compile` mode=reduce-overhead on their decode step instead.
+With `compile` in a mode that captures no graphs itself (default, max-autotune-no-cudagraphs) the
+graph is captured around the compiled forward (`order` puts this wrapper outside compile's);
+the modes that capture their own (reduce-overhead, max-autotune) do not go with it.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from agnitra.errors import WorkloadError, check
-from agnitra.transforms.base import Choice, Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform
 from agnitra.transforms.wrappers import ModelWrapper
 
 
@@ -32,6 +35,7 @@ def _describe(signature) -> str:
     return ", ".join(f"{'x'.join(map(str, shape)) or 'scalar'} {str(dtype).replace('torch.', '')}" for shape, dtype in signature)
 
 
+GRAPH_MODES = ("reduce-overhead", "max-autotune")  # compile modes that capture CUDA graphs themselves
 MAX_GRAPHS = 8  # shapes captured at most; each graph keeps its own static buffers
 
 
@@ -102,8 +106,21 @@ class CudaGraphs(Transform):
     class Params:
         warmup: int = 3
 
+    order = 70  # outermost runtime wrapper: it captures what the others built
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
         return [Choice(self.name, (), 1.8)]
+
+    def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
+        for step in others:
+            if step.transform == "compile" and step.params.get("mode") in GRAPH_MODES:
+                return f"compile mode={step.params['mode']} captures CUDA graphs itself"
+        return None
+
+    def prior_factor(self, params, others: list[Step], ctx: TransformContext) -> float:
+        # after Inductor's fusion fewer launches are left to save than in eager mode; compile's own
+        # graphs (reduce-overhead) ranked ahead of this pair (not yet measured against each other)
+        return 0.6 if any(s.transform == "compile" for s in others) else 1.0
 
     def check(self, ctx: TransformContext, params) -> None:
         check(params.warmup >= 1, "CUDA-graph capture needs at least one warm-up call")

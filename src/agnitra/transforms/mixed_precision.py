@@ -3,14 +3,16 @@ analysis on calibration inputs.
 
 The policy is compact, so the search explores policies rather than layer assignments: a `low`
 format for most layers (int4 with a `group_size`, fp8, int8 weight-only, or the CPU's dynamic
-int8), a `high` format (`keep`: the layer's own dtype, or int8 / fp8 above an int4 low), and
-`keep_fraction`, the share of layers kept at `high`, most sensitive first.
+int8), a `high` format (`keep`: the layer's own dtype, or int8 / fp8 above an int4 low), and how
+many layers are kept at `high`, most sensitive first: `keep_fraction` of them, or, where
+`error_budget` is above 0, the fewest that bring the other layers' errors, added in quadrature
+(sqrt(sum e^2), independent errors), within the budget.
 
 Sensitivity: on a scratch copy of the model, each quantisable Linear in turn (a Linear used twice
 counts once) is replaced by its `low` module and the model is run on the calibration inputs; its
 score is the relative L2 error ||y - y_ref|| / ||y_ref|| of all floating outputs against the
 unquantised copy (decoders: a prefill of a seeded prompt, the logits). The `ceil(keep_fraction *
-n)` layers of largest error get `high`, the others `low`. The ranking is cached within the
+n)` layers of largest error (or those the error budget needs) get `high`, the others `low`. The ranking is cached within the
 process per (model fingerprint, calibration inputs, low format, layer selection), so the
 candidates of one search that share a low format run it once. The quantised modules and their
 fitness rules are those of `transforms.quantize` (`Int8WeightOnlyLinear`, `Int4WeightOnlyLinear`,
@@ -43,7 +45,8 @@ HIGH_FORMATS = ("keep", "int8", "fp8")
 _RANK = {"int4": 1, "fp8": 2, "int8": 3, "dynamic-int8": 3, "keep": 4}
 # the transform whose check() states each format's device rules
 _TRANSFORM = {"int4": "int4-weight-only", "fp8": "fp8", "int8": "int8-weight-only", "dynamic-int8": "dynamic-int8"}
-KEEP_FRACTIONS = (0.05, 0.1, 0.25, 0.5)  # the search's choices
+KEEP_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)  # the search's choices
+ERROR_BUDGETS = (0.005, 0.01, 0.02, 0.05)  # relative output error, the layers' errors in quadrature
 CACHE_ENTRIES = 32  # sensitivity rankings kept per process
 
 
@@ -234,7 +237,7 @@ class Plan:
 def plan(model: nn.Module, ctx: TransformContext, params) -> Plan:
     low, high = _formats(params)
     ranking = sensitivity(model, ctx, low, params.min_features, params.skip)
-    n_high = math.ceil(params.keep_fraction * len(ranking.ranked) - 1e-9)
+    n_high = _kept(params, [error for _, error in ranking.ranked])
     high_fits = None if high is None else high.fits()
     formats, kept_high, unfit_high = {}, [], []
     for i, (names, error) in enumerate(ranking.ranked):
@@ -252,6 +255,16 @@ def plan(model: nn.Module, ctx: TransformContext, params) -> Plan:
         for name in names:
             formats[name] = label
     return Plan(formats, kept_high, len(ranking.ranked) - n_high, ranking.unfit, unfit_high)
+
+
+def _kept(params, errors: list[float]) -> int:
+    """How many of the ranked layers (largest error first) stay high."""
+    if params.error_budget <= 0:
+        return math.ceil(params.keep_fraction * len(errors) - 1e-9)
+    for n in range(len(errors) + 1):
+        if math.sqrt(sum(e * e for e in errors[n:])) <= params.error_budget:
+            return n
+    return len(errors)
 
 
 def _formats(params) -> tuple[Format, Format | None]:
@@ -293,6 +306,7 @@ class MixedPrecision(Transform):
         group_size: int = 128  # int4's group of input features
         high: str = "keep"  # keep (the layer's own dtype) | int8 | fp8
         keep_fraction: float = 0.1  # share of the quantisable layers kept at `high`, most sensitive first
+        error_budget: float = 0.0  # above 0: keep the fewest layers high that bring the rest within it (keep_fraction unused)
         min_features: int = 16
         skip: str = ""
 
@@ -309,10 +323,12 @@ class MixedPrecision(Transform):
         policies += [("fp8", 128, "keep"), ("fp8", 128, "int8"), ("int8", 128, "keep")] if cuda else [("int8", 128, "keep"), ("dynamic-int8", 128, "keep")]
         out = []
         for low, group, high in policies:
-            for fraction in KEEP_FRACTIONS:
+            share = [(("keep_fraction", f),) for f in KEEP_FRACTIONS] + [(("keep_fraction", 0.0), ("error_budget", b)) for b in ERROR_BUDGETS]
+            for how in share:
+                # an error budget keeps an unknown share high: priced as a fifth of the layers
+                fraction = how[0][1] if len(how) == 1 else 0.2
                 prior = _prior(low, high, fraction, ctx) * (1.0 - 0.01 * (128 - group) / 32)  # smaller groups: more scales to read
-                params = (("low", low), ("group_size", group), ("high", high), ("keep_fraction", fraction))
-                out.append(Choice(self.name, params, round(prior, 4)))
+                out.append(Choice(self.name, (("low", low), ("group_size", group), ("high", high), *how), round(prior, 4)))
         return out
 
     def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
@@ -329,6 +345,7 @@ class MixedPrecision(Transform):
         check(_RANK[params.high] > _RANK[params.low], f"mixed-precision high={params.high} keeps no more precision than low={params.low}")
         check(params.group_size in q.INT4_GROUP_SIZES, f"int4 group_size must be one of {', '.join(map(str, q.INT4_GROUP_SIZES))}, not {params.group_size}")
         check(0.0 <= params.keep_fraction <= 1.0, f"keep_fraction is a share of the layers, from 0 to 1, not {params.keep_fraction}")
+        check(params.error_budget >= 0.0, f"error_budget is a relative output error, 0 (unused) or more, not {params.error_budget}")
         check(params.min_features >= 1, "mixed-precision: min_features must be at least 1")
         low, high = _formats(params)
         for role, fmt in (("low", low), ("high", high)):

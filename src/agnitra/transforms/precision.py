@@ -89,6 +89,11 @@ class Tf32(Transform):
     def choices(self, ctx: TransformContext) -> list[Choice]:
         return [Choice(self.name, (), 1.5)]
 
+    def conflict(self, params, others, ctx: TransformContext) -> str | None:
+        if any(s.transform == "precision" for s in others):
+            return "precision runs the matmuls in bf16/fp16: no fp32 matmul is left for TF32"
+        return None
+
     def check(self, ctx: TransformContext, params) -> None:
         check(ctx.device.type == "cuda", "TF32 is an NVIDIA tensor-core mode; this run is on the CPU")
         check(torch.cuda.get_device_capability(ctx.device)[0] >= 8, "TF32 needs an Ampere or newer GPU")

@@ -221,6 +221,16 @@ class Int8WeightOnlyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, weight=int8 per-row symmetric"
 
 
+def head_skips(ctx: TransformContext) -> list[str]:
+    """Decoders: the LM head's name as a `skip` value (the Linear giving vocabulary logits, kept in
+    its own dtype: its error reaches the logits directly), else nothing."""
+    spec = ctx.workload.decoder
+    if spec is None:
+        return []
+    heads = [name for name, m in ctx.workload.model.named_modules() if _is_plain_linear(m) and m.out_features == spec.vocab_size]
+    return heads[-1:]
+
+
 def cpu_weight_only_factor(others: list[Step], ctx: TransformContext) -> float:
     """On the CPU the fast weight-only int8/int4 kernels are the bf16 ones: on an fp32 model they
     are 5-12x slower than nn.Linear unless `precision` runs first (measured, torch 2.13, AMX CPU)."""
@@ -248,7 +258,8 @@ class Int8WeightOnly(Transform):
         # on the GPU Inductor fuses the dequantisation into its decode GEMVs: measured 785 tok/s vs 677 for
         # bf16 and 748 for Agnitra's int8 kernels (llama-1b decode, H100, 2026-11-21, compile reduce-overhead)
         cuda, decoder = ctx.device.type == "cuda", ctx.decoder
-        return [Choice(self.name, (), 2.4 if decoder and cuda else 1.6 if decoder else 1.1)]
+        prior = 2.4 if decoder and cuda else 1.6 if decoder else 1.1
+        return [Choice(self.name, (), prior)] + [Choice(self.name, (("skip", head),), round(prior * 0.97, 4)) for head in head_skips(ctx)]
 
     def prior_factor(self, params, others: list[Step], ctx: TransformContext) -> float:
         return cpu_weight_only_factor(others, ctx)
@@ -403,7 +414,11 @@ class Int4WeightOnly(Transform):
     exclusive = "weight-format"
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
-        return [Choice(self.name, (("group_size", 128),), 2.0 if ctx.decoder else 1.0)]
+        # smaller groups keep more of each weight (error ~ group range / 30) and read more scales:
+        # 128 first, then 64 and 32, which the verification may keep where 128 fails
+        base = 2.0 if ctx.decoder else 1.0
+        skips = [("", 1.0)] + [(head, 0.97) for head in head_skips(ctx)]  # the LM head kept: fewer bytes saved
+        return [Choice(self.name, (("group_size", g), ("skip", skip)), round(base * f * fs, 4)) for skip, fs in skips for g, f in ((128, 1.0), (64, 0.98), (32, 0.95))]
 
     def prior_factor(self, params, others: list[Step], ctx: TransformContext) -> float:
         return cpu_weight_only_factor(others, ctx)
@@ -564,7 +579,8 @@ class Fp8(Transform):
     exclusive = "weight-format"
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
-        return [Choice(self.name, (), 1.5 if ctx.device.type == "cuda" else 1.0)]
+        prior = 1.5 if ctx.device.type == "cuda" else 1.0
+        return [Choice(self.name, (), prior)] + [Choice(self.name, (("skip", head),), round(prior * 0.97, 4)) for head in head_skips(ctx)]
 
     def check(self, ctx: TransformContext, params) -> None:
         check(hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"), "this torch has no torch._scaled_mm / float8_e4m3fn")

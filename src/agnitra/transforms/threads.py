@@ -76,12 +76,24 @@ class Threads(Transform):
     class Params:
         count: int = 0
 
+    order = 60  # around compile's wrapper: the count holds while the compiled code runs
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
-        return [Choice(self.name, (), 1.02)]
+        """All physical cores (0), half of them, one: small models and batch-1 calls often lose
+        more to thread start-up and synchronisation than the extra cores give."""
+        cores = physical_cores()
+        out = [Choice(self.name, (), 1.02)]
+        if cores >= 4:
+            out.append(Choice(self.name, (("count", cores // 2),), 0.97))
+        if cores >= 2:
+            out.append(Choice(self.name, (("count", 1),), 0.8))
+        return out
 
     def check(self, ctx: TransformContext, params) -> None:
         check(params.count >= 0, f"threads count must be 0 (physical cores) or more, not {params.count}")
         check(ctx.device.type == "cpu", f"the thread count matters on the CPU; this run is on {ctx.device.type.upper()}")
+        usable = len(_usable_cpus())
+        check(params.count <= usable, f"threads count {params.count} is more than the {usable} CPUs this process may run on")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         return ThreadsWrapper(model, params.count or physical_cores())
