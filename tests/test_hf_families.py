@@ -333,3 +333,26 @@ def test_rms_norm_and_gated_mlp_recognition_refuses_look_alikes():
     assert gated_mlp_parts(gelu) is None  # the kernel gates with silu only
     plain = nn.Sequential(nn.Linear(16, 32, bias=False), nn.SiLU(), nn.Linear(32, 16, bias=False), nn.Linear(16, 16, bias=False))
     assert gated_mlp_parts(plain) is None
+
+
+@pytest.mark.interpreter
+def test_fuse_projections_then_int8_kernels_stack_what_the_kernels_alone_cannot(built):
+    """On a transformers model the kernels stack quantised projections only on the class-specific
+    paths: fuse-projections first is how q|k|v and gate|up get one int8 GEMM each, so the search
+    keeps that pair (and still drops the float one, which is the same model)."""
+    from agnitra.kernels.modules import TritonFeedForward, TritonInt8Linear
+    from agnitra.transforms import Step
+
+    workload = built("mistral")
+    ctx = TransformContext(workload, CPU)
+    kernels = get_transform("triton-kernels")
+    fuse = [Step("fuse-projections", {})]
+    assert kernels.conflict(kernels.parse_params({"weights": "int8"}), fuse, ctx) is None
+    assert "the same model" in kernels.conflict(kernels.parse_params({"weights": "keep"}), fuse, ctx)
+
+    patched = apply_recipe(Recipe.of("fuse-projections", ("triton-kernels", {"weights": "int8", "decode": False})), ctx)
+    stacks = [m for m in patched.model.modules() if isinstance(m, StackedProjection)]
+    assert len(stacks) == 2 * LAYERS and all(isinstance(s.linear, TritonInt8Linear) for s in stacks)
+    assert sum(isinstance(m, TritonFeedForward) for m in patched.model.modules()) == LAYERS  # gating kernel over the stacked gate|up
+    fused, original = _outputs(patched.model, workload.example_inputs), _outputs(workload.model, workload.example_inputs)
+    assert ((fused - original).norm() / original.norm()).item() < 3e-2

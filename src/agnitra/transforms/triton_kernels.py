@@ -134,7 +134,9 @@ class TritonKernels(Transform):
             return "two weight quantisers"
         if params.weights == "keep" and "int8-weight-only" in names:
             return "the same model as triton-kernels(weights=int8)"
-        if params.fuse and "fuse-projections" in names:
+        # the kernels stack float projections as fuse-projections does, and quantised ones only on the
+        # class-specific paths: before int8/int4 on other models fuse-projections is what stacks them
+        if params.fuse and "fuse-projections" in names and (params.weights == "keep" or any(stackable_targets(m) for m in ctx.workload.model.modules())):
             return "the kernels stack the projections themselves (fuse=true): the same model"
         if any(get_transform(n).stage == "backend" for n in names):
             return "the kernels do not export to ONNX"
