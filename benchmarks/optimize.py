@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python benchmarks/optimize.py --preset cpu
     PYTHONPATH=src python benchmarks/optimize.py --preset h100 --cases llama-1b-decode
+    PYTHONPATH=src python benchmarks/optimize.py --preset h100 --cases bert-base-b1-short --strategy enumerate --strategy model --budget 4m
 
 Writes benchmarks/results/optimize-<device>-<date>.json (merged per case, like peers.py): for each
 case the chosen recipe, the final interleaved run (baseline, peers, finalists: latency, throughput,
@@ -115,6 +116,8 @@ def main() -> int:
     parser.add_argument("--cases", default="")
     parser.add_argument("--device", default=None)
     parser.add_argument("--out-file", default=None)
+    parser.add_argument("--strategy", action="append", help="run each case once per strategy (repeat), the case id suffixed with it")
+    parser.add_argument("--budget", default=None, help="override each case's budget (e.g. 4m)")
     args = parser.parse_args()
     device = resolve_device(args.device)
     device_doc = to_dict(api.describe_device(device))
@@ -122,7 +125,11 @@ def main() -> int:
     path = Path(args.out_file or f"benchmarks/results/optimize-{slug}-{dt.date.today().isoformat()}.json")
     existing = json.loads(path.read_text()) if path.is_file() else {}
     cases = {c["id"]: c for c in existing.get("cases", [])}
-    for case in [c for c in PRESETS[args.preset] if not args.cases or c.id in args.cases.split(",")]:
+    chosen = [c for c in PRESETS[args.preset] if not args.cases or c.id in args.cases.split(",")]
+    if args.strategy or args.budget:
+        chosen = [Case(c.id + (f"-{s}" if s else ""), c.model, {**c.options, **({"strategy": s} if s else {}), **({"budget": args.budget} if args.budget else {})})
+                  for c in chosen for s in (args.strategy or [None])]
+    for case in chosen:
         print(f"== {case.id}: {case.model} {case.options}", flush=True)
         cases[case.id] = run_case(case, device)
         print(json.dumps(cases[case.id].get("headline") or cases[case.id].get("error"), indent=1, default=str), flush=True)

@@ -130,3 +130,29 @@ def test_recommend_finds_what_passed_on_the_same_workload_and_optimize_starts_th
     notes = [n for n in again.report.search["notes"] if n.startswith("warm start:")]
     assert notes and found[0].name in notes[0]
     assert again.report.candidates[0].name == found[0].name  # measured first
+
+
+def test_another_stores_file_merges_in_once_and_its_dataset_comes_out_with_features(db_url, tmp_path, monkeypatch, capsys):
+    from agnitra.cli import main
+
+    source = tmp_path / "elsewhere.db"
+    monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{source}")
+    agnitra.optimize(_mlp(), device="cpu", transforms=["threads"], peers=[], budget="2m")  # ends when the space is measured
+    (tmp_path / "not-a-store.db").write_text("hello")
+    monkeypatch.setenv("AGNITRA_DB_URL", db_url)
+    assert main(["store", "import", str(source), str(tmp_path / "not-a-store.db")]) == 0
+    out, err = capsys.readouterr()
+    assert "imported 1 run(s); 0 stored already; 1 skipped" in out and "not-a-store.db: not a readable store" in err
+    assert main(["store", "import", str(source)]) == 0
+    assert "imported 0 run(s); 1 stored already" in capsys.readouterr().out
+    store = open_store(db_url)
+    try:
+        merged, original = counts(store), counts(open_store(f"sqlite:///{source}"))
+        assert merged == original
+    finally:
+        store.close()
+    assert main(["store", "export", "--csv", str(tmp_path / "f.csv"), "--features", "--device-kind", "cpu"]) == 0
+    with open(tmp_path / "f.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and all(r["recipe"].startswith("[{") and r["sig.log_params"] for r in rows)
+    assert main(["store", "export", "--csv", str(tmp_path / "g.csv"), "--device-kind", "cpu"]) == 2  # the dataset's flag alone

@@ -29,11 +29,18 @@ class ImportResult:
     skipped: list[str] = field(default_factory=list)  # "path: why"
 
 
+STORE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
 def import_runs(store: Store, paths: list[str | Path]) -> ImportResult:
     """Each run folder's report.json (or a report file itself) into the store; a report stored
-    already is counted once; a folder without a readable report is skipped with the reason."""
+    already is counted once; a folder without a readable report is skipped with the reason. A
+    SQLite store file (*.db) brings all its runs (another machine's collection, merged)."""
     result = ImportResult()
     for path in map(Path, paths):
+        if path.is_file() and path.suffix in STORE_SUFFIXES:
+            _import_store_file(store, path, result)
+            continue
         report = path / "report.json" if path.is_dir() else path
         if not report.is_file():
             result.skipped.append(f"{path}: no report.json (not a finished bench or optimize run)")
@@ -51,6 +58,46 @@ def import_runs(store: Store, paths: list[str | Path]) -> ImportResult:
             continue
         (result.imported if run is not None else result.already).append(str(path))
     return result
+
+
+def _import_store_file(store: Store, path: Path, result: ImportResult) -> None:
+    """Every run of another store (a SQLite file) copied in, with its workload, device and
+    measurements; a run stored already (same report fingerprint) is counted once."""
+    from sqlalchemy import create_engine, inspect
+    from sqlalchemy.orm import Session
+
+    engine = create_engine(f"sqlite:///{path.resolve()}")
+    try:
+        if "runs" not in inspect(engine).get_table_names():
+            result.skipped.append(f"{path}: not an Agnitra store (no runs table)")
+            return
+        with Session(engine) as source, store.session() as session:
+            for run in source.scalars(select(RunRow).order_by(RunRow.id)):
+                label = f"{path}#run{run.id}"
+                if session.scalar(select(RunRow.id).where(RunRow.fingerprint == run.fingerprint)) is not None:
+                    result.already.append(label)
+                    continue
+                copy = RunRow(kind=run.kind, origin=run.origin or label, fingerprint=run.fingerprint, created_at=run.created_at,
+                              workload=_same_row(session, WorkloadRow, run.workload), device=_same_row(session, DeviceRow, run.device),
+                              conditions=run.conditions, versions=run.versions, verdict=run.verdict)
+                copy.measurements = [MeasurementRow(**{c.key: getattr(m, c.key) for c in MeasurementRow.__table__.columns if c.key not in ("id", "run_id")}) for m in run.measurements]
+                session.add(copy)
+                session.flush()
+                result.imported.append(label)
+    except Exception as exc:  # noqa: BLE001 - a damaged file is skipped with its reason
+        result.skipped.append(f"{path}: not a readable store ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
+    finally:
+        engine.dispose()
+
+
+def _same_row(session, table, row):
+    """The destination's row of the same key (workloads and devices are keyed), or a copy."""
+    found = session.scalar(select(table).where(table.key == row.key))
+    if found is None:
+        found = table(**{c.key: getattr(row, c.key) for c in table.__table__.columns if c.key != "id"})
+        session.add(found)
+        session.flush()
+    return found
 
 
 def export_csv(store: Store, path: str | Path) -> int:
