@@ -58,7 +58,7 @@ def main() -> None:
     groups = workload_groups(rows)
     for key, members in sorted(groups.items()):
         space = recipes_of(members)
-        if len(space) < MIN_RECIPES or not any(r["passed"] for r in space.values()):
+        if len(space) < MIN_RECIPES or not any(r.passed for r in space.values()):
             continue
         held = set(map(id, members)) if args.hold_out == "workload" else {id(r) for r in rows if same_family(r, members[0])}
         training = [r for r in rows if id(r) not in held and r.get("device_kind") == members[0].get("device_kind")]

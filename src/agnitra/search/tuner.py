@@ -163,20 +163,20 @@ def search(
             if left >= MIN_CANDIDATE_S:
                 failure = _start(runner, left)  # after a killed candidate: a fresh worker, loaded
                 if failure:
-                    outcome.unmeasured = 1 + _count_left(strategy)
+                    outcome.unmeasured = _count_left(strategy, len(outcome.results))
                     outcome.notes.append(f"the worker process could not be started again ({failure}); {outcome.unmeasured} candidate(s) not measured")
                     break
                 left = budget.remaining() - reserve(outcome.results)
             if left < MIN_CANDIDATE_S:
-                outcome.unmeasured = 1 + _count_left(strategy)
+                outcome.unmeasured = _count_left(strategy, len(outcome.results))
                 outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured, the rest of the {budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
                 break
             progress(f"candidate {len(outcome.results) + 1}: {candidate.recipe.name}", min(0.9, budget.elapsed() / budget.total_s))
             result = run_candidate(runner, candidate, device_report, config, min(config.candidate_timeout_s, left))
+            if prediction is not None:
+                result.predicted = prediction
             if folder is not None:
                 folder.append(result)
-        if prediction is not None:
-            result.predicted = prediction
         outcome.results.append(result)
         strategy.tell(candidate, result)
     return outcome
@@ -191,11 +191,10 @@ def _start(runner, limit: float) -> str:
         return str(exc)
 
 
-def _count_left(strategy: Strategy) -> int:
-    count = 0
-    while strategy.ask() is not None:
-        count += 1
-    return count
+def _count_left(strategy: Strategy, measured: int) -> int:
+    """The space's candidates not measured (asking the strategy for all of them would cost as much
+    as its space is large: minutes for a model-guided search over 10^4 recipes)."""
+    return max(0, len(strategy.space) - measured)
 
 
 def pareto_front(results: list[CandidateResult]) -> list[str]:

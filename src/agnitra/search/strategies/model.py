@@ -13,6 +13,7 @@ too few stored measurements it orders by the transforms' priors, and says so.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any
 
 from agnitra.errors import UserError
@@ -40,6 +41,7 @@ class ModelGuided(Strategy):
         self.failed = FailedSteps()
         self.predictions: dict[str, Any] = {}
         self.best_log_speedup = 0.0  # the baseline
+        self.measured_sets: Counter[frozenset[str]] = Counter()  # measured recipes per set of transforms
         if self.model is not None:
             self._predict_all()
 
@@ -82,6 +84,7 @@ class ModelGuided(Strategy):
 
     def tell(self, candidate: Candidate, result: Any) -> None:
         self.failed.learn(candidate, result)
+        self.measured_sets[_transforms_of(candidate)] += 1
         speedup = getattr(result, "speedup", None)
         passed = bool(getattr(result, "passed", False))
         if passed and speedup:
@@ -124,14 +127,21 @@ class ModelGuided(Strategy):
 
     def _acquisition(self, candidate: Candidate) -> float:
         """Expected improvement of the log speedup over the best correct one so far, times the
-        probability of passing verification."""
+        probability of passing verification. The spread shrinks with each measured recipe of the
+        same transforms (their parameters aside): the tenth setting of a policy the model has not
+        learned apart is not as uncertain as the first of a transform never measured."""
         p = self.predictions.get(candidate.recipe.key())
         if p is None:
             return -math.inf
-        sigma = max(p.log_speedup_std, 0.02)
+        siblings = self.measured_sets[_transforms_of(candidate)]
+        sigma = max(p.log_speedup_std, 0.02) / math.sqrt(1 + siblings)
         z = (p.log_speedup - self.best_log_speedup) / sigma
         improvement = sigma * (z * _normal_cdf(z) + _normal_pdf(z))
         return p.p_pass * improvement + EPSILON * p.p_pass * p.log_speedup
+
+
+def _transforms_of(candidate: Candidate) -> frozenset[str]:
+    return frozenset(step.transform for step in candidate.recipe.steps)
 
 
 def _normal_cdf(z: float) -> float:
