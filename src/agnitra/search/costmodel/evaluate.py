@@ -1,5 +1,6 @@
 """How good the cost model is on workloads it never saw: leave one group out (a workload at one
-size on one device, or a whole family), train on the rest, predict the group, and score per
+size on one device, or a whole family), train on the rest of that kind of device's rows, predict
+the group, and score per
 device kind: MAPE of the predicted speedup, Kendall's tau between predicted and measured
 speedups within each group (the order a search would measure in), the pass classifier's
 accuracy and how many failing recipes it caught, and the regret of trusting its top pick."""
@@ -60,7 +61,8 @@ def leave_one_out(rows: list[dict], by: str = "workload", seed: int = 0, progres
         if progress:
             progress(f"leave out {key}", n / len(keys))
         held = set(members)
-        model = CostModel.fit([r for i, r in enumerate(rows) if i not in held], seed=seed)
+        kind = rows[members[0]].get("device_kind")  # one model per kind of device, as a search trains it
+        model = CostModel.fit([r for i, r in enumerate(rows) if i not in held and r.get("device_kind") == kind], seed=seed)
         predictions = model.predict([rows[i] for i in members])
         scored[key.split("|", 1)[0]].append(_group_score(key, [rows[i] for i in members], predictions))
     return Evaluation(by, len(rows), [_device_score(kind, groups_scored) for kind, groups_scored in sorted(scored.items())])

@@ -1,0 +1,74 @@
+"""The cost model on the committed datasets: leave one workload out and leave one family out, per
+device kind, against the targets (MAPE <= 10%, Kendall's tau >= 0.8).
+
+    python benchmarks/costmodel.py                       # every dataset in benchmarks/datasets
+    python benchmarks/costmodel.py --dataset X.csv --out-file Y.json
+
+Nothing is re-measured: the datasets are what `agnitra collect` measured (their devices and
+conditions are in their rows); this script trains and predicts on the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from agnitra.search.costmodel import load_rows  # noqa: E402
+from agnitra.search.costmodel.evaluate import leave_one_out  # noqa: E402
+from agnitra.search.costmodel.model import ENSEMBLE, PARAMS, ROUNDS  # noqa: E402
+from agnitra.telemetry.signature import software_versions  # noqa: E402
+
+TARGETS = {"mape": 0.10, "kendall_tau": 0.8}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", action="append")
+    parser.add_argument("--out-file")
+    args = parser.parse_args()
+    paths = args.dataset or sorted(str(p) for p in (ROOT / "benchmarks" / "datasets").glob("*.csv"))
+    rows = load_rows(datasets=paths)
+    started = time.time()
+    evaluations = {}
+    for by in ("workload", "family"):
+        evaluation = leave_one_out(rows, by=by).to_dict()
+        for device in evaluation["devices"]:
+            device["against_targets"] = {k: _against(k, device.get(k)) for k in TARGETS}
+        evaluations[by] = evaluation
+        for d in evaluation["devices"]:
+            print(f"leave one {by} out, {d['device_kind']}: {d['groups']} groups, {d['rows']} rows, MAPE {d['mape']}, tau {d['kendall_tau']}, "
+                  f"pass accuracy {d['pass_accuracy']}, failures caught {d['failures_caught']}, top-1 regret {d['top1_regret']}", flush=True)
+    doc = {
+        "schema": "agnitra.costmodel-eval/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
+        "versions": software_versions(), "datasets": [Path(p).name for p in paths],
+        "dataset_devices": dict(Counter(r.get("device") or "" for r in rows)), "dataset_status": dict(Counter(r.get("status") or "" for r in rows)),
+        "conditions": {"model": f"LightGBM, {ROUNDS} rounds, a bagged ensemble of {ENSEMBLE} for log speedup; one model each for P(pass), memory, quality error",
+                       "params": PARAMS, "targets": TARGETS,
+                       "what": "each group (a workload at one size on one device, or every workload of a family) predicted by a model trained on all other rows of the datasets; MAPE over the group's recipes measured ok; Kendall's tau within each group, averaged"},
+        "evaluations": evaluations, "elapsed_s": round(time.time() - started, 1),
+    }
+    kinds = "-".join(sorted({d["device_kind"] for d in evaluations["workload"]["devices"]}))
+    out = Path(args.out_file) if args.out_file else ROOT / "benchmarks" / "results" / f"costmodel-{kinds}-{dt.date.today().isoformat()}.json"
+    out.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {out}")
+
+
+def _against(metric: str, value) -> str:
+    if value is None:
+        return "not measured"
+    target = TARGETS[metric]
+    met = value <= target if metric == "mape" else value >= target
+    return "met" if met else f"missed by {abs(value - target):.3f}"
+
+
+if __name__ == "__main__":
+    main()
