@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -253,7 +254,7 @@ def survey(name: str, size: str, device: torch.device) -> dict:
     return row
 
 
-def optimize_row(name: str, size: str, device: str, budget: str, out: Path) -> dict:
+def optimize_row(name: str, size: str, device: str, budget: str, out: Path, transforms: list[str] | None = None) -> dict:
     from agnitra import api
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -261,9 +262,21 @@ def optimize_row(name: str, size: str, device: str, budget: str, out: Path) -> d
 
     workload = build(name, size)
     started = time.perf_counter()
-    report = api.optimize(workload.model, workload.example_inputs, device=device, budget=budget, out=out / f"{name}-{size}")
-    return {"family": name, "size": size, "budget": budget, "wall_s": round(time.perf_counter() - started, 1), **versus_peers(report),
-            "candidates_measured": len(report.search.get("candidates", [])) if isinstance(report.search, dict) else None}
+    run = out / f"{name}-{size}{'-' + '-'.join(transforms) if transforms else ''}"
+    report = api.optimize(workload.model, workload.example_inputs, device=device, budget=budget, out=run, transforms=transforms).report
+    candidates = [{"name": c.name, "status": c.status, "reason": (c.reason or "")[:200]} for c in report.candidates]
+    # every variant of the final run with its correctness: a peer outside the tolerances the candidates
+    # were held to (onnxruntime-int8 on random weights) is no fair best peer
+    final = [{"name": v.name, "status": v.status, "median_ms": v.latency_ms.median if v.latency_ms else None,
+              "passed": None if v.correctness is None else v.correctness.passed,
+              "error": None if v.correctness is None else v.correctness.value} for v in report.bench.variants]
+    peers = [v for v in final if v["name"] in report.search["peers"] and v["median_ms"] and v["passed"] is not False]
+    best = min(peers, key=lambda v: v["median_ms"]) if peers else None
+    chosen_ms = versus_peers(report).get("median_ms")
+    return {"family": name, "size": size, "budget": budget, "transforms": transforms or "all", "wall_s": round(time.perf_counter() - started, 1), **versus_peers(report),
+            "best_passing_peer": best and best["name"], "best_passing_peer_ms": best and best["median_ms"],
+            "speedup_vs_best_passing_peer": best["median_ms"] / chosen_ms if best and chosen_ms else None,
+            "final_run": final, "candidates": candidates, "notes": report.search.get("notes", [])}
 
 
 def main(argv=None) -> int:
@@ -273,8 +286,11 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--optimize", default="", help="comma-separated families to run agnitra.optimize on")
     parser.add_argument("--budget", default="2m")
+    parser.add_argument("--transforms", default="", help="comma-separated: the search limited to these (e.g. fuse-projections,compile)")
+    parser.add_argument("--append", action="store_true", help="keep the --optimize rows already in today's result file")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results"))
+    parser.add_argument("--runs", default="/tmp/agnitra-hf-families", help="where --optimize keeps its run folders")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -291,6 +307,8 @@ def main(argv=None) -> int:
     conditions = {"size": args.size, "dims(hidden,layers,heads,ffn,seq)": SIZES[args.size], "weights": "random (seeded)", "dtype": "float32",
                   "threads": torch.get_num_threads(), "budget": args.budget if args.optimize else None}
     rows, optimized = [], []
+    if args.append and path.exists():
+        optimized = json.loads(path.read_text()).get("optimize", [])
     for name in [n for n in args.families.split(",") if n]:
         row = survey(name, args.size, device)
         fp = row["fuse_projections"]
@@ -300,9 +318,9 @@ def main(argv=None) -> int:
         rows.append(row)
         write_result(path, "agnitra.bench.hf-families/1", report, conditions=conditions, families=rows, optimize=optimized)
     for name in [n for n in args.optimize.split(",") if n]:
-        result = optimize_row(name, args.size, args.device, args.budget, out_dir / "hf-families-runs")
-        print(f"{name}: chosen {result['recipe'] or result['chosen']} {result.get('median_ms')} ms; best peer {result.get('best_peer')} "
-              f"{result.get('best_peer_ms')} ms ({result.get('speedup_vs_best_peer')}x)", flush=True)
+        result = optimize_row(name, args.size, args.device, args.budget, Path(args.runs), [t for t in args.transforms.split(",") if t] or None)
+        print(f"{name}: chosen {result['chosen'] or 'baseline'} {result.get('median_ms')} ms; best peer {result.get('best_peer')} "
+              f"{result.get('best_peer_ms')} ms; best peer within tolerance {result.get('best_passing_peer')} {result.get('best_passing_peer_ms')} ms", flush=True)
         optimized.append(result)
         write_result(path, "agnitra.bench.hf-families/1", report, conditions=conditions, families=rows, optimize=optimized)
     print(f"wrote {path}")
@@ -310,4 +328,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # run as the module `hf_families`, not `__main__`: the optimize worker unpickles the models by
+    # their classes' module (benchmarks/ is on the sys.path it is sent), and TorchDynamo's guards
+    # on Main.forward's globals look them up there
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import hf_families
+
+    raise SystemExit(hf_families.main())
