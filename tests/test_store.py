@@ -156,3 +156,55 @@ def test_another_stores_file_merges_in_once_and_its_dataset_comes_out_with_featu
         rows = list(csv.DictReader(handle))
     assert rows and all(r["recipe"].startswith("[{") and r["sig.log_params"] for r in rows)
     assert main(["store", "export", "--csv", str(tmp_path / "g.csv"), "--device-kind", "cpu"]) == 2  # the dataset's flag alone
+
+
+def test_damaged_rows_are_left_out_and_said_and_the_store_keeps_recording(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    from agnitra.cli import main
+
+    path = tmp_path / "store.db"
+    monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{path}")
+    agnitra.optimize(_mlp(), device="cpu", transforms=["threads"], peers=[], budget="2m")
+    with sqlite3.connect(path) as db:  # damaged outside Agnitra: one recipe cell, then one workload's signature
+        first = db.execute("select id from measurements where recipe is not null and recipe != 'null' order by id").fetchone()[0]
+        db.execute("update measurements set recipe = '[[' where id = ?", (first,))
+    assert main(["store", "export", "--csv", str(tmp_path / "d.csv"), "--features"]) == 0
+    out, err = capsys.readouterr()
+    assert "1 damaged row(s) left out" in out and f"measurement {first} of run 1: a JSON cell does not parse" in err
+    assert main(["costmodel", "train", "--out", str(tmp_path / "m.json")]) in (0, 2)  # trained, or too few rows: never a traceback
+    assert "Traceback" not in capsys.readouterr().err
+    agnitra.optimize(_mlp(), device="cpu", transforms=["threads"], peers=[], budget="2m")  # recorded beside the damage
+    with sqlite3.connect(path) as db:
+        db.execute("update workloads set signature = '{broken'")
+    assert main(["store", "export", "--csv", str(tmp_path / "e.csv")]) == 0
+    assert "damaged row(s) left out" in capsys.readouterr().out
+    assert main(["store", "info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"] == 2  # nothing recorded was lost
+
+
+def test_a_locked_store_is_said_in_one_line_and_the_run_is_kept_for_import(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    from agnitra.cli import main
+
+    path = tmp_path / "store.db"
+    monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{path}")
+    assert main(["store", "info"]) == 0  # created and migrated
+    capsys.readouterr()
+    holder = sqlite3.connect(path, timeout=0.1)
+    holder.execute("begin exclusive")
+    try:
+        report = api.benchmark("zoo:tinylm", variants=["eager"], device="cpu", size="tiny", runs=2, warmup=1, op_breakdown=False)
+        notes = [n for n in report.notes if n.startswith("store: this run was not recorded")]
+        assert len(notes) == 1 and "locked" in notes[0]
+        assert main(["store", "info"]) == 2
+        err = capsys.readouterr().err
+        assert "locked" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    finally:
+        holder.rollback()
+        holder.close()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(json.dumps(report.to_dict()))
+    assert main(["store", "import", str(tmp_path / "run")]) == 0  # the lock gone, the run goes in
+    assert "imported 1 run(s)" in capsys.readouterr().out

@@ -166,8 +166,11 @@ def costmodel_train(datasets: Sequence[str | Path] | None = None, *, device_kind
     costmodel.json in the cache dir). Returns the model and its path."""
     from agnitra.search.costmodel import CostModel
 
-    rows = _costmodel_rows(datasets, device_kind)
+    skipped: list[str] = []
+    rows = _costmodel_rows(datasets, device_kind, skipped)
     model = CostModel.fit(rows)
+    if skipped:
+        model.notes.append(f"{len(skipped)} damaged row(s) of the store left out, e.g. {skipped[0]}")
     path = Path(out) if out else (settings or load_settings()).cache_path() / "costmodel.json"
     try:
         return model, model.save(path)
@@ -194,7 +197,7 @@ def costmodel_eval(datasets: Sequence[str | Path] | None = None, *, device_kind:
     return evaluation
 
 
-def _costmodel_rows(datasets, device_kind: str | None) -> list[dict]:
+def _costmodel_rows(datasets, device_kind: str | None, skipped: list[str] | None = None) -> list[dict]:
     from agnitra.search.costmodel import load_rows
     from agnitra.store import open_store
 
@@ -206,7 +209,7 @@ def _costmodel_rows(datasets, device_kind: str | None) -> list[dict]:
     else:
         store = open_store()
         try:
-            rows = load_rows(store, device_kind=device_kind)
+            rows = load_rows(store, device_kind=device_kind, skipped=skipped)
         finally:
             store.close()
         source = "the store"
@@ -286,15 +289,17 @@ def collect_entries(specs: Sequence[str], batches: Sequence[int] = ()) -> list:
     return [PlanEntry(spec, batch=b) for spec in specs for b in (list(batches) or [None])]
 
 
-def store_dataset(path: str | Path, device_kind: str | None = None) -> tuple[int, str]:
+def store_dataset(path: str | Path, device_kind: str | None = None) -> tuple[int, str, list[str]]:
     """Every stored candidate measurement with its features (workload signature, recipe, device)
-    as one CSV: the cost model's training set. Returns the row count and the store's URL."""
+    as one CSV: the cost model's training set. Returns the row count, the store's URL and the
+    damaged rows left out."""
     from agnitra.store import open_store
     from agnitra.store.io import export_dataset
 
     store = open_store()
     try:
-        return export_dataset(store, path, device_kind=device_kind), store.url
+        skipped: list[str] = []
+        return export_dataset(store, path, device_kind=device_kind, skipped=skipped), store.url, skipped
     finally:
         store.close()
 
@@ -311,13 +316,14 @@ def store_import(paths: Sequence[str | Path]):
         store.close()
 
 
-def store_export(path: str | Path) -> tuple[int, str]:
+def store_export(path: str | Path) -> tuple[int, str, list[str]]:
     """Every measurement in the store as one CSV; returns the row count and the store's URL."""
     from agnitra.store import export_csv, open_store
 
     store = open_store()
     try:
-        return export_csv(store, path), store.url
+        skipped: list[str] = []
+        return export_csv(store, path, skipped), store.url, skipped
     finally:
         store.close()
 

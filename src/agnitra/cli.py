@@ -221,8 +221,10 @@ def store_export(
     if device_kind is not None and not features:
         raise UserError("--device-kind applies to the dataset only; add --features")
     with _working(None, show_progress=False):
-        rows, url = _api().store_dataset(csv_path, device_kind) if features else _api().store_export(csv_path)
-    out.print(f"wrote {rows} {'recipe measurement' if features else 'measurement'}(s) to {csv_path}")
+        rows, url, skipped = _api().store_dataset(csv_path, device_kind) if features else _api().store_export(csv_path)
+    out.print(f"wrote {rows} {'recipe measurement' if features else 'measurement'}(s) to {csv_path}" + (f"; {len(skipped)} damaged row(s) left out" if skipped else ""))
+    for line in skipped[:5]:
+        err.print(f"damaged: {line}")
 
 
 DatasetOpt = typer.Option(None, "--dataset", help="dataset CSV(s) from `agnitra store export --features` (repeat); default: the store")

@@ -41,7 +41,7 @@ def recommend(store: Store, signature: dict, device_kind: str, limit: int = 5, n
     names, query = signature["names"], np.asarray(signature["values"], dtype=np.float64)
     with store.session() as session:
         rows = session.scalars(select(WorkloadRow).where(WorkloadRow.signature_version == signature["version"])).all()
-        stored = [(row, [row.signature.get(n) for n in names]) for row in rows]
+        stored = [(row, [row.signature.get(n) for n in names]) for row in rows]  # a damaged signature reads empty: left out
         stored = [(row, vector) for row, vector in stored if None not in vector]
         if not stored:
             return []
@@ -59,6 +59,10 @@ def recommend(store: Store, signature: dict, device_kind: str, limit: int = 5, n
     best: dict[str, Recommendation] = {}
     for m, workload_id, device in query_rows:
         if not m.median_ms or not m.baseline_ms or not (m.recipe or {}).get("steps"):
+            continue  # a damaged recipe cell reads empty
+        try:
+            Recipe.from_dict(m.recipe)
+        except Exception:  # noqa: BLE001 - a recipe of a transform this version lacks, or damaged: not recommended
             continue
         key = Recipe.from_dict(m.recipe).key()
         name, distance = nearest[workload_id]

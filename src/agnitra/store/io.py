@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from agnitra.errors import UserError
 from agnitra.store.db import Store
 from agnitra.store.record import record_report
-from agnitra.store.schema import DeviceRow, MeasurementRow, RunRow, WorkloadRow
+from agnitra.store.schema import DeviceRow, MeasurementRow, RunRow, WorkloadRow, damaged
 
 REPORT_FILES = ("report.json",)
 CSV_COLUMNS = (
@@ -100,8 +100,10 @@ def _same_row(session, table, row):
     return found
 
 
-def export_csv(store: Store, path: str | Path) -> int:
-    """Every measurement, one row each with its workload, device and run; returns the row count."""
+def export_csv(store: Store, path: str | Path, skipped: list[str] | None = None) -> int:
+    """Every measurement, one row each with its workload, device and run; returns the row count.
+    A damaged row (a JSON cell that does not parse) is left out and described in `skipped`."""
+    skipped = [] if skipped is None else skipped
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,6 +118,8 @@ def export_csv(store: Store, path: str | Path) -> int:
                  .join(WorkloadRow, RunRow.workload_id == WorkloadRow.id).join(DeviceRow, RunRow.device_id == DeviceRow.id)
                  .order_by(RunRow.id, MeasurementRow.id))
         for m, run, w, d in session.execute(query):
+            if _skip_damaged(m, run, w, d, skipped):
+                continue
             speedup = m.baseline_ms / m.median_ms if m.baseline_ms and m.median_ms else None
             writer.writerow([run.id, run.kind, run.created_at.isoformat() if run.created_at else "", w.name, w.source, w.task, w.weights, w.dtype, w.params,
                              d.name, d.kind, m.phase, m.variant, json.dumps(m.recipe["steps"]) if m.recipe else "", m.status, m.reason,
@@ -146,13 +150,21 @@ def family_of(name: str, source: str) -> str:
     return name
 
 
-def dataset_rows(store: Store, device_kind: str | None = None) -> list[dict]:
+def _skip_damaged(m: MeasurementRow, run: RunRow, w: WorkloadRow, d: DeviceRow, skipped: list[str]) -> bool:
+    text = damaged(m.recipe, m.quality, run.conditions, run.versions, w.signature, w.op_mix, d.signature)
+    if text:
+        skipped.append(f"measurement {m.id} of run {run.id}: a JSON cell does not parse ({text[:60]!r})")
+    return bool(text)
+
+
+def dataset_rows(store: Store, device_kind: str | None = None, skipped: list[str] | None = None) -> list[dict]:
     """Every measurement of a recipe (candidates and recipe variants; not the baselines or peers
     that are no recipe), with its workload's static signature (`sig.*`), its device's numeric
     signature (`dev.*`) and the targets: speedup over its run's baseline, the model's own memory
     against the baseline's, the quality error (`results.quality_error`) and whether it passed."""
     from agnitra.results import quality_error
 
+    skipped = [] if skipped is None else skipped
     rows: list[dict] = []
     with store.session() as session:
         query = (select(MeasurementRow, RunRow, WorkloadRow, DeviceRow).join(RunRow, MeasurementRow.run_id == RunRow.id)
@@ -162,6 +174,8 @@ def dataset_rows(store: Store, device_kind: str | None = None) -> list[dict]:
             query = query.where(DeviceRow.kind == device_kind)
         baseline_bytes: dict[int, int | None] = {}
         for m, run, w, d in session.execute(query):
+            if _skip_damaged(m, run, w, d, skipped):
+                continue
             if m.phase == "final" and m.variant == "eager":
                 baseline_bytes[run.id] = m.model_bytes
             if not (m.recipe or {}).get("steps"):
@@ -184,10 +198,10 @@ def dataset_rows(store: Store, device_kind: str | None = None) -> list[dict]:
     return rows
 
 
-def export_dataset(store: Store, path: str | Path, device_kind: str | None = None) -> int:
+def export_dataset(store: Store, path: str | Path, device_kind: str | None = None, skipped: list[str] | None = None) -> int:
     """`dataset_rows` as one CSV (the columns: DATASET_COLUMNS, then every signature and device
-    feature seen); returns the row count."""
-    rows = dataset_rows(store, device_kind)
+    feature seen); returns the row count; damaged rows are described in `skipped`."""
+    rows = dataset_rows(store, device_kind, skipped)
     extra = list(dict.fromkeys(k for row in rows for k in row if k not in DATASET_COLUMNS))
     path = Path(path)
     try:

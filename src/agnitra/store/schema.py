@@ -13,12 +13,48 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, DateTime, Float, ForeignKey, Integer, String, Text, TypeDecorator, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
+class Damaged(dict):
+    """A JSON cell that does not parse (a row damaged outside Agnitra): read as empty, with its
+    text kept, so readers skip that row and say so instead of failing on the whole store."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class SafeJSON(TypeDecorator):
+    """JSON whose unreadable cells come back as `Damaged` (SQLite stores JSON as text; PostgreSQL
+    refuses invalid JSON on write). The column's type in the database is plain JSON."""
+
+    impl = JSON
+    cache_ok = True
+
+    def result_processor(self, dialect, coltype):
+        inner = self.impl_instance.result_processor(dialect, coltype)
+
+        def process(value):
+            try:
+                return inner(value) if inner is not None else value
+            except ValueError:  # json.JSONDecodeError
+                return Damaged(str(value)[:120])
+
+        return process
+
+
+def damaged(*values: Any) -> str:
+    """The text of the first damaged cell among `values`, else ''."""
+    for value in values:
+        if isinstance(value, Damaged):
+            return value.text
+    return ""
+
+
 class Base(DeclarativeBase):
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map = {dict[str, Any]: SafeJSON, list[Any]: SafeJSON}
 
 
 class WorkloadRow(Base):
@@ -75,7 +111,7 @@ class MeasurementRow(Base):
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id"), index=True)
     phase: Mapped[str] = mapped_column(String(20))  # search (a candidate's short run) | final (the interleaved run)
     variant: Mapped[str] = mapped_column(Text)
-    recipe: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # steps and parameters; None for peers
+    recipe: Mapped[dict[str, Any] | None] = mapped_column(SafeJSON, nullable=True)  # steps and parameters; None for peers
     recipe_key: Mapped[str] = mapped_column(Text, default="")
     status: Mapped[str] = mapped_column(String(20))
     reason: Mapped[str] = mapped_column(Text, default="")

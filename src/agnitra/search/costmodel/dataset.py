@@ -30,14 +30,15 @@ def read_dataset(paths: list[str | Path]) -> list[dict]:
     return rows
 
 
-def load_rows(store=None, datasets: list[str | Path] | None = None, device_kind: str | None = None) -> list[dict]:
-    """The training rows: the given dataset files, else every recipe measurement in the store."""
+def load_rows(store=None, datasets: list[str | Path] | None = None, device_kind: str | None = None, skipped: list[str] | None = None) -> list[dict]:
+    """The training rows: the given dataset files, else every recipe measurement in the store
+    (damaged rows left out, described in `skipped`)."""
     if datasets:
         rows = read_dataset(datasets)
     else:
         from agnitra.store.io import dataset_rows
 
-        rows = [dict(r, group=f"store:{r['run_id']}") for r in dataset_rows(store)]
+        rows = [dict(r, group=f"store:{r['run_id']}") for r in dataset_rows(store, skipped=skipped)]
     return [r for r in rows if device_kind is None or r.get("device_kind") == device_kind]
 
 
