@@ -25,3 +25,19 @@ def test_auto_enumerates_small_spaces_and_uses_tpe_on_large_ones():
 @pytest.mark.parametrize("metric,value,error", [("cosine", 0.99, 0.01), ("top1", 0.9, 0.1), ("logits", 20.0, 0.01), ("rel_error", 0.003, 0.003), ("perplexity", 0.02, 0.02)])
 def test_nsga2_reads_every_check_as_an_error_to_minimise(metric, value, error):
     assert quality_error(Correctness(metric, value, True, None)) == pytest.approx(error)
+
+
+def test_warm_start_measures_the_recommended_first_whatever_the_strategy_then_never_twice():
+    from agnitra.search.strategies.random_order import RandomOrder
+    from agnitra.search.strategies.warm_start import WarmStart
+    from agnitra.testing.strategies import _result
+
+    space = _space(12)
+    first = [space[7], space[3]]
+    strategy = WarmStart(first, RandomOrder(space, seed=1))
+    asked = []
+    while (candidate := strategy.ask()) is not None:
+        asked.append(candidate.recipe.key())
+        strategy.tell(candidate, _result(candidate, "passed"))
+    assert asked[:2] == [space[7].recipe.key(), space[3].recipe.key()]
+    assert sorted(asked) == sorted(c.recipe.key() for c in space)  # every candidate once

@@ -30,6 +30,7 @@ from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import recipe_space
 from agnitra.search.costmodel.context import workload_row
 from agnitra.search.strategies.base import SearchContext, get_strategy
+from agnitra.search.strategies.warm_start import WarmStart
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
@@ -148,8 +149,9 @@ def run_optimize(
     op_kinds, signature = _captured(workload, notes)
     ctx = TransformContext(workload, device, op_kinds=op_kinds)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
+    first: list = []
     if not setup.done:  # a resumed run keeps its first order, so its journal's results line up
-        space = _warm_started(space, signature, device, notes)
+        space, first = _warm_started(space, signature, device, notes)
     # candidates are screened on one window of positions; the final run verifies all of them
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses.replace(tolerances, check_positions=None))
     runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
@@ -167,6 +169,7 @@ def run_optimize(
         reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s)
         searcher = get_strategy(strategy)(space)
         notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
+        searcher = WarmStart(first, searcher) if first else searcher
         outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
         notes += outcome.notes
         results = outcome.results
@@ -225,10 +228,12 @@ def _captured(workload: Workload, notes: list[str]) -> tuple[frozenset[str] | No
     return frozenset(node.kind for node in ir.nodes), signature(ir).to_dict()
 
 
-def _warm_started(space: list, signature: dict | None, device: torch.device, notes: list[str]) -> list:
-    """Recipes that worked on the nearest workloads in the store go first; the store is optional."""
+def _warm_started(space: list, signature: dict | None, device: torch.device, notes: list[str]) -> tuple[list, list]:
+    """Recipes that worked on the nearest workloads in the store go first (the space reordered,
+    and those candidates, which `WarmStart` measures before any strategy's own order); the store
+    is optional."""
     if signature is None or not space:
-        return space
+        return space, []
     from agnitra.search.recommend import recommend, warm_start
     from agnitra.store import open_store
 
@@ -240,11 +245,12 @@ def _warm_started(space: list, signature: dict | None, device: torch.device, not
             store.close()
     except Exception as exc:  # noqa: BLE001 - no store, no warm start: said
         notes.append(f"warm start: the store was not read ({first_line(exc)})")
-        return space
+        return space, []
     space, first = warm_start(space, recommended)
     if first:
-        notes.append(f"warm start: {len(first)} recipe(s) that passed on the nearest stored workloads measured first: {'; '.join(first[:3])}")
-    return space
+        more = f"; and {len(first) - 3} more" if len(first) > 3 else ""
+        notes.append(f"warm start: {len(first)} recipe(s) that passed on the nearest stored workloads measured first: {'; '.join(first[:3])}{more}")
+    return space, [c for c in space if c.recipe.name in set(first)]
 
 
 def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> OptimizeResult:

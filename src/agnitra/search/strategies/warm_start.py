@@ -1,0 +1,42 @@
+"""Warm start around any strategy: the recipes that passed on the nearest stored workloads are
+measured first, whatever the strategy's own order, and the strategy is told their results (a
+cost model learns from them, Optuna adds them as trials); afterwards the strategy asks as it
+would, and what it proposes that was measured already is passed over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agnitra.search.space import Candidate
+from agnitra.search.strategies.base import SearchContext, Strategy
+
+
+class WarmStart(Strategy):
+    name = "warm-start"
+
+    def __init__(self, first: list[Candidate], inner: Strategy) -> None:
+        super().__init__(inner.space)
+        self.first = list(first)
+        self.inner = inner
+        self.measured: set[str] = set()
+
+    def attach(self, context: SearchContext) -> list[str]:
+        return self.inner.attach(context)
+
+    def ask(self) -> Candidate | None:
+        while self.first:
+            candidate = self.first.pop(0)
+            if candidate.recipe.key() not in self.measured:
+                self.measured.add(candidate.recipe.key())
+                return candidate
+        while (candidate := self.inner.ask()) is not None:
+            if candidate.recipe.key() not in self.measured:
+                self.measured.add(candidate.recipe.key())
+                return candidate
+        return None
+
+    def tell(self, candidate: Candidate, result: Any) -> None:
+        self.inner.tell(candidate, result)
+
+    def predicted(self, candidate: Candidate) -> dict | None:
+        return self.inner.predicted(candidate)
