@@ -67,7 +67,7 @@ def test_recipe_json_round_trip_and_validation(tmp_path):
     path = recipe.save(tmp_path / "recipe.json")
     again = Recipe.load(path)
     assert [s.transform for s in again.steps] == ["precision", "compile"]
-    assert again.steps[1].params == {"mode": "default", "freezing": False, "pdl": True}  # defaults filled in
+    assert again.steps[1].params == {"mode": "default", "freezing": False, "pdl": True, "dynamic": False, "coordinate_descent": True}  # defaults filled in
     for doc, message in [
         ({"version": "agnitra.recipe/1", "steps": [{"transform": "warp-drive"}]}, "unknown transform"),
         ({"version": "agnitra.recipe/1", "steps": [{"transform": "precision", "params": {"bits": 3}}]}, "no parameter"),
@@ -83,7 +83,7 @@ def test_recipe_json_round_trip_and_validation(tmp_path):
 
 def test_inline_recipe_parses_back_from_its_label(tmp_path):
     recipe = Recipe.parse("int4-weight-only(group_size=64) + compile(mode=reduce-overhead,freezing=true)")
-    assert recipe.steps[0].params["group_size"] == 64 and recipe.steps[1].params == {"mode": "reduce-overhead", "freezing": True, "pdl": True}
+    assert recipe.steps[0].params["group_size"] == 64 and recipe.steps[1].params == {"mode": "reduce-overhead", "freezing": True, "pdl": True, "dynamic": False, "coordinate_descent": True}
     assert Recipe.parse(recipe.name) == recipe  # the label is a valid inline recipe
     assert Recipe.load_or_parse(str(recipe.save(tmp_path / "r.json"))) == recipe
     for text, message in [("warp-drive", "unknown transform"), ("compile(mode=default", "cannot read recipe step"), ("compile(bits=3)", "no parameter")]:
@@ -261,5 +261,5 @@ def test_other_strategies_search_verify_and_report(tmp_path, strategy):
 
 
 def test_an_unknown_strategy_is_refused_before_any_work():
-    with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: auto, enumerate, nsga2, random, tpe"):
+    with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: auto, enumerate, model, nsga2, random, tpe"):
         agnitra.optimize(_mlp(), device="cpu", strategy="annealing", budget="60s")

@@ -342,7 +342,7 @@ def test_killed_or_interrupted_then_resume_reuses_what_was_measured(tmp_path, si
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["search"]["reused"] == measured
-    assert len(report["candidates"]) == 6  # three alone, three pairs: the rest measured after the resume
+    assert len(report["candidates"]) == 7  # three alone, three pairs, all three: the rest measured after the resume
 
 
 class _Branchy(nn.Module):
