@@ -13,7 +13,7 @@
 #   bash benchmarks/device_run.sh trust [CASE]                 # the trust tests (TRUST_TESTS=expr), then optimize CASE (default bert-base-b1-short)
 #   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
 #   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload)
-#   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (a carried .devstore.db trains the model)
+#   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -49,7 +49,7 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
     strategies)  # the same case searched by enumerate and by the cost model; the store: the carried H100 collection
       [ -f .devstore.db ] && cp .devstore.db /tmp/store.db
       export AGNITRA_DB_URL=sqlite:////tmp/store.db
-      timeout 570 python3 benchmarks/optimize.py --preset h100 --cases "${2:?CASE}" --strategy enumerate --strategy model --budget "${3:-4m}" --out-file "$OUT/strategies-${2}.json"
+      timeout 570 python3 benchmarks/optimize.py --preset h100 --cases "${2:?CASE}" $(for s in ${STRATEGIES:-enumerate model}; do echo --strategy "$s"; done) --budget "${3:-4m}" --out-file "$OUT/strategies-${2}.json"
       ;;
     peers) peers "${PEERS_LIMIT:-560}" "${2:?CASES, e.g. llama-1b-decode or bert-base-b1,bert-base-b32 (benchmarks/peers.py)}" ;;
     kernels)  # the kernels' GPU tests, tune-matmul at 4096^3, the kernel benchmark (tunes what the cache lacks)
