@@ -207,7 +207,7 @@ def run_optimize(
     recipe = Recipe.from_dict(final.recipes[chosen.name])
     baseline = bench.variants[0]
     speedup = baseline.latency_ms.median / chosen.latency_ms.median
-    verdict = _win_verdict(bench, chosen, peers)
+    verdict = _win_verdict(bench, chosen, peers, results)
     report = OptimizeReport(bench, objective, chosen.name, recipe.to_dict(), speedup, results, pareto_front(results), search_info, verdict)
     progress("building the answer", 0.97)
     prepared = RecipeVariant(recipe, name=chosen.name).prepare(workload, device)  # as the worker built what it verified
@@ -410,7 +410,7 @@ def _choose(bench: BenchReport, names: list[str], objective: str) -> VariantResu
     return best
 
 
-def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
+def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult] | None = None) -> str:
     """One line: the answer against the baseline and against the best peer of the same run."""
     baseline = bench.variants[0]
     base_ms, ms = baseline.latency_ms.median, chosen.latency_ms.median
@@ -421,15 +421,21 @@ def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str]) ->
     line += _against_peers(bench, chosen, peers)
     line += f"; {c.metric}{value} within tolerance"
     if chosen.name in peers:
-        line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer{_best_own(bench, chosen, peers)})"
+        line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer{_best_own(bench, chosen, peers, results or [])})"
     return line
 
 
-def _best_own(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
+def _best_own(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult]) -> str:
     """When a peer won: how close the best of the recipes the search found came to it."""
     own = [v for v in bench.variants[1:] if v.name not in peers and v.status == "ok" and v.latency_ms and v.correctness is not None and v.correctness.passed]
     if not own:
-        return "; none of the recipes the search found finished with correct outputs"
+        ranked = rank(results, "latency")
+        if ranked and ranked[0].key in {_peer_recipe_key(peer) for peer in peers}:  # so no finalist of its own
+            return f"; the best recipe the search found, {ranked[0].name} ({ranked[0].speedup:.2f}x in its own run), is a peer's own recipe"
+        if ranked:
+            return "; the recipes the search found did not finish with correct outputs in the final run"
+        passed = sum(r.passed for r in results)
+        return "; none of the recipes the search found finished with correct outputs" if not passed else f"; none of the {passed} recipe(s) of the search that passed beat the baseline beyond the noise"
     best = min(own, key=lambda v: v.latency_ms.median)
     return f"; the best recipe the search found, {best.name}, ran at {best.latency_ms.median:.3f} ms ({chosen.latency_ms.median / best.latency_ms.median:.2f}x its speed)"
 
