@@ -67,7 +67,8 @@ def versus_peers(report) -> dict:
     baseline = report.bench.variants[0]
     chosen = variants.get(report.chosen) if report.chosen else baseline
     # the chosen answer may be a peer itself (a compile mode won): then it is its own best peer, 1.0x
-    peers = [variants[name] for name in report.search["peers"] if name in variants]
+    # a peer that failed the tolerance the candidates are held to is no bar (optimize's verdict says so too)
+    peers = [variants[name] for name in report.search["peers"] if name in variants and (variants[name].correctness is None or variants[name].correctness.passed)]
     best_peer = min(peers, key=lambda v: v.latency_ms.median) if peers else None
     out = {
         "chosen": report.chosen,
