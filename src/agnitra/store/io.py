@@ -100,16 +100,20 @@ def _same_row(session, table, row):
     return found
 
 
+def _open_for_writing(path: str | Path):
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("w", newline="")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}; choose another --csv path") from exc
+
+
 def export_csv(store: Store, path: str | Path, skipped: list[str] | None = None) -> int:
     """Every measurement, one row each with its workload, device and run; returns the row count.
     A damaged row (a JSON cell that does not parse) is left out and described in `skipped`."""
     skipped = [] if skipped is None else skipped
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = path.open("w", newline="")
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}; choose another --csv path") from exc
+    handle = _open_for_writing(path)
     rows = 0
     with handle, store.session() as session:
         writer = csv.writer(handle)
@@ -203,13 +207,7 @@ def export_dataset(store: Store, path: str | Path, device_kind: str | None = Non
     feature seen); returns the row count; damaged rows are described in `skipped`."""
     rows = dataset_rows(store, device_kind, skipped)
     extra = list(dict.fromkeys(k for row in rows for k in row if k not in DATASET_COLUMNS))
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle = path.open("w", newline="")
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}; choose another path") from exc
-    with handle:
+    with _open_for_writing(path) as handle:
         writer = csv.DictWriter(handle, fieldnames=[*DATASET_COLUMNS, *extra], restval="")
         writer.writeheader()
         writer.writerows(rows)
