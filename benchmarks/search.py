@@ -5,7 +5,9 @@ recipes, its measured recipes are the space and the dataset answers every "measu
 strategy searches that space until it measures a recipe that passed verification within 3% of
 the best passing one (`--within`); the count is what it needed. `model` is trained on the other
 workloads only (or, with --hold-out family, on other families only), as a search on a new
-model would be; `random` is averaged over --seeds seeds, `tpe` over fewer (it is slower). The
+model would be; `random` is averaged over --seeds seeds, `tpe` over fewer (it is slower);
+`popular` learns nothing: the recipes in the order of their mean speedup on the training
+workloads, the bar a model must clear to show it learned more than which recipe usually wins. The
 result file gives, per device kind, each strategy's mean and median count, the model's count
 against random's and TPE's, and each workload's counts.
 
@@ -120,7 +122,31 @@ def replay(workload: dict, space: dict[str, SimpleNamespace], training: list[dic
               "tpe": statistics.mean(run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds))}
     model = CostModel.fit(training) if training else None
     counts["model"] = run(ModelGuided(cands, model=model, rows=training, workload_row=row), space, hits)
+    counts["popular"] = run(Popular(cands, training), space, hits)
     return counts
+
+
+class Popular:
+    """No learning: the recipes in the order of their mean measured log speedup (passing or not
+    counted as measured) over the training workloads; recipes never measured there come last.
+    What a model must beat to show it learned more than which recipe usually wins."""
+
+    def __init__(self, space: list[Candidate], training: list[dict]) -> None:
+        import math
+
+        scores: dict[str, list[float]] = defaultdict(list)
+        for r in training:
+            if r.get("status") == "ok" and r.get("speedup") and r.get("passed"):
+                scores[r["recipe"]].append(math.log(r["speedup"]))
+        key = lambda c: json.dumps([{"params": dict(s.params), "transform": s.transform} for s in c.recipe.steps], sort_keys=True)  # noqa: E731
+        mean = {k: sum(v) / len(v) for k, v in scores.items()}
+        self.order = sorted(space, key=lambda c: -mean.get(key(c), -1e9))
+
+    def ask(self):
+        return self.order.pop(0) if self.order else None
+
+    def tell(self, candidate, result) -> None:
+        pass
 
 
 def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> int:
@@ -139,11 +165,12 @@ def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> int:
 
 def summarise(entries: list[dict]) -> dict:
     out = {"workloads": len(entries)}
-    for name in ("random", "tpe", "model"):
+    for name in ("random", "tpe", "popular", "model"):
         values = [e[name] for e in entries]
         out[name] = {"mean": round(statistics.mean(values), 2), "median": round(statistics.median(values), 2)}
     out["model_over_random"] = round(out["model"]["mean"] / out["random"]["mean"], 3)
     out["model_over_tpe"] = round(out["model"]["mean"] / out["tpe"]["mean"], 3)
+    out["model_over_popular"] = round(out["model"]["mean"] / out["popular"]["mean"], 3)
     out["model_beats_tpe_on"] = sum(e["model"] < e["tpe"] for e in entries)
     out["tpe_beats_model_on"] = sum(e["tpe"] < e["model"] for e in entries)
     return out

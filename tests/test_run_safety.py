@@ -205,7 +205,7 @@ def test_candidate_past_its_timeout_is_killed_and_recorded(tmp_path):
 def test_a_one_second_timeout_does_not_end_the_run(tmp_path, capsys):
     model_file = tmp_path / "m.py"
     model_file.write_text("import torch\ndef make():\n    return torch.nn.Linear(8, 4), (torch.randn(2, 8),)\n")
-    code, out, err = _cli(["optimize", f"{model_file}:make", "--device", "cpu", "--budget", "60s", "--candidate-timeout", "1s", "--transforms", "compile", "--peers", "", "--out", str(tmp_path / "run")], capsys)
+    code, out, err = _cli(["optimize", f"{model_file}:make", "--device", "cpu", "--budget", "30s", "--candidate-timeout", "1s", "--transforms", "compile", "--peers", "", "--out", str(tmp_path / "run")], capsys)
     assert code == 0, err
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["chosen"] is None or report["speedup"] > 1
