@@ -12,7 +12,7 @@
 #   bash benchmarks/device_run.sh gputests                     # the kernels' GPU tests alone
 #   bash benchmarks/device_run.sh trust [CASE]                 # the trust tests (TRUST_TESTS=expr), then optimize CASE (default bert-base-b1-short)
 #   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
-#   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload)
+#   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload, COLLECT_GENERATED, COLLECT_EXTRA flags, COLLECT_TIMEOUT)
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
@@ -43,7 +43,8 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       ;;
     collect)  # a SQLite store of its own under $OUT; the dataset exported even when the time ran out
       export AGNITRA_DB_URL="sqlite:///$OUT/store-${2//\//-of-}.db"
-      timeout 520 python3 -m agnitra.cli collect --plan --plan-part "${2:?K/N}" --generated 20 --device cuda --sample 24 --budget-per-workload "${COLLECT_S:-60s}" --candidate-timeout 45s 2>&1 | tail -30
+      timeout "${COLLECT_TIMEOUT:-520}" python3 -m agnitra.cli collect --plan --plan-part "${2:?K/N}" --generated "${COLLECT_GENERATED:-20}" --device cuda --sample 24 \
+        --budget-per-workload "${COLLECT_S:-60s}" --candidate-timeout 45s ${COLLECT_EXTRA:-} 2>&1 | tail -30
       python3 -m agnitra.cli store export --csv "$OUT/dataset-h100-${2//\//-of-}.csv" --features
       ;;
     strategies)  # the same case searched by enumerate and by the cost model; the store: the carried H100 collection
