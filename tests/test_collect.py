@@ -94,6 +94,7 @@ def test_optimize_with_the_model_strategy_trains_on_the_store_and_shows_its_pred
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     notes = report["search"]["notes"]
     assert any(n.startswith("model: cost model trained on") for n in notes), notes
+    assert not any("measured first" in n for n in notes)  # the recommended recipes are left to the model that learned from them
     predicted = [c for c in report["candidates"] if c.get("predicted")]
     assert predicted and all(0 <= c["predicted"]["p_pass"] <= 1 and c["predicted"]["speedup"] > 0 for c in predicted)
     assert "predicted" in (tmp_path / "run" / "candidates.csv").read_text().splitlines()[0]

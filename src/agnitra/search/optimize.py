@@ -169,7 +169,10 @@ def run_optimize(
         reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s)
         searcher = get_strategy(strategy)(space)
         notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
-        searcher = WarmStart(first, searcher) if first else searcher
+        if first and searcher.learned_from_store():  # the cost model learned from those measurements: its order, not theirs
+            notes = [n.replace(" measured first: ", " left to the cost model, which learned from them: ", 1) if n.startswith("warm start:") else n for n in notes]
+        elif first:
+            searcher = WarmStart(first, searcher)
         outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
         notes += outcome.notes
         results = outcome.results

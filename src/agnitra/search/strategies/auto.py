@@ -37,6 +37,9 @@ class Auto(Strategy):
     def predicted(self, candidate: Candidate) -> dict | None:
         return self.chosen.predicted(candidate)
 
+    def learned_from_store(self) -> bool:
+        return self.chosen.learned_from_store()
+
     def ask(self) -> Candidate | None:
         return self.chosen.ask()
 

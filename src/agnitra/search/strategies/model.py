@@ -99,6 +99,9 @@ class ModelGuided(Strategy):
         self.own.append(row)
         self._retrain()
 
+    def learned_from_store(self) -> bool:
+        return bool(self.rows) and self.model is not None and bool(self.model.speed)
+
     def predicted(self, candidate: Candidate) -> dict | None:
         if self.model is None or not self.model.speed:
             return None  # the prior, not a prediction
