@@ -35,7 +35,7 @@ from agnitra.results import Correctness  # noqa: E402
 from agnitra.search.costmodel import CostModel, load_rows  # noqa: E402
 from agnitra.search.costmodel.evaluate import group_key  # noqa: E402
 from agnitra.search.space import Candidate  # noqa: E402
-from agnitra.search.strategies.model import ModelGuided  # noqa: E402
+from agnitra.search.strategies.model import MEASURE_S, ModelGuided  # noqa: E402
 from agnitra.search.strategies.random_order import RandomOrder  # noqa: E402
 from agnitra.search.strategies.tpe import TPE  # noqa: E402
 from agnitra.telemetry.signature import software_versions  # noqa: E402
@@ -103,9 +103,11 @@ def recipes_of(members: list[dict]) -> dict[str, SimpleNamespace]:
     for key, measured in seen.items():
         speedups = [r["speedup"] for r in measured if r.get("status") == "ok" and r.get("speedup")]
         passed = all(bool(r.get("passed")) for r in measured) and bool(speedups)
+        setups = [r["setup_s"] for r in measured if r.get("setup_s") is not None]
         out[key] = SimpleNamespace(status="ok" if speedups else "failed", speedup=statistics.median(speedups) if speedups else None, passed=passed,
                                    correctness=Correctness("rel_error", measured[0].get("quality_error"), passed, None) if speedups else None,
-                                   model_bytes=measured[0].get("model_bytes"), steps=json.loads(key))
+                                   model_bytes=measured[0].get("model_bytes"), steps=json.loads(key), setup_s=statistics.median(setups) if setups else None,
+                                   reason=measured[0].get("reason") or "")
     return out
 
 
@@ -118,11 +120,13 @@ def replay(workload: dict, space: dict[str, SimpleNamespace], training: list[dic
     hits = {k for k, r in space.items() if r.passed and r.speedup >= best / (1 + args.within)}
     cands = candidates(space)
     row = {k: v for k, v in workload.items() if k.startswith(("sig.", "dev.")) or k in ("device_kind", "batch", "source", "family", "workload", "task")}
-    counts = {"random": statistics.mean(run(RandomOrder(cands, seed=s), space, hits) for s in range(args.seeds)),
-              "tpe": statistics.mean(run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds))}
+    runs = {"random": [run(RandomOrder(cands, seed=s), space, hits) for s in range(args.seeds)],
+            "tpe": [run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds)]}
     model = CostModel.fit(training) if training else None
-    counts["model"] = run(ModelGuided(cands, model=model, rows=training, workload_row=row), space, hits)
-    counts["popular"] = run(Popular(cands, training), space, hits)
+    runs["model"] = [run(ModelGuided(cands, model=model, rows=training, workload_row=row), space, hits)]
+    runs["popular"] = [run(Popular(cands, training), space, hits)]
+    counts = {name: statistics.mean(n for n, _ in results) for name, results in runs.items()}
+    counts.update({f"{name}_s": round(statistics.mean(t for _, t in results), 1) for name, results in runs.items()})
     return counts
 
 
@@ -149,25 +153,37 @@ class Popular:
         pass
 
 
-def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> int:
-    """Measurements until a hit; a strategy that never measures one is charged the whole space."""
+def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> tuple[int, float]:
+    """Measurements until a hit, and the seconds they would take (each recipe's measured setup, or
+    the limit it was stopped at, plus MEASURE_S); a strategy that never measures a hit is charged
+    the whole space."""
+    seconds = 0.0
     for n in range(1, len(space) + 1):
         candidate = strategy.ask()
         if candidate is None:
             break
         key = json.dumps([{"params": dict(s.params), "transform": s.transform} for s in candidate.recipe.steps], sort_keys=True)
         result = space[key]
+        seconds += MEASURE_S + (result.setup_s or _limit_s(result.reason))
         if key in hits:
-            return n
+            return n, seconds
         strategy.tell(candidate, result)
-    return len(space)
+    return len(space), seconds  # every candidate was measured, none a hit
+
+
+def _limit_s(reason: str) -> float:
+    import re
+
+    match = re.search(r"time limit of (\d+(?:\.\d+)?) s", reason or "")
+    return float(match.group(1)) if match else 0.0
 
 
 def summarise(entries: list[dict]) -> dict:
     out = {"workloads": len(entries)}
     for name in ("random", "tpe", "popular", "model"):
         values = [e[name] for e in entries]
-        out[name] = {"mean": round(statistics.mean(values), 2), "median": round(statistics.median(values), 2)}
+        seconds = [e[f"{name}_s"] for e in entries]
+        out[name] = {"mean": round(statistics.mean(values), 2), "median": round(statistics.median(values), 2), "mean_s": round(statistics.mean(seconds), 1)}
     out["model_over_random"] = round(out["model"]["mean"] / out["random"]["mean"], 3)
     out["model_over_tpe"] = round(out["model"]["mean"] / out["tpe"]["mean"], 3)
     out["model_over_popular"] = round(out["model"]["mean"] / out["popular"]["mean"], 3)

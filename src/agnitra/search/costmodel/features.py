@@ -63,11 +63,12 @@ class Featurizer:
 
 
 def steps_of(row: dict) -> list[dict]:
+    """A row's recipe steps: given as `steps`, else read from its `recipe` JSON (the row is not
+    changed: a copy with another recipe must not inherit these steps)."""
     steps = row.get("steps")
     if steps is None:
         text = row.get("recipe") or "[]"
         steps = json.loads(text) if isinstance(text, str) else text
-        row["steps"] = steps
     return steps
 
 

@@ -4,7 +4,9 @@
   seeds; their spread is the uncertainty (`log_speedup_std`) the `model` strategy trades off;
 - pass: the probability that the recipe's outputs pass verification (a classifier);
 - memory: the log of the model's own memory against the baseline's;
-- quality: the log10 of the quality error (`results.quality_error`).
+- quality: the log10 of the quality error (`results.quality_error`);
+- setup: the log of the seconds a recipe takes to set up (its compile, export, calibration); a
+  recipe stopped at its time limit counts as taking that limit at least.
 
 A target with too few rows (or one class only) has no model: its prediction is the prior
 (speedup 1 with a wide spread, pass 0.5) and `notes` says so. Saved as JSON with LightGBM's own
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -42,6 +45,7 @@ class Prediction:
     p_pass: float
     memory_ratio: float | None = None
     quality_error: float | None = None
+    setup_s: float | None = None
 
     @property
     def speedup(self) -> float:
@@ -61,6 +65,7 @@ class CostModel:
     pass_constant: float | None = None  # where one class only was seen
     memory: object | None = None
     quality: object | None = None
+    setup: object | None = None
     info: dict = field(default_factory=dict)  # rows per target, device kinds, the training groups
     notes: list[str] = field(default_factory=list)
 
@@ -105,6 +110,10 @@ class CostModel:
         if quality_mask.sum() >= MIN_ROWS:
             y = np.log10([r["quality_error"] + QUALITY_FLOOR for r, m in zip(rows, quality_mask) if m])
             model.quality = train(quality_mask, y, "regression", bagging=False)
+        setup = [_setup_s(r) for r in rows]
+        setup_mask = np.array([v is not None for v in setup], dtype=bool)
+        if setup_mask.sum() >= MIN_ROWS:
+            model.setup = train(setup_mask, np.log1p([v for v in setup if v is not None]), "regression", bagging=False)
         return model
 
     def predict(self, rows: list[dict]) -> list[Prediction]:
@@ -122,8 +131,9 @@ class CostModel:
             p = np.full(len(rows), 0.5 if self.pass_constant is None else self.pass_constant)
         memory = np.exp(self.memory.predict(x)) if self.memory is not None else [None] * len(rows)
         quality = np.power(10.0, self.quality.predict(x)) if self.quality is not None else [None] * len(rows)
-        return [Prediction(float(m), float(s), float(pp), None if mem is None else float(mem), None if q is None else float(q))
-                for m, s, pp, mem, q in zip(mean, std, p, memory, quality)]
+        setup = np.expm1(self.setup.predict(x)) if self.setup is not None else [None] * len(rows)
+        return [Prediction(float(m), float(s), float(pp), None if mem is None else float(mem), None if q is None else float(q), None if t is None else max(0.0, float(t)))
+                for m, s, pp, mem, q, t in zip(mean, std, p, memory, quality, setup)]
 
     # ---- files --------------------------------------------------------------------------------
 
@@ -136,6 +146,7 @@ class CostModel:
             "passing": self.passing.model_to_string() if self.passing is not None else None,
             "memory": self.memory.model_to_string() if self.memory is not None else None,
             "quality": self.quality.model_to_string() if self.quality is not None else None,
+            "setup": self.setup.model_to_string() if self.setup is not None else None,
         }
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps(doc))
@@ -157,7 +168,7 @@ class CostModel:
         try:
             booster = lambda text: lgb.Booster(model_str=text) if text else None  # noqa: E731
             return cls(Featurizer.from_dict(doc["featurizer"]), [booster(t) for t in doc["speed"]], booster(doc["passing"]), doc.get("pass_constant"),
-                       booster(doc["memory"]), booster(doc["quality"]), doc.get("info", {}), doc.get("notes", []))
+                       booster(doc["memory"]), booster(doc["quality"]), booster(doc.get("setup")), doc.get("info", {}), doc.get("notes", []))
         except (KeyError, TypeError, lgb.basic.LightGBMError) as exc:
             raise UserError(f"{path} is a damaged cost model ({type(exc).__name__}: {exc}); train it again with `agnitra costmodel train`") from None
 
@@ -170,6 +181,16 @@ def lightgbm():
         raise UserError(f"the cost model needs LightGBM, which did not load ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
                         "pip install lightgbm (on Debian also: apt-get install libgomp1)") from None
     return lgb
+
+
+def _setup_s(row: dict) -> float | None:
+    """Seconds to set the recipe up: measured, or at least the time limit it was stopped at."""
+    if row.get("status") == "ok" and row.get("setup_s") is not None:
+        return float(row["setup_s"])
+    if row.get("status") == "timeout":
+        match = re.search(r"time limit of (\d+(?:\.\d+)?) s", row.get("reason") or "")
+        return float(match.group(1)) if match else None
+    return None
 
 
 def _ok_speed(row: dict) -> bool:

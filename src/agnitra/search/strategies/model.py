@@ -4,8 +4,9 @@ Before the first ask, a cost model (`search.costmodel`) is trained on the store'
 on this kind of device; it predicts every candidate's speedup with its uncertainty and the
 probability that it passes verification. Each ask takes the candidate with the largest expected
 improvement in log speedup over the best correct one measured so far (the baseline at first),
-times its probability of passing: a likely failure is measured late, an uncertain candidate with
-a chance of a large win early. Each tell adds the measurement to the training rows, counted
+times its probability of passing, per second it is expected to take (its predicted setup, a
+compile or an export, plus MEASURE_S): a likely failure is measured late, an uncertain candidate
+with a chance of a large win early, a long compile only when it promises more. Each tell adds the measurement to the training rows, counted
 OWN_WEIGHT times (it is the very workload being searched), and retrains (active learning). With
 too few stored measurements it orders by the transforms' priors, and says so.
 """
@@ -25,6 +26,7 @@ OWN_WEIGHT = 5.0
 MIN_STORED = 30  # measurements on this kind of device before the model is trusted to order
 MAX_TRAINING_ROWS = 20000  # the most recent, so training stays about a second
 EPSILON = 1e-9
+MEASURE_S = 5.0  # a candidate's run besides its setup: worker call, timed rounds, checks
 
 
 @register_strategy
@@ -90,7 +92,8 @@ class ModelGuided(Strategy):
         if passed and speedup:
             self.best_log_speedup = max(self.best_log_speedup, math.log(speedup))
         row = dict(self.workload_row, recipe=None, steps=[{"transform": s.transform, "params": dict(s.params)} for s in candidate.recipe.steps],
-                   status=getattr(result, "status", "failed"), speedup=speedup, passed=passed if getattr(result, "status", "") == "ok" else False, group="this run")
+                   status=getattr(result, "status", "failed"), speedup=speedup, passed=passed if getattr(result, "status", "") == "ok" else False, group="this run",
+                   setup_s=getattr(result, "setup_s", None), reason=getattr(result, "reason", "") or "")
         correctness = getattr(result, "correctness", None)
         if correctness is not None and correctness.value is not None:
             from agnitra.results import quality_error
@@ -140,7 +143,8 @@ class ModelGuided(Strategy):
         sigma = max(p.log_speedup_std, 0.02) / math.sqrt(1 + siblings)
         z = (p.log_speedup - self.best_log_speedup) / sigma
         improvement = sigma * (z * _normal_cdf(z) + _normal_pdf(z))
-        return p.p_pass * improvement + EPSILON * p.p_pass * p.log_speedup
+        seconds = MEASURE_S + (p.setup_s or 0.0)  # per second of the budget: a long compile must promise more
+        return (p.p_pass * improvement + EPSILON * p.p_pass * p.log_speedup) / seconds
 
 
 def _transforms_of(candidate: Candidate) -> frozenset[str]:
