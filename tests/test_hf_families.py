@@ -356,3 +356,11 @@ def test_fuse_projections_then_int8_kernels_stack_what_the_kernels_alone_cannot(
     assert sum(isinstance(m, TritonFeedForward) for m in patched.model.modules()) == LAYERS  # gating kernel over the stacked gate|up
     fused, original = _outputs(patched.model, workload.example_inputs), _outputs(workload.model, workload.example_inputs)
     assert ((fused - original).norm() / original.norm()).item() < 3e-2
+
+
+def test_t5_runs_with_dynamic_int8_linears_whose_weight_is_not_a_float_tensor(built):
+    workload = built("t5")  # its feed-forward reads wo.weight.dtype before calling wo
+    patched = apply_recipe(Recipe.of("dynamic-int8"), TransformContext(workload, CPU))
+    out, reference = _outputs(patched.model, workload.example_inputs), _outputs(workload.model, workload.example_inputs)
+    assert torch.isfinite(out).all() and out.shape == reference.shape
+    assert torch.nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0) > 0.95
