@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 import torch
 
 from agnitra.bench.isolated import InProcess, Worker, WorkloadSource
-from agnitra.results import CandidateResult, DeviceReport, OptimizeReport
+from agnitra.results import DeviceReport, OptimizeReport
 from agnitra.search.budget import Budget
-from agnitra.search.optimize import _captured, _probe
+from agnitra.search.optimize import graph_facts, measure_baseline
 from agnitra.search.space import Candidate, recipe_space
 from agnitra.search.strategies.base import Strategy
-from agnitra.search.tuner import SearchConfig, pareto_front, search
+from agnitra.search.tuner import SearchConfig, pareto_front, screening_tolerances, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
@@ -85,13 +85,13 @@ def collect_workload(
 ) -> OptimizeReport:
     """One workload's designed sample, measured; the report records it as a collect run."""
     notes: list[str] = []
-    op_kinds, signature = _captured(workload, notes)
+    op_kinds, signature = graph_facts(workload, notes)
     space, skipped = recipe_space(TransformContext(workload, device, op_kinds=op_kinds), allowed=set(transforms) if transforms else None)
     chosen = designed_sample(space, sample, seed)
-    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses_replace(tolerances))
+    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances))
     runner = Worker(source, progress) if source is not None else InProcess(workload, device, progress)
     with runner:
-        probe = _probe(runner, device_report, config, budget)
+        probe = measure_baseline(runner, device_report, config, budget)
         outcome = search(InOrder(chosen), runner, device_report, config, budget, lambda results: FINISH_S, progress=progress)
     if signature is not None:  # the screening run skips it; the store names the workload by it
         probe.workload["signature"] = signature
@@ -104,17 +104,6 @@ def collect_workload(
     passed = sum(r.passed for r in outcome.results)
     verdict = f"collected {len(outcome.results)} of {len(chosen)} sampled recipes ({passed} passed verification) from a space of {len(space)}"
     return OptimizeReport(probe, "latency", None, Recipe().to_dict(), 1.0, outcome.results, pareto_front(outcome.results), info, verdict)
-
-
-def dataclasses_replace(tolerances: Tolerances) -> Tolerances:
-    """Candidates are screened on one window of positions, as the search screens them."""
-    import dataclasses
-
-    return dataclasses.replace(tolerances, check_positions=None)
-
-
-def completed(results: list[CandidateResult]) -> int:
-    return sum(1 for r in results if r.status == "ok")
 
 
 # ---- plans ----------------------------------------------------------------------------------------

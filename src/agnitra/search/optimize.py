@@ -11,7 +11,6 @@ final run cannot finish in time, the original model is the answer and the verdic
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -31,7 +30,7 @@ from agnitra.search.space import recipe_space
 from agnitra.search.costmodel.context import workload_row
 from agnitra.search.strategies.base import SearchContext, get_strategy
 from agnitra.search.strategies.warm_start import WarmStart
-from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, search
+from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, screening_tolerances, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
@@ -146,21 +145,21 @@ def run_optimize(
 ) -> OptimizeResult:
     progress = progress or (lambda message, fraction: None)
     notes = list(setup.journal_warnings)
-    op_kinds, signature = _captured(workload, notes)
+    op_kinds, signature = graph_facts(workload, notes)
     ctx = TransformContext(workload, device, op_kinds=op_kinds)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
     first: list = []
     if not setup.done:  # a resumed run keeps its first order, so its journal's results line up
         space, first = _warm_started(space, signature, device, notes)
     # candidates are screened on one window of positions; the final run verifies all of them
-    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=dataclasses.replace(tolerances, check_positions=None))
+    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances))
     runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
     if setup.source is None:
         notes.append(f"candidates ran in this process, not in a worker: {setup.in_process_reason}; a candidate past its time limit is stopped only between Python steps")
     with runner:
         progress("measuring the original model", 0.02)
         probe_started = budget.elapsed()
-        probe = _probe(runner, device_report, config, budget)
+        probe = measure_baseline(runner, device_report, config, budget)
         probe_s = budget.elapsed() - probe_started
         progress("measuring the peers", 0.05)
         measured, peer_note = _probe_peers(runner, device_report, config, budget, peers, MeasuredRuns(probe_s, probe.variants))
@@ -218,7 +217,7 @@ def run_optimize(
     return _finish(report, budget, OptimizeResult(model, recipe, report))
 
 
-def _captured(workload: Workload, notes: list[str]) -> tuple[frozenset[str] | None, dict | None]:
+def graph_facts(workload: Workload, notes: list[str]) -> tuple[frozenset[str] | None, dict | None]:
     """The op kinds of the captured graph, which say what each transform could change here, and
     its static signature, which finds the nearest stored workloads."""
     from agnitra.ir import capture_workload, signature
@@ -261,7 +260,7 @@ def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> O
     return result
 
 
-def _probe(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> BenchReport:
+def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> BenchReport:
     """The baseline, first: a model that cannot be measured ends the run with the reason."""
     limit = BASELINE_SHARE * budget.remaining()  # not a candidate: the run needs it, whatever --candidate-timeout says
     try:

@@ -10,6 +10,7 @@ journal as it is known, so a killed run resumes without measuring again what is 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -47,6 +48,11 @@ class SearchConfig:
             warmup=self.warmup if self.warmup is not None else (1 if decoder else 3),
             op_breakdown=False, signature=False, energy=False, roofline=False, tolerances=self.tolerances,
         )
+
+
+def screening_tolerances(tolerances: Tolerances) -> Tolerances:
+    """Candidates are screened on one window of a decoder's positions; the final run verifies all."""
+    return dataclasses.replace(tolerances, check_positions=None)
 
 
 @dataclass
