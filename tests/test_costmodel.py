@@ -183,3 +183,14 @@ def test_the_model_learns_setup_time_and_trades_a_slow_compile_against_its_gain(
     space = [Candidate(Recipe(tuple(Step(s["transform"], s["params"]) for s in _steps(names))), 1.0) for names in (["compile"], ["int8-weight-only"])]
     strategy = ModelGuided(space, model=model, rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": 0.5, "sig.other": 0.5})
     assert [s.transform for s in strategy.ask().recipe.steps] == ["int8-weight-only"]  # nearly the gain, in a fraction of the time
+
+
+def test_one_workload_under_many_recipes_predicts_as_row_by_row():
+    rows = _rows()
+    model = CostModel.fit(rows)
+    base = {"device_kind": "cpu", "batch": 8, "sig.size": 0.3, "sig.other": 0.6}
+    recipes = [_steps(names) for names in RECIPES]
+    fast = model.predict_recipes(base, recipes)
+    slow = model.predict([dict(base, steps=steps) for steps in recipes])
+    assert [p.to_dict() for p in fast] == [p.to_dict() for p in slow]
+    assert len({round(p.log_speedup, 6) for p in fast}) > 3  # the recipes differ, not one row repeated

@@ -54,6 +54,20 @@ class Featurizer:
                     out[i, base + index[name]] = value
         return out
 
+    def transform_recipes(self, base: dict, recipes: list[list[dict]]) -> np.ndarray:
+        """Feature rows of one workload (`base`: a row without a recipe) under each recipe: the
+        workload's part computed once, only the recipe part per row (a search's whole space)."""
+        out = np.tile(self.transform([dict(base, steps=[])])[0], (len(recipes), 1))
+        index = {name: i for i, name in enumerate(self.recipe)}
+        offset = 2 + len(self.signature) + len(self.device) + 1
+        for i, steps in enumerate(recipes):
+            out[i, offset - 1] = len(steps)
+            for name, value in recipe_tokens(steps).items():
+                j = index.get(name)
+                if j is not None:
+                    out[i, offset + j] = value
+        return out
+
     def to_dict(self) -> dict:
         return {"signature": self.signature, "device": self.device, "recipe": self.recipe}
 

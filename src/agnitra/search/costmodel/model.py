@@ -117,21 +117,26 @@ class CostModel:
         return model
 
     def predict(self, rows: list[dict]) -> list[Prediction]:
-        if not rows:
-            return []
-        x = self.featurizer.transform(rows)
+        return self.predict_features(self.featurizer.transform(rows)) if rows else []
+
+    def predict_recipes(self, base: dict, recipes: list[list[dict]]) -> list[Prediction]:
+        """One workload under many recipes (`Featurizer.transform_recipes`)."""
+        return self.predict_features(self.featurizer.transform_recipes(base, recipes)) if recipes else []
+
+    def predict_features(self, x: np.ndarray) -> list[Prediction]:
+        n = len(x)
         if self.speed:
             runs = np.stack([b.predict(x) for b in self.speed])
             mean, std = runs.mean(0), runs.std(0)
         else:
-            mean, std = np.zeros(len(rows)), np.full(len(rows), PRIOR_STD)
+            mean, std = np.zeros(n), np.full(n, PRIOR_STD)
         if self.passing is not None:
             p = self.passing.predict(x)
         else:
-            p = np.full(len(rows), 0.5 if self.pass_constant is None else self.pass_constant)
-        memory = np.exp(self.memory.predict(x)) if self.memory is not None else [None] * len(rows)
-        quality = np.power(10.0, self.quality.predict(x)) if self.quality is not None else [None] * len(rows)
-        setup = np.expm1(self.setup.predict(x)) if self.setup is not None else [None] * len(rows)
+            p = np.full(n, 0.5 if self.pass_constant is None else self.pass_constant)
+        memory = np.exp(self.memory.predict(x)) if self.memory is not None else [None] * n
+        quality = np.power(10.0, self.quality.predict(x)) if self.quality is not None else [None] * n
+        setup = np.expm1(self.setup.predict(x)) if self.setup is not None else [None] * n
         return [Prediction(float(m), float(s), float(pp), None if mem is None else float(mem), None if q is None else float(q), None if t is None else max(0.0, float(t)))
                 for m, s, pp, mem, q, t in zip(mean, std, p, memory, quality, setup)]
 

@@ -127,8 +127,8 @@ class ModelGuided(Strategy):
 
     def _predict_all(self, keep_asked: bool = False) -> None:
         pending = [c for c in self.space if not (keep_asked and c.recipe.key() in self.asked)]
-        rows = [dict(self.workload_row, steps=[{"transform": s.transform, "params": dict(s.params)} for s in c.recipe.steps]) for c in pending]
-        for candidate, prediction in zip(pending, self.model.predict(rows)):
+        recipes = [[{"transform": s.transform, "params": dict(s.params)} for s in c.recipe.steps] for c in pending]
+        for candidate, prediction in zip(pending, self.model.predict_recipes(self.workload_row, recipes)):
             self.predictions[candidate.recipe.key()] = prediction
 
     def _acquisition(self, candidate: Candidate) -> float:
