@@ -84,11 +84,11 @@ def test_collect_records_a_designed_sample_and_exports_the_dataset(tmp_path, cap
 
 @pytest.mark.slow
 def test_optimize_with_the_model_strategy_trains_on_the_store_and_shows_its_predictions(tmp_path, monkeypatch, capsys):
-    from agnitra.search.strategies import model as model_strategy
+    from agnitra.search.costmodel import from_store
 
     cheap = "precision,int8-weight-only,threads"  # nothing compiles: seconds, not minutes
     assert main(["collect", "gen:mlp-w32-d1", "gen:mlp-w64-d1", "--batch", "2", "--device", "cpu", "--transforms", cheap, "--sample", "4", "--budget-per-workload", "40s"]) == 0
-    monkeypatch.setattr(model_strategy, "MIN_STORED", 8)  # a test's store is small
+    monkeypatch.setattr(from_store, "MIN_STORED", 8)  # a test's store is small
     assert main(["optimize", "gen:mlp-w48-d1", "--batch", "2", "--device", "cpu", "--strategy", "model", "--budget", "45s", "--peers", "", "--transforms", cheap,
                  "--out", str(tmp_path / "run"), "--json"]) == 0
     report = json.loads((tmp_path / "run" / "report.json").read_text())

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import select
 
-from agnitra.errors import UserError
 from agnitra.search.space import Candidate
 from agnitra.store import Store
 from agnitra.store.schema import DeviceRow, MeasurementRow, RunRow, WorkloadRow
@@ -88,19 +87,13 @@ def warm_start(space: list[Candidate], recommended: list[Recommendation]) -> tup
 def with_predictions(recommended: list[Recommendation], store: Store, workload_row: dict) -> str:
     """Each recommendation's predicted effect on this workload, from a cost model trained on the
     store's measurements on this kind of device; returns why there is none ('' when there is)."""
-    from agnitra.search.costmodel import CostModel, load_rows
-    from agnitra.search.strategies.model import MIN_STORED, MAX_TRAINING_ROWS
+    from agnitra.search.costmodel.from_store import train_from_store
 
     if not recommended:
         return ""
-    rows = load_rows(store, device_kind=workload_row.get("device_kind"))[-MAX_TRAINING_ROWS:]
-    measured = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup"))
-    if measured < MIN_STORED:
-        return f"no prediction: {measured} measurement(s) on this kind of device in the store (fewer than {MIN_STORED}); `agnitra collect` fills it"
-    try:
-        model = CostModel.fit(rows)
-    except UserError as exc:
-        return f"no prediction: {exc}"
+    model, _rows, why_not = train_from_store(store, workload_row.get("device_kind"))
+    if model is None:
+        return f"no prediction: {why_not}"
     queries = [dict(workload_row, steps=r.recipe.get("steps", [])) for r in recommended]
     for r, p in zip(recommended, model.predict(queries)):
         r.predicted = p.to_dict()

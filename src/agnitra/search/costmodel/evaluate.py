@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from agnitra.search.costmodel.model import CostModel
+from agnitra.search.costmodel.model import CostModel, timed
 
 MIN_GROUP = 3  # measured recipes a group needs to be scored
 
@@ -55,7 +55,7 @@ def leave_one_out(rows: list[dict], by: str = "workload", seed: int = 0, progres
     keys = sorted(groups)
     for n, key in enumerate(keys):
         members = groups[key]
-        measured = [i for i in members if _speed(rows[i])]
+        measured = [i for i in members if timed(rows[i])]
         if len(measured) < MIN_GROUP:
             continue
         if progress:
@@ -68,18 +68,14 @@ def leave_one_out(rows: list[dict], by: str = "workload", seed: int = 0, progres
     return Evaluation(by, len(rows), [_device_score(kind, groups_scored) for kind, groups_scored in sorted(scored.items())])
 
 
-def _speed(row: dict) -> bool:
-    return row.get("status") == "ok" and bool(row.get("speedup")) and row["speedup"] > 0
-
-
 def _group_score(key: str, rows: list[dict], predictions) -> dict:
     from scipy.stats import kendalltau
 
-    pairs = [(p.speedup, r["speedup"]) for r, p in zip(rows, predictions) if _speed(r)]
+    pairs = [(p.speedup, r["speedup"]) for r, p in zip(rows, predictions) if timed(r)]
     predicted, actual = np.array([p for p, _ in pairs]), np.array([a for _, a in pairs])
     tau = kendalltau(predicted, actual).statistic if len(pairs) >= 2 and len(set(actual)) > 1 else None
     labelled = [(p.p_pass, bool(r.get("passed"))) for r, p in zip(rows, predictions) if r.get("passed") is not None or r.get("status") == "failed"]
-    passing = [(p.speedup, r["speedup"]) for r, p in zip(rows, predictions) if _speed(r) and r.get("passed")]
+    passing = [(p.speedup, r["speedup"]) for r, p in zip(rows, predictions) if timed(r) and r.get("passed")]
     regret = None
     if passing:
         best = max(a for _, a in passing)

@@ -87,7 +87,7 @@ class CostModel:
             data = lgb.Dataset(x[mask], label=y, weight=w[mask], free_raw_data=True, params={"verbose": -1, "min_data_in_bin": 1})
             return lgb.train(params, data, num_boost_round=ROUNDS)
 
-        speed_mask = np.array([_ok_speed(r) for r in rows], dtype=bool)
+        speed_mask = np.array([timed(r) for r in rows], dtype=bool)
         model.info["speed_rows"] = int(speed_mask.sum())
         if speed_mask.sum() >= MIN_ROWS:
             y = np.log([r["speedup"] for r, m in zip(rows, speed_mask) if m])
@@ -198,5 +198,6 @@ def _setup_s(row: dict) -> float | None:
     return None
 
 
-def _ok_speed(row: dict) -> bool:
+def timed(row: dict) -> bool:
+    """A row whose recipe was timed against its baseline (a speedup to learn from)."""
     return row.get("status") == "ok" and bool(row.get("speedup")) and row["speedup"] > 0

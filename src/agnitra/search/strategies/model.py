@@ -23,8 +23,6 @@ from agnitra.search.strategies.base import SearchContext, Strategy, register_str
 from agnitra.search.strategies.blocking import FailedSteps
 
 OWN_WEIGHT = 5.0
-MIN_STORED = 30  # measurements on this kind of device before the model is trusted to order
-MAX_TRAINING_ROWS = 20000  # the most recent, so training stays about a second
 EPSILON = 1e-9
 MEASURE_S = 5.0  # a candidate's run besides its setup: worker call, timed rounds, checks
 
@@ -48,29 +46,25 @@ class ModelGuided(Strategy):
             self._predict_all()
 
     def attach(self, context: SearchContext) -> list[str]:
-        from agnitra.search.costmodel import CostModel, load_rows
+        from agnitra.search.costmodel.from_store import train_from_store
         from agnitra.store import open_store
 
         self.workload_row = dict(context.workload_row)
         kind = self.workload_row.get("device_kind")
+        priors = "candidates in the order of the transforms' priors"
         try:
             store = open_store(context.store_url) if context.store_url else open_store()
             try:
-                rows = load_rows(store, device_kind=kind)[-MAX_TRAINING_ROWS:]
+                model, rows, why_not = train_from_store(store, kind)
             finally:
                 store.close()
         except Exception as exc:  # noqa: BLE001 - no store: the priors order, said
-            return [f"model: the store was not read ({type(exc).__name__}: {exc}); candidates in the order of the transforms' priors"]
-        measured = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup"))
-        if measured < MIN_STORED:
-            return [f"model: {measured} measurement(s) on {kind} in the store (fewer than {MIN_STORED}); candidates in the order of the transforms' priors until this run's own measurements train it (`agnitra collect` fills the store)"]
-        try:
-            model = CostModel.fit(rows)
-        except UserError as exc:  # LightGBM missing: the priors order, said
-            return [f"model: no cost model ({exc}); candidates in the order of the transforms' priors"]
+            return [f"model: the store was not read ({type(exc).__name__}: {exc}); {priors}"]
+        if model is None:
+            return [f"model: {why_not}; {priors} until this run's own measurements train it"]
         self.rows, self.model = rows, model
         self._predict_all()
-        groups = len({r.get("group") for r in rows})
+        measured, groups = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup")), len({r.get("group") for r in rows})
         return [f"model: cost model trained on {measured} measurements of {groups} stored run(s) on {kind}; retrained after each candidate"] + [f"model: {n}" for n in self.model.notes]
 
     def ask(self) -> Candidate | None:
