@@ -13,6 +13,7 @@
 #   bash benchmarks/device_run.sh trust [CASE]                 # the trust tests (TRUST_TESTS=expr), then optimize CASE (default bert-base-b1-short)
 #   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
 #   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload, COLLECT_GENERATED, COLLECT_EXTRA flags, COLLECT_TIMEOUT)
+#   bash benchmarks/device_run.sh decoders                     # structural triton-kernels GPU test, then decode-step data: zoo:tinylm and COLLECT_GENERATED gen:lm decoders (the llama preset's transforms)
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
@@ -46,6 +47,13 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       timeout "${COLLECT_TIMEOUT:-520}" python3 -m agnitra.cli collect --plan --plan-part "${2:?K/N}" --generated "${COLLECT_GENERATED:-20}" --device cuda --sample 24 \
         --budget-per-workload "${COLLECT_S:-60s}" --candidate-timeout 45s ${COLLECT_EXTRA:-} 2>&1 | tail -30
       python3 -m agnitra.cli store export --csv "$OUT/dataset-h100-${2//\//-of-}.csv" --features
+      ;;
+    decoders)  # the kernels on a half-precision transformers Mistral, then decoders' decode steps into a store of their own
+      AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -p no:cacheprovider --timeout 140 tests/test_kernels_hf_structure.py > "$OUT/pytest-hf-structure.txt" 2>&1; tail -5 "$OUT/pytest-hf-structure.txt"
+      export AGNITRA_DB_URL="sqlite:///$OUT/store-decoders.db"
+      timeout "${COLLECT_TIMEOUT:-450}" python3 -m agnitra.cli collect zoo:tinylm --tokens 32 --plan --families lm --no-zoo --generated "${COLLECT_GENERATED:-5}" --device cuda --sample 24 \
+        --budget-per-workload "${COLLECT_S:-65s}" --candidate-timeout 45s --transforms fuse-projections,int8-weight-only,triton-kernels,compile 2>&1 | tail -12
+      python3 -m agnitra.cli store export --csv "$OUT/dataset-h100-decoders.csv" --features
       ;;
     strategies)  # the same case searched by enumerate and by the cost model; the store: the carried H100 collection
       [ -f .devstore.db ] && cp .devstore.db /tmp/store.db

@@ -35,6 +35,7 @@ def test_a_generated_name_builds_the_model_it_describes(name, params):
     ("gen:tfm-d30-l1-h4", "does not split into 4 heads"),
     ("gen:conv-c4-d2-r4", "resolution 4 is outside"),
     ("gen:mlp-w99999-d1", "width 99999 is outside"),
+    ("gen:lm-d96-l1-h32", "is odd (rotary embeddings need pairs)"),
 ])
 def test_a_bad_generated_name_is_one_line(name, message, capsys):
     assert main(["bench", name, "--device", "cpu"]) == 2
@@ -47,6 +48,26 @@ def test_the_designed_sample_of_names_spreads_over_families_and_parses():
     assert len(names) >= 10 and {generated.family(n) for n in names} == {"gen:mlp", "gen:conv", "gen:tfm"}
     assert all(generated.parse(n) for n in names)
     assert generated.designed_sample(12, seed=3) == names
+
+
+def test_a_generated_decoder_is_a_decode_step_with_its_cache_and_config():
+    workload = generated.build("gen:lm-d64-l2-h4", BuildOptions(batch=2, tokens=5))
+    config = workload.hints["config"]
+    assert (config["dim"], config["n_layers"], config["n_heads"], config["n_kv_heads"], config["ffn_dim"]) == (64, 2, 4, 1, 192)
+    assert workload.decoder.max_new_tokens == 5 and workload.decoder.batch == 2 and workload.hints["family"] == "gen:lm"
+    tokens, position = workload.example_inputs
+    assert tokens.shape == (2, 1) and position.tolist() == [workload.decoder.prompt_len]
+    logits = workload.model(*workload.example_inputs)
+    assert logits.shape[-1] == generated.DECODER_VOCAB and torch.isfinite(logits).all()
+    assert generated.family("gen:lm-d64-l2-h4") == "gen:lm"
+
+
+def test_a_plan_of_decoders_collects_decode_steps():
+    plan = default_plan("cuda", 4, families=("lm",), zoo=False)
+    assert len(plan) == 4 and all(e.spec.startswith("gen:lm-") and e.tokens == 32 for e in plan)
+    assert {e.batch for e in plan} == {1, 8} and "tokens=32" in plan[0].label()
+    assert all(e.spec.startswith("gen:") for e in default_plan("cuda", 3, zoo=False)) and not any(e.tokens for e in default_plan("cuda", 3))
+    assert main(["collect", "--plan", "--families", "lm,rnn"]) == 2
 
 
 def _candidate(*names: str) -> Candidate:

@@ -253,7 +253,7 @@ def collect(
         say = (lambda message, fraction, i=i: progress(f"[{i + 1}/{len(plan)}] {entry.label()}: {message}", (i + fraction) / len(plan))) if progress else None
         try:
             clock = Budget(per_workload_s)
-            options = {k: v for k, v in (("batch", entry.batch), ("seq_len", entry.seq_len)) if v is not None}
+            options = entry.options()
             workload, dev = prepare_workload(entry.spec, device=device, **options)
             source, _reason = workload_source(entry.spec, options, workload, dev)
             done.report = collect_workload(workload, dev, describe_device(dev, settings), sample=sample, budget=clock, seed=seed + i,
@@ -271,22 +271,28 @@ def collect(
     return collected
 
 
-def collect_plan(device=None, generated: int = 12, seed: int = 0, part: str = "1/1") -> list:
+def collect_plan(device=None, generated: int = 12, seed: int = 0, part: str = "1/1", families: Sequence[str] | None = None, zoo: bool = True) -> list:
     """The designed collection plan for this device (`search.collect.default_plan`); `part`
-    "k/n": the k-th of n interleaved parts of it."""
-    from agnitra.search.collect import default_plan
+    "k/n": the k-th of n interleaved parts of it; `families`: the generated families drawn from
+    (mlp, conv, tfm, lm; default mlp, conv, tfm); `zoo` off: the generated models alone."""
+    from agnitra.search.collect import FAMILIES, default_plan
+    from agnitra.workloads.generated import PATTERNS
 
     k, _, n = part.partition("/")
     if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
         raise UserError(f"--plan-part must be K/N with 1 <= K <= N (e.g. 2/3), got {part!r}")
-    return default_plan(resolve_device(device or load_settings().device).type, generated, seed, (int(k), int(n)))
+    unknown = [f for f in families or () if f not in PATTERNS]
+    if unknown:
+        raise UserError(f"unknown generated famil{'y' if len(unknown) == 1 else 'ies'} {', '.join(unknown)}; choose from {', '.join(PATTERNS)}")
+    return default_plan(resolve_device(device or load_settings().device).type, generated, seed, (int(k), int(n)), tuple(families or FAMILIES), zoo)
 
 
-def collect_entries(specs: Sequence[str], batches: Sequence[int] = ()) -> list:
-    """Plan entries for named specs, at each batch size given (else at each spec's default)."""
+def collect_entries(specs: Sequence[str], batches: Sequence[int] = (), tokens: int | None = None) -> list:
+    """Plan entries for named specs, at each batch size given (else at each spec's default);
+    `tokens`: decoders' new tokens per generation."""
     from agnitra.search.collect import PlanEntry
 
-    return [PlanEntry(spec, batch=b) for spec in specs for b in (list(batches) or [None])]
+    return [PlanEntry(spec, batch=b, tokens=tokens) for spec in specs for b in (list(batches) or [None])]
 
 
 def store_dataset(path: str | Path, device_kind: str | None = None) -> tuple[int, str, list[str]]:

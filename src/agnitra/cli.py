@@ -279,8 +279,11 @@ def collect(
     plan: bool = typer.Option(False, "--plan", help="the designed plan for this device: zoo workloads and --generated models of the generated family"),
     generated: int = typer.Option(12, "--generated", help="with --plan: how many generated models"),
     plan_part: str = typer.Option("1/1", "--plan-part", help="with --plan: K/N, the K-th of N interleaved parts (a plan collected over N sessions)"),
+    families: Optional[str] = typer.Option(None, "--families", help="with --plan: comma-separated generated families (mlp, conv, tfm, lm; default mlp,conv,tfm)"),
+    no_zoo: bool = typer.Option(False, "--no-zoo", help="with --plan: the generated models alone, not the zoo workloads"),
     device: Optional[str] = DeviceOpt,
     batch: Optional[list[int]] = typer.Option(None, "--batch", help="for the named specs: collect at each of these batch sizes"),
+    tokens: Optional[int] = TokensOpt,
     sample: int = typer.Option(16, "--sample", help="recipes measured per workload: every single-step recipe, then multi-step ones at random"),
     budget: str = typer.Option("3m", "--budget-per-workload", help="time per workload, e.g. 90s, 3m"),
     candidate_timeout: str = typer.Option("90s", "--candidate-timeout", help="one recipe's run, past which it is stopped"),
@@ -293,9 +296,11 @@ def collect(
     arguments.count("--generated", generated, minimum=0)
     for b in batch or []:
         arguments.count("--batch", b)
+    if tokens is not None:
+        arguments.count("--tokens", tokens)
     with _working(None, not as_json) as progress:
-        entries = _api().collect_plan(device=device, generated=generated, seed=seed, part=plan_part) if plan else []
-        entries += _api().collect_entries(specs or [], batch or [])
+        entries = _api().collect_plan(device=device, generated=generated, seed=seed, part=plan_part, families=_names(families), zoo=not no_zoo) if plan else []
+        entries += _api().collect_entries(specs or [], batch or [], tokens)
         collected = _api().collect(entries, device=device, sample=sample, budget_per_workload=budget, candidate_timeout=candidate_timeout, seed=seed,
                                   transforms=_names(transforms), dataset=dataset, progress=progress)
     if as_json:

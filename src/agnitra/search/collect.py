@@ -40,10 +40,14 @@ class PlanEntry:
     spec: str
     batch: int | None = None
     seq_len: int | None = None
+    tokens: int | None = None  # decoders: new tokens per generation
+
+    def options(self) -> dict:
+        """The build options it names (those left out: the workload's defaults)."""
+        return {k: v for k, v in (("batch", self.batch), ("seq_len", self.seq_len), ("tokens", self.tokens)) if v is not None}
 
     def label(self) -> str:
-        sizes = "".join(f" {k}={v}" for k, v in (("batch", self.batch), ("seq_len", self.seq_len)) if v is not None)
-        return self.spec + sizes
+        return self.spec + "".join(f" {k}={v}" for k, v in self.options().items())
 
 
 @dataclass
@@ -113,17 +117,25 @@ ZOO_PLAN = {  # zoo workloads worth collecting on each device kind, with the siz
     "cuda": [PlanEntry("zoo:tinylm-py"), PlanEntry("zoo:minilm", batch=32), PlanEntry("zoo:bert-base", batch=8), PlanEntry("zoo:resnet50", batch=32)],
 }
 BATCHES = {"cpu": (1, 16), "cuda": (1, 32)}
+FAMILIES = ("mlp", "conv", "tfm")  # the generated families a plan draws from unless told
+DECODER_BATCHES = (1, 8)  # decode steps: one sequence and a small batch
+DECODER_TOKENS = 32  # new tokens per timed generation: a decode step's latency, measured quickly
 
 
-def default_plan(device_kind: str, generated: int = 12, seed: int = 0, part: tuple[int, int] = (1, 1)) -> list[PlanEntry]:
-    """The zoo workloads of this device kind, then `generated` names of the generated family
-    (`workloads.generated.designed_sample`), each at a small and a large batch; `part` (k, n):
-    only every n-th entry from the k-th, so a plan can be collected in n separate sessions."""
+def default_plan(device_kind: str, generated: int = 12, seed: int = 0, part: tuple[int, int] = (1, 1),
+                 families: tuple[str, ...] = FAMILIES, zoo: bool = True) -> list[PlanEntry]:
+    """The zoo workloads of this device kind (unless `zoo` is off), then `generated` names of the
+    generated `families` (`workloads.generated.designed_sample`), each at a small and a large
+    batch (decoders, `gen:lm`: a decode step at batch 1 or 8); `part` (k, n): only every n-th
+    entry from the k-th, so a plan can be collected in n separate sessions."""
     from agnitra.workloads.generated import designed_sample as generated_names
 
     small, large = BATCHES.get(device_kind, BATCHES["cpu"])
-    entries = list(ZOO_PLAN.get(device_kind, ZOO_PLAN["cpu"]))
-    for i, name in enumerate(generated_names(generated, seed)):
-        entries.append(PlanEntry(name, batch=small if i % 2 == 0 else large))
+    entries = list(ZOO_PLAN.get(device_kind, ZOO_PLAN["cpu"])) if zoo else []
+    for i, name in enumerate(generated_names(generated, seed, tuple(families))):
+        if name.startswith("gen:lm-"):
+            entries.append(PlanEntry(name, batch=DECODER_BATCHES[i % 2], tokens=DECODER_TOKENS))
+        else:
+            entries.append(PlanEntry(name, batch=small if i % 2 == 0 else large))
     k, n = part
     return entries[k - 1::n]

@@ -6,8 +6,12 @@
 `gen:tfm-d256-l2-h4`   a pre-norm transformer encoder: 2 layers of width 256 with 4 heads (separate
                        q, k, v projections, scaled-dot-product attention, a 4x GELU MLP) over
                        token ids of a 1000-word vocabulary
+`gen:lm-d1024-l4-h16`  a Llama-style decoder (`models.llama`: RMSNorm, rotary, grouped-query
+                       attention with a quarter of the heads for keys and values, a gated MLP of
+                       2.75x the width, a 32000-token vocabulary) as a decode step with a static
+                       KV cache, like zoo:llama-1b; --seq-len is the prompt, --tokens the new tokens
 
---batch sets the batch (default 8) and --seq-len the transformer's sequence (default 64). Weights
+--batch sets the batch (default 8; decoders 1) and --seq-len the transformer's sequence (default 64). Weights
 are random (seeded), so every quality figure is against the float model, not a task. Each family
 is a separate held-out group for the cost model (`family()`), and `designed_sample` spreads a
 given number of names over each family's widths and depths.
@@ -35,8 +39,10 @@ PATTERNS = {
     "mlp": re.compile(r"^mlp-w(\d+)-d(\d+)$"),
     "conv": re.compile(r"^conv-c(\d+)-d(\d+)-r(\d+)$"),
     "tfm": re.compile(r"^tfm-d(\d+)-l(\d+)-h(\d+)$"),
+    "lm": re.compile(r"^lm-d(\d+)-l(\d+)-h(\d+)$"),
 }
-GRAMMAR = "gen:mlp-wWIDTH-dDEPTH, gen:conv-cCHANNELS-dSTAGES-rRESOLUTION or gen:tfm-dWIDTH-lLAYERS-hHEADS"
+DECODER_VOCAB = 32000
+GRAMMAR = "gen:mlp-wWIDTH-dDEPTH, gen:conv-cCHANNELS-dSTAGES-rRESOLUTION, gen:tfm-dWIDTH-lLAYERS-hHEADS or gen:lm-dWIDTH-lLAYERS-hHEADS"
 LIMITS = {"width": (8, 8192), "depth": (1, 48), "channels": (4, 512), "resolution": (8, 512), "heads": (1, 64)}
 
 
@@ -45,7 +51,7 @@ class Shape:
     family: str
     width: int  # mlp/tfm width, conv's first channels
     depth: int  # blocks, stages or layers
-    extra: int = 0  # conv: resolution; tfm: heads
+    extra: int = 0  # conv: resolution; tfm, lm: heads
 
 
 def parse(name: str) -> Shape:
@@ -75,8 +81,10 @@ def _check(shape: Shape, name: str) -> None:
         raise UserError(f"{name}: depth {shape.depth} is outside {low}-{high}; choose another")
     if shape.family == "conv" and not LIMITS["resolution"][0] <= shape.extra <= LIMITS["resolution"][1]:
         raise UserError(f"{name}: resolution {shape.extra} is outside {LIMITS['resolution'][0]}-{LIMITS['resolution'][1]}; choose another")
-    if shape.family == "tfm" and (shape.extra < 1 or shape.width % shape.extra):
+    if shape.family in ("tfm", "lm") and (shape.extra < 1 or shape.width % shape.extra):
         raise UserError(f"{name}: width {shape.width} does not split into {shape.extra} heads; choose heads that divide the width")
+    if shape.family == "lm" and (shape.width // shape.extra) % 2:
+        raise UserError(f"{name}: a head of width {shape.width // shape.extra} is odd (rotary embeddings need pairs); choose fewer heads")
 
 
 # ---- the models -----------------------------------------------------------------------------------
@@ -166,6 +174,8 @@ class Encoder(nn.Module):
 def build(name: str, options: BuildOptions) -> Workload:
     """The generated workload `name` (with its `gen:` prefix) on options.device."""
     shape = parse(name)
+    if shape.family == "lm":
+        return _decoder(name, shape, options)
     if options.tokens is not None:
         raise UserError(f"--tokens does not apply to {name}: it is not a decoder; drop --tokens")
     if options.size != "full":
@@ -200,6 +210,24 @@ def build(name: str, options: BuildOptions) -> Workload:
     )
 
 
+def decoder_config(shape: Shape):
+    """The Llama config of a `gen:lm` shape: a quarter of the heads for keys and values (all where
+    the heads do not split in four), a gated MLP of about 2.75x the width in multiples of 64."""
+    from agnitra.models.llama import LlamaConfig
+
+    kv_heads = shape.extra // 4 if shape.extra % 4 == 0 else shape.extra
+    ffn = max(64, 64 * round(shape.width * 2.75 / 64))
+    return LlamaConfig(vocab_size=DECODER_VOCAB, dim=shape.width, n_layers=shape.depth, n_heads=shape.extra, n_kv_heads=kv_heads, ffn_dim=ffn)
+
+
+def _decoder(name: str, shape: Shape, options: BuildOptions) -> Workload:
+    from agnitra.workloads.zoo.llama import build_decoder
+
+    if options.size != "full":
+        raise UserError(f"--size does not apply to {name}: its name gives its size; drop --size")
+    return build_decoder(name[len(PREFIX):], decoder_config(shape), options, source=name, hints={"family": PREFIX + shape.family})
+
+
 def _normal(shape: tuple[int, ...], seed: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(device=device, dtype=dtype)
 
@@ -232,6 +260,9 @@ def _name(fam: str, u: float, v: float, rng: random.Random) -> str:
         return f"{PREFIX}mlp-w{_pow2(128, 2048, u)}-d{1 + int(v * 6)}"
     if fam == "conv":
         return f"{PREFIX}conv-c{_pow2(8, 64, u)}-d{1 + int(v * 4)}-r{rng.choice((32, 64, 96))}"
+    if fam == "lm":
+        width = _pow2(256, 2048, u)
+        return f"{PREFIX}lm-d{width}-l{1 + int(v * 8)}-h{max(1, width // 64)}"
     width = _pow2(64, 1024, u)
     return f"{PREFIX}tfm-d{width}-l{1 + int(v * 6)}-h{max(1, width // 64)}"
 

@@ -18,11 +18,16 @@ def _config(preset: str, size: str):
 
 
 def _build(preset: str, options: BuildOptions) -> Workload:
-    cfg = _config(preset, options.size)
+    return build_decoder(preset, _config(preset, options.size), options, tiny=options.size == "tiny")
+
+
+def build_decoder(name: str, cfg, options: BuildOptions, tiny: bool = False, source: str | None = None, hints: dict | None = None) -> Workload:
+    """A Llama-style decoder of config `cfg` as a decode-step workload: random weights, a static
+    KV cache for --batch x (--seq-len prompt + --tokens new tokens)."""
     dtype = options.pick_dtype(torch.bfloat16)
     batch = options.batch or 1
-    prompt_len = options.seq_len or (8 if options.size == "tiny" else DEFAULT_PROMPT_LEN)
-    new_tokens = options.tokens or (8 if options.size == "tiny" else DEFAULT_NEW_TOKENS)
+    prompt_len = options.seq_len or (8 if tiny else DEFAULT_PROMPT_LEN)
+    new_tokens = options.tokens or (8 if tiny else DEFAULT_NEW_TOKENS)
     model = build_llama(cfg, options.device, dtype, seed=options.seed)
     spec = DecoderSpec(batch=batch, prompt_len=prompt_len, max_new_tokens=new_tokens, vocab_size=cfg.vocab_size)
     model.setup_caches(batch, spec.max_seq_len)
@@ -32,8 +37,9 @@ def _build(preset: str, options: BuildOptions) -> Workload:
         tokens = random_prompt(batch, 1, cfg.vocab_size, seed, options.device)
         return tokens, torch.tensor([prompt_len], device=options.device)
 
+    extra = {"source": source} if source else {}
     return Workload(
-        name=preset,
+        name=name,
         model=model,
         example_inputs=decode_inputs(options.seed),
         task=TaskKind.LM,
@@ -42,8 +48,9 @@ def _build(preset: str, options: BuildOptions) -> Workload:
         description=f"Llama-style decoder {cfg.dim}d x {cfg.n_layers}L, vocab {cfg.vocab_size}, static KV cache",
         make_inputs=decode_inputs,
         decoder=spec,
-        hints={"config": cfg.to_dict()},
+        hints={"config": cfg.to_dict(), **(hints or {})},
         weights="random",
+        **extra,
     )
 
 
