@@ -1,5 +1,5 @@
-"""`mixed-precision`: each nn.Linear gets its own weight format, chosen by a per-layer sensitivity
-analysis on calibration inputs.
+"""`mixed-precision`: each nn.Linear (or transformers Conv1D) gets its own weight format, chosen
+by a per-layer sensitivity analysis on calibration inputs.
 
 The policy is compact, so the search explores policies rather than layer assignments: a `low`
 format for most layers (int4 with a `group_size`, fp8, int8 weight-only, or the CPU's dynamic
@@ -17,7 +17,9 @@ process per (model fingerprint, calibration inputs, low format, layer selection)
 candidates of one search that share a low format run it once. The quantised modules and their
 fitness rules are those of `transforms.quantize` (`Int8WeightOnlyLinear`, `Int4WeightOnlyLinear`,
 `Fp8Linear`, `DynamicInt8Linear`); each format's device rules are its own transform's `check()`.
-Convolutions stay as they are: these quantisers serve nn.Linear only.
+A transformers Conv1D (GPT-2's projections) counts as a Linear: its weight is transposed to the
+Linear layout once when its quantised module is built (`quantize.as_linear`). Convolutions stay
+as they are: these quantisers serve nn.Linear and Conv1D only.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from agnitra.errors import NotApplicable, check
 from agnitra.pytree import tensor_leaves
 from agnitra.transforms import quantize as q
 from agnitra.transforms.base import Choice, Step, Transform, TransformContext, get_transform, register_transform, replace_modules
+from agnitra.transforms.structure import in_features, out_features
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +69,12 @@ class Format:
     def fits(self) -> q.FitFn:
         return {"int4": q._int4_fits_for(self.group_size), "fp8": q._fp8_fits, "int8": q._int8_fits, "dynamic-int8": q._dynamic_fits}[self.name]
 
-    def build(self) -> Callable[[nn.Linear], nn.Module]:
+    def build(self) -> Callable[[nn.Module], nn.Module]:
+        """A Linear or Conv1D -> its quantised module."""
         if self.name == "int4":
-            return lambda linear: q.Int4WeightOnlyLinear.from_linear(linear, self.group_size)
-        return {"fp8": q.Fp8Linear.from_linear, "int8": q.Int8WeightOnlyLinear.from_linear, "dynamic-int8": q.DynamicInt8Linear.from_linear}[self.name]
+            return lambda layer: q.Int4WeightOnlyLinear.from_linear(q.as_linear(layer), self.group_size)
+        from_linear = {"fp8": q.Fp8Linear.from_linear, "int8": q.Int8WeightOnlyLinear.from_linear, "dynamic-int8": q.DynamicInt8Linear.from_linear}[self.name]
+        return lambda layer: from_linear(q.as_linear(layer))
 
     def check(self, ctx: TransformContext, min_features: int, skip: str) -> None:
         transform = get_transform(_TRANSFORM[self.name])
@@ -162,13 +167,13 @@ def relative_error(outputs: list[torch.Tensor], reference: list[torch.Tensor]) -
 
 
 def linear_groups(model: nn.Module, fmt: Format, min_features: int, skip: str) -> tuple[list[tuple[str, ...]], dict[str, int]]:
-    """The plain Linears `fmt` can convert, each as the names it is reached by (a Linear used twice
-    is one group), in model order; and why the others are left out."""
+    """The plain Linears and Conv1Ds `fmt` can convert, each as the names it is reached by (a layer
+    used twice is one group), in model order; and why the others are left out."""
     patterns = q.skip_patterns(skip)
     groups: dict[int, list[str]] = {}
     unfit: dict[str, int] = {}
     for name, module in model.named_modules(remove_duplicate=False):
-        if not q._is_plain_linear(module):
+        if not q.is_quantisable(module):
             continue
         reason = q._skip_reason(name, module, min_features, patterns, fmt.fits(), module.weight.device, module.weight.dtype)
         if reason is None:
@@ -245,8 +250,8 @@ def plan(model: nn.Module, ctx: TransformContext, params) -> Plan:
             kept_high.append((names[0], error))
             label = "keep"
             if high is not None:
-                linear = model.get_submodule(names[0])
-                if high_fits(linear.in_features, linear.out_features, linear.weight.device, linear.weight.dtype) is None:
+                layer = model.get_submodule(names[0])
+                if high_fits(in_features(layer), out_features(layer), layer.weight.device, layer.weight.dtype) is None:
                     label = high.label()
                 else:
                     unfit_high.append(names[0])
@@ -297,8 +302,8 @@ def _prior(low: str, high: str, fraction: float, ctx: TransformContext) -> float
 @register_transform
 class MixedPrecision(Transform):
     name = "mixed-precision"
-    description = "a weight format per nn.Linear: the most output-sensitive share (measured one layer at a time on calibration inputs) kept at a higher precision, the rest quantised"
-    requires = "what its formats need (int4/int8 weight-only, fp8 on CUDA 8.9+, dynamic int8 on an fp32 CPU model); Linear layers only"
+    description = "a weight format per nn.Linear / Conv1D: the most output-sensitive share (measured one layer at a time on calibration inputs) kept at a higher precision, the rest quantised"
+    requires = "what its formats need (int4/int8 weight-only, fp8 on CUDA 8.9+, dynamic int8 on an fp32 CPU model); Linear and Conv1D layers only"
 
     @dataclass
     class Params:
@@ -369,9 +374,9 @@ class MixedPrecision(Transform):
                 built[id(module)] = builders[chosen.formats[name]](module)
             return built[id(module)]
 
-        count = replace_modules(model, lambda n, m: chosen.formats.get(n, "keep") != "keep" and q._is_plain_linear(m), make)
+        count = replace_modules(model, lambda n, m: chosen.formats.get(n, "keep") != "keep" and q.is_quantisable(m), make)
         if not count and not chosen.high:
-            raise NotApplicable(f"mixed-precision: no nn.Linear layer to convert to {low.label()} ({q.Selection([], chosen.unfit_low).describe()})")
+            raise NotApplicable(f"mixed-precision: no nn.Linear or Conv1D layer to convert to {low.label()} ({q.Selection([], chosen.unfit_low).describe()})")
         self._plans[self._plan_key(ctx, params)] = chosen
         while len(self._plans) > CACHE_ENTRIES:
             self._plans.pop(next(iter(self._plans)))
@@ -384,7 +389,7 @@ class MixedPrecision(Transform):
             return []
         notes = [f"mixed-precision: {self._describe(chosen, params)}"]
         if any(isinstance(m, nn.Conv2d) for m in ctx.workload.model.modules()):
-            notes.append("mixed-precision: convolutions keep their dtype (the weight quantisers here serve nn.Linear only)")
+            notes.append("mixed-precision: convolutions keep their dtype (the weight quantisers here serve nn.Linear and Conv1D only)")
         return notes
 
     @staticmethod

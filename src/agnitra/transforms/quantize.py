@@ -1,11 +1,17 @@
-"""Quantisation and sparsity of `nn.Linear` layers: `int8-weight-only`, `int4-weight-only`,
-`dynamic-int8`, `fp8` and `sparsity-2of4`.
+"""Quantisation and sparsity of `nn.Linear` (and transformers `Conv1D`) layers: `int8-weight-only`,
+`int4-weight-only`, `dynamic-int8`, `fp8` and `sparsity-2of4`.
 
 Every transform replaces eligible `nn.Linear` modules of the patcher's copy by a quantised module
 built from the Linear's weight (read, never written: the tensors are the user's). Each quantised
 module keeps the Linear's call semantics (input [..., in_features] -> [..., out_features], bias
 added last), stores its weights as buffers, and has no data-dependent Python control flow in
 `forward` (the kernel is chosen from device, dtype and static shapes only), so it compiles.
+
+transformers' GPT-2-style `Conv1D` (weight [in, out], y = x @ W + b; every projection of GPT-2,
+OpenAI GPT, ImageGPT, CLVP, Decision Transformer) is the same function with the weight
+transposed: it is recognised by behaviour (`structure.is_conv1d`: its class name, `nf` and weight
+layout; transformers is never imported here) and converted like a Linear, its weight transposed
+once to the Linear layout [out, in] at quantisation time (`as_linear`).
 
 Numerics (W is the Linear's weight [N, K], x the activations [M, K]):
 
@@ -50,6 +56,7 @@ from agnitra.errors import NotApplicable, check
 from agnitra.kernels.quant.formats import pack_int4_high_first as pack_int4  # this module's int4 layout: even feature high
 from agnitra.kernels.quant.formats import quantize_int4_codes, quantize_int8_rowwise
 from agnitra.kernels.quant.formats import unpack_int4_high_first as unpack_int4
+from agnitra.transforms import structure
 from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform, replace_modules
 
 logger = logging.getLogger(__name__)
@@ -72,22 +79,38 @@ def skip_patterns(skip: str) -> list[str]:
     return [s.strip() for s in skip.split(",") if s.strip()]
 
 
-def _is_plain_linear(module: nn.Module) -> bool:
-    # exact type: subclasses such as MultiheadAttention's out_proj are read by their owners
-    return type(module) is nn.Linear
+def is_quantisable(module: nn.Module) -> bool:
+    """A plain nn.Linear (exact type: subclasses such as MultiheadAttention's out_proj are read by
+    their owners) or a transformers Conv1D."""
+    return type(module) is nn.Linear or structure.is_conv1d(module)
 
 
-def _skip_reason(name: str, linear: nn.Linear, min_features: int, patterns: list[str], fits: FitFn, device, dtype) -> str | None:
+def as_linear(layer: nn.Module) -> nn.Linear:
+    """The layer as an nn.Linear computing the same function, for the quantised modules' builders:
+    a Linear as it is; a Conv1D's weight [in, out] transposed to a new [out, in] tensor (its own
+    weight is left as it was), its bias shared. Nothing here is trained: no gradients."""
+    if not structure.is_conv1d(layer):
+        return layer
+    k, n = layer.weight.shape
+    linear = nn.Linear(k, n, bias=layer.bias is not None, device="meta")
+    linear.weight = nn.Parameter(layer.weight.detach().t().contiguous(), requires_grad=False)  # [N, K]
+    if layer.bias is not None:
+        linear.bias = nn.Parameter(layer.bias.detach(), requires_grad=False)  # [N]
+    return linear
+
+
+def _skip_reason(name: str, layer: nn.Module, min_features: int, patterns: list[str], fits: FitFn, device, dtype) -> str | None:
     if any(p in name for p in patterns):
         return "named in skip"
-    if min(linear.in_features, linear.out_features) < min_features:
+    k, n = structure.in_features(layer), structure.out_features(layer)
+    if min(k, n) < min_features:
         return f"smaller than {min_features} features"
-    return fits(linear.in_features, linear.out_features, torch.device(device), dtype)
+    return fits(k, n, torch.device(device), dtype)
 
 
 @dataclass
 class Selection:
-    """Which Linear layers a transform converts, and why the others are left alone."""
+    """Which Linear / Conv1D layers a transform converts, and why the others are left alone."""
 
     chosen: list[str]
     skipped: dict[str, int]  # reason -> count
@@ -97,11 +120,11 @@ class Selection:
 
 
 def select_linears(model: nn.Module, min_features: int, skip: str, fits: FitFn, device, dtype: torch.dtype) -> Selection:
-    """Plain nn.Linear layers of `model` that `fits` accepts at `device`/`dtype`."""
+    """Plain nn.Linear and Conv1D layers of `model` that `fits` accepts at `device`/`dtype`."""
     chosen, skipped = [], {}
     patterns = skip_patterns(skip)
     for name, module in model.named_modules():
-        if not _is_plain_linear(module):
+        if not is_quantisable(module):
             continue
         reason = _skip_reason(name, module, min_features, patterns, fits, device, dtype)
         if reason is None:
@@ -112,25 +135,26 @@ def select_linears(model: nn.Module, min_features: int, skip: str, fits: FitFn, 
 
 
 def check_selection(ctx: TransformContext, transform: str, params, fits: FitFn) -> Selection:
-    """NotApplicable unless at least one Linear of the user's model can be converted."""
+    """NotApplicable unless at least one Linear or Conv1D of the user's model can be converted."""
     check(params.min_features >= 1, f"{transform}: min_features must be at least 1")
     found = select_linears(ctx.workload.model, params.min_features, params.skip, fits, ctx.device, ctx.dtype)
-    check(found.chosen, f"{transform}: no nn.Linear layer to convert ({found.describe()})")
+    check(found.chosen, f"{transform}: no nn.Linear or Conv1D layer to convert ({found.describe()})")
     return found
 
 
 def convert_linears(model: nn.Module, transform: str, params, fits: FitFn, build: Callable[[nn.Linear], nn.Module]) -> int:
-    """Replace the fitting Linear layers of the patcher's copy by `build(linear)`; returns how many.
+    """Replace the fitting Linear and Conv1D layers of the patcher's copy by `build(linear)` (a
+    Conv1D seen through `as_linear`); returns how many.
 
     Fitness is judged again on the copy, with each layer's own dtype (an earlier transform may
-    have changed it). A Linear used twice becomes one quantised module used twice.
+    have changed it). A layer used twice becomes one quantised module used twice.
     """
     patterns = skip_patterns(params.skip)
     built: dict[int, nn.Module] = {}
     skipped: dict[str, int] = {}
 
     def match(name: str, module: nn.Module) -> bool:
-        if not _is_plain_linear(module):
+        if not is_quantisable(module):
             return False
         reason = _skip_reason(name, module, params.min_features, patterns, fits, module.weight.device, module.weight.dtype)
         if reason is not None:
@@ -139,13 +163,13 @@ def convert_linears(model: nn.Module, transform: str, params, fits: FitFn, build
 
     def make(name: str, module: nn.Module) -> nn.Module:
         if id(module) not in built:
-            built[id(module)] = build(module)
+            built[id(module)] = build(as_linear(module))
         return built[id(module)]
 
     count = replace_modules(model, match, make)
     if not count:
-        raise NotApplicable(f"{transform}: no nn.Linear layer to convert ({Selection([], skipped).describe()})")
-    logger.info("%s: %d Linear layers converted; skipped: %s", transform, count, Selection([], skipped).describe())
+        raise NotApplicable(f"{transform}: no nn.Linear or Conv1D layer to convert ({Selection([], skipped).describe()})")
+    logger.info("%s: %d Linear/Conv1D layers converted; skipped: %s", transform, count, Selection([], skipped).describe())
     return count
 
 
@@ -227,7 +251,7 @@ def head_skips(ctx: TransformContext) -> list[str]:
     spec = ctx.workload.decoder
     if spec is None:
         return []
-    heads = [name for name, m in ctx.workload.model.named_modules() if _is_plain_linear(m) and m.out_features == spec.vocab_size]
+    heads = [name for name, m in ctx.workload.model.named_modules() if is_quantisable(m) and structure.out_features(m) == spec.vocab_size]
     return heads[-1:]
 
 
@@ -242,7 +266,7 @@ def cpu_weight_only_factor(others: list[Step], ctx: TransformContext) -> float:
 @register_transform
 class Int8WeightOnly(Transform):
     name = "int8-weight-only"
-    description = "nn.Linear weights in int8 (symmetric, one scale per output row); activations stay in their dtype"
+    description = "nn.Linear / Conv1D weights in int8 (symmetric, one scale per output row); activations stay in their dtype"
     requires = "a floating-point model; CPU: int8 kernel (bf16/fp16 need in_features % 16 == 0; fast in bf16, slow in fp32: use precision first); CUDA: dequantising matmul that torch.compile fuses"
 
     @dataclass
@@ -397,7 +421,7 @@ class Int4WeightOnlyLinear(nn.Module):
 @register_transform
 class Int4WeightOnly(Transform):
     name = "int4-weight-only"
-    description = "nn.Linear weights in int4 (asymmetric, a scale and zero per group of input features, two per byte)"
+    description = "nn.Linear / Conv1D weights in int4 (asymmetric, a scale and zero per group of input features, two per byte)"
     requires = (
         "CPU: out_features % 16 == 0, fp32/bf16/fp16; CUDA: sm80+, out_features % 8 == 0, runs in bf16 (tinygemm); "
         "in_features a multiple of group_size (32, 64, 128 or 256), other layers are left alone"
@@ -493,7 +517,7 @@ class DynamicInt8Linear(nn.Module):
 @register_transform
 class DynamicInt8(Transform):
     name = "dynamic-int8"
-    description = "CPU: torch's dynamic int8 Linear (qint8 per-channel weights, activations quantised at run time)"
+    description = "CPU: torch's dynamic int8 Linear for nn.Linear / Conv1D layers (qint8 per-channel weights, activations quantised at run time)"
     requires = "the CPU, an fp32 model and torch.ao.quantization (fbgemm/oneDNN/qnnpack engine)"
 
     @dataclass
@@ -573,7 +597,7 @@ class Fp8Linear(nn.Module):
 @register_transform
 class Fp8(Transform):
     name = "fp8"
-    description = "nn.Linear in float8 (e4m3): weights and per-call activations with row-wise scales, torch._scaled_mm"
+    description = "nn.Linear / Conv1D in float8 (e4m3): weights and per-call activations with row-wise scales, torch._scaled_mm"
     requires = "an NVIDIA GPU of compute capability 8.9+ (Ada, Hopper) and a bf16/fp16 model; features multiples of 16"
 
     @dataclass
@@ -669,7 +693,7 @@ class SemiSparseLinear(nn.Module):
 @register_transform
 class Sparsity2of4(Transform):
     name = "sparsity-2of4"
-    description = "nn.Linear weights pruned 2:4 (2 largest of every 4) and run as semi-structured sparse; changes the function, verification decides"
+    description = "nn.Linear / Conv1D weights pruned 2:4 (2 largest of every 4) and run as semi-structured sparse; changes the function, verification decides"
     requires = "a CUDA GPU of compute capability 8.0+ (Ampere or newer), an fp16/bf16 model, Linear shapes multiples of the kernel's tile"
 
     @dataclass
