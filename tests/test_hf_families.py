@@ -8,6 +8,7 @@ the user's model is untouched, and, where nothing stacks, that the transform say
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -364,3 +365,103 @@ def test_t5_runs_with_dynamic_int8_linears_whose_weight_is_not_a_float_tensor(bu
     out, reference = _outputs(patched.model, workload.example_inputs), _outputs(workload.model, workload.example_inputs)
     assert torch.isfinite(out).all() and out.shape == reference.shape
     assert torch.nn.functional.cosine_similarity(out.flatten(), reference.flatten(), dim=0) > 0.95
+
+
+# ---- the benchmark's evidence: candidate time by outcome, the answer against torch.compile, the summary ----
+
+
+def _candidate(outcome_status: str, passed: bool, slot_s: float | None, eval_s: float) -> dict:
+    row = {"status": outcome_status, "passed": passed, "slot_s": slot_s, "eval_s": eval_s}
+    return dict(row, outcome=families.outcome(row))
+
+
+def test_candidate_outcomes_and_the_time_that_did_not_pass():
+    assert [families.outcome(r) for r in ({"status": "ok", "passed": True}, {"status": "ok", "passed": False}, {"status": "timeout"}, {"status": "skipped"}, {"status": "odd"})] == [
+        "passed", "failed verification", "timeout", "skipped", "failed"]
+    rows = [_candidate("ok", True, 6.0, 5.0), _candidate("ok", False, 2.0, 1.5), _candidate("timeout", False, 12.0, 10.0), _candidate("ok", True, 0.0, 0.0)]
+    t = families.candidate_time(rows)
+    assert t["measure"] == "slot_s" and t["total_s"] == 20.0 and t["failing_s"] == 14.0 and t["failing_share"] == 0.7
+    assert (t["measured"], t["failing"]) == (4, 2) and t["counts"]["timeout"] == 1 and t["seconds"]["failed verification"] == 2.0
+    assert t["eval_s"] == {"total_s": 16.5, "failing_s": 11.5, "failing_share": 11.5 / 16.5}
+    rows[0]["slot_s"] = None  # one candidate without its slot: all measured by their own runs
+    assert families.candidate_time(rows)["measure"] == "eval_s"
+    assert families.candidate_time([])["failing_share"] is None
+
+
+def test_candidate_slots_run_from_each_start_to_the_next_and_the_last_to_the_final_run():
+    events = [(0.0, "measuring the original model"), (1.0, "candidate 1: a"), (1.5, "timing a (round 1/3)"), (4.0, "candidate 2: b"),
+              (9.0, "final interleaved run: baseline, peers, finalists"), (12.0, "building the answer")]
+    assert families.candidate_slots(events, 2, ended=20.0) == [3.0, 5.0]
+    assert families.candidate_slots(events[:4], 2, ended=20.0) == [3.0, 16.0]  # no final run: until the run ended
+    assert families.candidate_slots(events, 3, ended=20.0) is None  # the report has a candidate the messages do not show
+    assert families.candidate_slots(events[:1], 0, ended=1.0) == []
+
+
+def _variant(name: str, median: float, passed: bool = True, rounds: int = 8):
+    from agnitra.results import Correctness, Latency, VariantResult
+
+    return VariantResult(name, "ok", latency_ms=Latency(median, median, median, median, rounds), correctness=Correctness("rel_error", 1e-4, passed),
+                         round_ms=[[median * (1 + 0.001 * (r % 3))] * 3 for r in range(rounds)])
+
+
+def _report(chosen: str | None, variants: list, peers: list[str], steps: tuple[str, ...] = ("fuse-projections", "compile")):
+    from types import SimpleNamespace
+
+    recipe = {"steps": [{"transform": s, "params": {}} for s in steps] if chosen else []}
+    return SimpleNamespace(chosen=chosen, recipe=recipe, search={"peers": peers}, bench=SimpleNamespace(variants=[_variant("eager", 2.0)] + variants))
+
+
+def test_own_recipe_against_the_fastest_compile_peer_that_passed():
+    peers = ["compile-max-autotune", "compile-reduce-overhead", "onnxruntime-int8"]
+    variants = [_variant("compile-max-autotune", 1.0), _variant("compile-reduce-overhead", 0.8, passed=False), _variant("onnxruntime-int8", 0.3), _variant("fuse + compile", 0.5)]
+    won = families.versus_compile(_report("fuse + compile", variants, peers))
+    assert won["answer"] == "own" and won["best_compile_peer"] == "compile-max-autotune"  # the faster one failed verification; onnxruntime is no compile mode
+    assert won["own_vs_best_compile"] == 2.0 and won["own_beats_best_compile"] and won["own_beats_best_compile_beyond_noise"]
+    assert won["own_transforms"] == ["fuse-projections", "compile"] and not won["own_is_compile_options_alone"]
+    assert families.versus_compile(_report("fuse + compile", variants, peers, steps=("compile",)))["own_is_compile_options_alone"]
+    lost = families.versus_compile(_report("compile-max-autotune", variants, peers))  # a peer is the answer: Agnitra's best recipe beside it, no win
+    assert lost["answer"] == "peer" and lost["best_own"] == "fuse + compile" and not lost["own_beats_best_compile"]
+    close = families.versus_compile(_report("fuse + compile", [_variant("compile-max-autotune", 1.0), _variant("fuse + compile", 0.9999)], peers))
+    assert close["own_beats_best_compile"] and not close["own_beats_best_compile_beyond_noise"]
+    none = families.versus_compile(_report(None, [_variant("onnxruntime-int8", 0.3)], peers))
+    assert none["answer"] == "baseline" and none["best_compile_peer"] is None and none["own_vs_best_compile"] is None
+
+
+def test_summary_counts_failed_families_as_no_win_and_sums_candidate_time():
+    def row(family, wins, sure, failing_s, total_s, **extra):
+        t = {"failing_s": failing_s, "total_s": total_s, "failing_share": failing_s / total_s, "measured": 4, "failing": 1, "measure": "slot_s"}
+        return {"family": family, "status": "ok", "answer": "own" if wins else "peer", "evaluated": 4, "own_beats_best_compile": wins,
+                "own_beats_best_compile_beyond_noise": sure, "best_compile_peer": "compile-max-autotune", "candidate_time": t, "cost_model_trained_on": 173, **extra}
+
+    rows = [row("gpt2", False, False, 9.0, 10.0), row("bart", True, True, 1.0, 40.0), row("opt", True, False, 2.0, 30.0, own_is_compile_options_alone=True),
+            {"family": "t5", "status": "failed", "error": "UserError: the original's output is not finite"}, row("gpt2", True, True, 2.0, 20.0)]
+    s = families.summarize(rows)
+    assert s["families"] == 4 and s["superseded_rows"] == 1 and s["optimized"] == 3 and s["failed"] == {"t5": "UserError: the original's output is not finite"}
+    wins = s["own_beats_best_compile"]
+    assert wins["by_median"]["count"] == 3 and wins["by_median"]["share"] == 0.75 and not wins["by_median"]["met"]
+    assert wins["beyond_noise"]["families"] == ["gpt2", "bart"] and wins["by_median"]["by_compile_options_alone"] == ["opt"]
+    time_ = s["failing_candidate_time"]
+    assert (time_["failing_s"], time_["total_s"]) == (5.0, 90.0) and time_["met"] and time_["per_family"]["gpt2"]["failing_share"] == 0.1
+    assert s["answers"]["own"] == ["gpt2", "bart", "opt"] and s["measured"] == 12
+    assert any("3/4 (75%) by median" in line for line in families.summary_lines(s))
+
+
+def test_trained_on_reads_the_model_strategys_note():
+    notes = ["warm start: 2 recipe(s) ...", "model: cost model trained on 173 measurements of 33 stored run(s) on cuda; retrained after each candidate", "budget: ..."]
+    assert families.trained_on(notes) == {"cost_model_trained_on": 173, "cost_model_stored_runs": 33, "strategy_notes": notes[:2]}
+    assert families.trained_on(["model: 3 measurement(s) on cuda in the store (fewer than 30)"])["cost_model_trained_on"] is None
+
+
+def test_each_family_gets_a_fresh_copy_of_the_store(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGNITRA_DB_URL", "sqlite:///" + str(tmp_path / "store.db"))
+    snapshot = families.snapshot_store(tmp_path)
+    with families.store_of("opt", snapshot, tmp_path) as copy:
+        assert os.environ["AGNITRA_DB_URL"] == f"sqlite:///{copy}" and copy.read_bytes() == snapshot.read_bytes()
+        copy.write_bytes(b"what the opt run recorded")
+    with families.store_of("bart", snapshot, tmp_path) as copy:
+        assert copy.read_bytes() == snapshot.read_bytes()
+    assert families.store_census("cpu")["rows"] == 0
+    assert os.environ["AGNITRA_DB_URL"] == "sqlite:///" + str(tmp_path / "store.db")
+    assert families._names("all") == list(families.FAMILIES)
+    with pytest.raises(SystemExit, match="unknown family llama"):
+        families._names("opt,llama")
