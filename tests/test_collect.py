@@ -74,11 +74,16 @@ def _candidate(*names: str) -> Candidate:
     return Candidate(Recipe(tuple(Step(n) for n in names)), 1.0)
 
 
-def test_the_designed_sample_measures_every_single_step_then_combinations():
-    space = [_candidate("a"), _candidate("a", "b"), _candidate("b"), _candidate("a", "c"), _candidate("c"), _candidate("b", "c")]
-    sample = designed_sample(space, 4, seed=0)
-    assert {c.recipe.name for c in sample[:3]} == {"a", "b", "c"} and len(sample) == 4 and len(sample[3].recipe.steps) == 2
-    assert len(designed_sample(space, 2)) == 3  # the single steps are all kept
+def test_the_designed_sample_sees_every_policy_once_before_any_parameter_variant():
+    variants = lambda name, n: [Candidate(Recipe((Step(name, {"k": i}),)), 1.0) for i in range(n)]  # noqa: E731
+    space = variants("a", 10) + [_candidate("a", "b"), *variants("b", 3), _candidate("a", "c"), _candidate("c"), _candidate("b", "c")]
+    sample = designed_sample(space, 6, seed=0)
+    policies = [frozenset(s.transform for s in c.recipe.steps) for c in sample]
+    assert len(sample) == 6 and len(set(policies)) == 6  # six sets of transforms: each once, no second setting of "a"
+    longer = designed_sample(space, 9, seed=0)
+    assert longer[:6] == sample and all(len(c.recipe.steps) == 1 for c in longer[6:])  # then the other single settings
+    assert len({c.recipe.key() for c in designed_sample(space, 100)}) == len(space)
+    assert designed_sample(space, 6, seed=1) != sample  # seeded: another workload, another order
 
 
 def test_a_plan_splits_into_parts_that_cover_it_once():

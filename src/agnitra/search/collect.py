@@ -2,9 +2,9 @@
 
 For each workload of a plan, the space is built as `optimize` builds it, and a designed sample of
 it is measured the way the search measures candidates (each in its own short interleaved run
-against the baseline, in a worker process): every single-step recipe first, so each transform's
-every setting is seen alone, then multi-step recipes drawn at random (seeded) until the sample
-size or the workload's share of the time is reached. Nothing is skipped because something else
+against the baseline, in a worker process): one recipe of every set of transforms first (each
+policy once, in a seeded order), then the other single-step settings, then multi-step recipes
+drawn at random (seeded), until the sample size or the workload's share of the time is reached. Nothing is skipped because something else
 failed: failures are data too (the cost model learns which recipes fail verification). There is
 no final run and no answer; each workload's measurements become one run of kind `collect` in
 the store, and the dataset is the store exported with its features (`store.io.export_dataset`).
@@ -59,15 +59,23 @@ class CollectedWorkload:
 
 
 def designed_sample(space: list[Candidate], size: int, seed: int = 0) -> list[Candidate]:
-    """Every single-step recipe (each transform's every setting alone) in a seeded order, then
-    multi-step recipes at random, `size` in all (the single steps alone may exceed it: they are
-    all kept)."""
-    singles = [c for c in space if len(c.recipe.steps) == 1]
-    rest = [c for c in space if len(c.recipe.steps) > 1]
+    """`size` recipes: first one recipe of every set of transforms (each policy, a transform alone
+    or a combination, seen once before any of its parameter variants), in a seeded order; then
+    the other single-step settings, so each transform's every setting is seen alone; then
+    multi-step recipes at random. A workload whose share of time ends early has still seen
+    policies, not ten settings of one transform."""
     rng = random.Random(seed)
-    rng.shuffle(singles)  # a workload's share of time may end before them: each workload sees others
+    by_policy: dict[frozenset[str], list[Candidate]] = {}
+    for candidate in space:
+        by_policy.setdefault(frozenset(s.transform for s in candidate.recipe.steps), []).append(candidate)
+    policies = [rng.choice(members) for members in by_policy.values()]
+    rng.shuffle(policies)
+    chosen = {c.recipe.key() for c in policies}
+    singles = [c for c in space if len(c.recipe.steps) == 1 and c.recipe.key() not in chosen]
+    rest = [c for c in space if len(c.recipe.steps) > 1 and c.recipe.key() not in chosen]
+    rng.shuffle(singles)
     rng.shuffle(rest)
-    return singles + rest[: max(0, size - len(singles))]
+    return (policies + singles + rest)[:size]
 
 
 class InOrder(Strategy):
