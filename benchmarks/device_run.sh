@@ -13,7 +13,7 @@
 #   bash benchmarks/device_run.sh trust [CASE]                 # the trust tests (TRUST_TESTS=expr), then optimize CASE (default bert-base-b1-short)
 #   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
 #   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload, COLLECT_GENERATED, COLLECT_EXTRA flags, COLLECT_TIMEOUT)
-#   bash benchmarks/device_run.sh decoders                     # structural triton-kernels GPU test, then decode-step data: zoo:tinylm and COLLECT_GENERATED gen:lm decoders (the llama preset's transforms)
+#   bash benchmarks/device_run.sh decoders [SPECS]             # structural triton-kernels GPU test, then decode-step data: zoo:tinylm and COLLECT_GENERATED gen:lm decoders (the llama preset's transforms)
 #   bash benchmarks/device_run.sh hf FAMILIES [BUDGET] [TAG]      # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), each against a fresh copy of the carried store
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
@@ -52,7 +52,8 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
     decoders)  # the kernels on a half-precision transformers Mistral, then decoders' decode steps into a store of their own
       AGNITRA_GPU_TESTS=1 timeout 150 python3 -m pytest -q -p no:cacheprovider --timeout 140 tests/test_kernels_hf_structure.py > "$OUT/pytest-hf-structure.txt" 2>&1; tail -5 "$OUT/pytest-hf-structure.txt"
       export AGNITRA_DB_URL="sqlite:///$OUT/store-decoders.db"
-      timeout "${COLLECT_TIMEOUT:-450}" python3 -m agnitra.cli collect zoo:tinylm --tokens 32 --plan --families lm --no-zoo --generated "${COLLECT_GENERATED:-5}" --device cuda --sample 24 \
+      if [ -n "${2:-}" ]; then what="${2//,/ } --batch 1"; else what="zoo:tinylm --plan --families lm --no-zoo --generated ${COLLECT_GENERATED:-5}"; fi
+      timeout "${COLLECT_TIMEOUT:-450}" python3 -m agnitra.cli collect $what --tokens 32 --device cuda --sample 24 \
         --budget-per-workload "${COLLECT_S:-65s}" --candidate-timeout 45s --transforms fuse-projections,int8-weight-only,triton-kernels,compile 2>&1 | tail -12
       python3 -m agnitra.cli store export --csv "$OUT/dataset-h100-decoders.csv" --features
       ;;

@@ -30,7 +30,8 @@ LAYERS = families.SIZES[SIZE][1]
 def test_triton_kernels_on_a_half_precision_mistral_compute_what_it_computes(weights):
     from agnitra.kernels.modules import TritonFeedForward, TritonRMSNorm
 
-    workload = families.build("mistral", SIZE)
+    with torch.device("cpu"):  # built as the benchmark builds it (its seeded generators are CPU ones), then moved
+        workload = families.build("mistral", SIZE)
     model = workload.model.to(device=DEVICE, dtype=torch.float16)
     workload.model = model
     workload.example_inputs = tuple(t.to(DEVICE) for t in workload.example_inputs)
