@@ -47,6 +47,7 @@ def main() -> None:
         for d in evaluation["devices"]:
             print(f"leave one {by} out, {d['device_kind']}: {d['groups']} groups, {d['rows']} rows, MAPE {d['mape']}, tau {d['kendall_tau']}, "
                   f"pass accuracy {d['pass_accuracy']}, failures caught {d['failures_caught']}, top-1 regret {d['top1_regret']}", flush=True)
+            print("    MAPE by measured speedup: " + ", ".join(f"{band}x {b['mape']} ({b['rows']})" for band, b in d["mape_by_speedup"].items()), flush=True)
     doc = {
         "schema": "agnitra.costmodel-eval/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
         "versions": software_versions(), "datasets": [Path(p).name for p in paths],

@@ -55,6 +55,9 @@ def test_the_cost_model_learns_a_planted_relation_on_workloads_it_never_saw():
     assert learned.top1_regret < 0.05
     blind = leave_one_out(_rows(shuffled=True)).devices[0]  # the same model on targets with no relation
     assert blind.kendall_tau < 0.4 and blind.mape > 2 * learned.mape
+    bands = learned.mape_by_speedup  # the error told apart by how fast the recipes measured
+    assert sum(b["rows"] for b in bands.values()) == sum(g["measured"] for g in learned.per_group)
+    assert all(b["mape"] < 0.15 for b in bands.values()) and len(bands) >= 3
 
 
 def test_predictions_carry_uncertainty():

@@ -16,6 +16,7 @@ import numpy as np
 from agnitra.search.costmodel.model import CostModel, timed
 
 MIN_GROUP = 3  # measured recipes a group needs to be scored
+SPEEDUP_BANDS = ((0.0, 0.3), (0.3, 0.7), (0.7, 0.95), (0.95, 1.05), (1.05, 1.5), (1.5, math.inf))  # measured speedup: where the error lies
 
 
 @dataclass
@@ -28,6 +29,7 @@ class DeviceScore:
     pass_accuracy: float | None = None
     failures_caught: float | None = None  # share of failing recipes predicted to fail
     top1_regret: float | None = None  # mean over groups: 1 - measured speedup of the predicted best / the best's
+    mape_by_speedup: dict[str, dict] = field(default_factory=dict)  # "LOW-HIGH" of the measured speedup: rows, MAPE
     per_group: list[dict] = field(default_factory=list)
 
 
@@ -83,7 +85,7 @@ def _group_score(key: str, rows: list[dict], predictions) -> dict:
         regret = 1.0 - pick / best
     return {
         "group": key, "rows": len(rows), "measured": len(pairs),
-        "ape": [float(abs(p - a) / a) for p, a in pairs],
+        "ape": [float(abs(p - a) / a) for p, a in pairs], "actual": [float(a) for _, a in pairs],
         "kendall_tau": None if tau is None or math.isnan(tau) else float(tau),
         "pass_right": sum((p >= 0.5) == y for p, y in labelled), "pass_labelled": len(labelled),
         "failures": sum(not y for _, y in labelled), "failures_caught": sum(p < 0.5 and not y for p, y in labelled),
@@ -97,7 +99,8 @@ def _device_score(kind: str, groups: list[dict]) -> DeviceScore:
     labelled = sum(g["pass_labelled"] for g in groups)
     failures = sum(g["failures"] for g in groups)
     regrets = [g["top1_regret"] for g in groups if g["top1_regret"] is not None]
-    per_group = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in g.items() if k != "ape"} | {"mape": round(float(np.mean(g["ape"])), 4) if g["ape"] else None} for g in groups]
+    per_group = [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in g.items() if k not in ("ape", "actual")}
+                 | {"mape": round(float(np.mean(g["ape"])), 4) if g["ape"] else None} for g in groups]
     return DeviceScore(
         kind, len(groups), sum(g["rows"] for g in groups),
         mape=round(float(np.mean(ape)), 4) if ape else None,
@@ -105,5 +108,17 @@ def _device_score(kind: str, groups: list[dict]) -> DeviceScore:
         pass_accuracy=round(sum(g["pass_right"] for g in groups) / labelled, 4) if labelled else None,
         failures_caught=round(sum(g["failures_caught"] for g in groups) / failures, 4) if failures else None,
         top1_regret=round(float(np.mean(regrets)), 4) if regrets else None,
+        mape_by_speedup=_by_band([a for g in groups for a in g["actual"]], ape),
         per_group=per_group,
     )
+
+
+def _by_band(actual: list[float], ape: list[float]) -> dict[str, dict]:
+    """MAPE within bands of the measured speedup: a recipe 30x slower than the baseline predicted
+    5x slower weighs as much in the MAPE as a 10% error on the recipe a search would keep."""
+    bands = {}
+    for low, high in SPEEDUP_BANDS:
+        errors = [e for a, e in zip(actual, ape) if low <= a < high]
+        if errors:
+            bands[f"{low:g}-{high:g}"] = {"rows": len(errors), "mape": round(float(np.mean(errors)), 4)}
+    return bands
