@@ -14,7 +14,7 @@
 #   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
 #   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload, COLLECT_GENERATED, COLLECT_EXTRA flags, COLLECT_TIMEOUT)
 #   bash benchmarks/device_run.sh decoders [SPECS]             # structural triton-kernels GPU test, then decode-step data: zoo:tinylm and COLLECT_GENERATED gen:lm decoders (the llama preset's transforms)
-#   bash benchmarks/device_run.sh hf FAMILIES [BUDGET] [TAG]      # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), each against a fresh copy of the carried store
+#   bash benchmarks/device_run.sh hf FAMILIES [TAG]            # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), HF_BUDGET (170s) each, HF_PEERS, each against a fresh copy of the carried store
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
@@ -58,10 +58,11 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       python3 -m agnitra.cli store export --csv "$OUT/dataset-h100-decoders.csv" --features
       ;;
     hf)  # the held-out architectures: the cost model never saw them (the carried store holds our zoo and generated models)
+      # HF_BUDGET a family (75 s left no candidate: the baseline and a cold max-autotune peer took it); HF_PEERS: the compile modes compared
       [ -f .devstore.db ] && cp .devstore.db /tmp/store.db
       export AGNITRA_DB_URL=sqlite:////tmp/store.db
       timeout "${HF_LIMIT:-570}" python3 benchmarks/hf_families.py --size moderate --device cuda --dtype fp16 --strategy "${HF_STRATEGY:-model}" \
-        --families "" --optimize "${2:-all}" --budget "${3:-75s}" --runs /tmp/hf-runs --out-file "$OUT/hf-families-${4:-all}.json"
+        --families "" --optimize "${2:-all}" --budget "${HF_BUDGET:-170s}" --peers "${HF_PEERS:-compile,compile-reduce-overhead}" --runs /tmp/hf-runs --out-file "$OUT/hf-families-${3:-all}.json"
       ;;
     strategies)  # the same case searched by enumerate and by the cost model; the store: the carried H100 collection
       [ -f .devstore.db ] && cp .devstore.db /tmp/store.db
