@@ -465,3 +465,16 @@ def test_each_family_gets_a_fresh_copy_of_the_store(tmp_path, monkeypatch):
     assert families._names("all") == list(families.FAMILIES)
     with pytest.raises(SystemExit, match="unknown family llama"):
         families._names("opt,llama")
+
+
+def test_the_behaviour_probe_is_drawn_on_the_cpu_whatever_the_default_device():
+    """A user's torch.set_default_device("cuda") made the seeded CPU generator meet a CUDA default
+    (seen on the GPU: triton-kernels failed to patch a transformers Mistral); the meta device shows
+    the same on the CPU."""
+    from agnitra.transforms.structure import _probe
+
+    like = torch.zeros(1, dtype=torch.float16)
+    with torch.device("meta"):
+        probe = _probe(8, like)
+    assert probe.device == like.device and probe.dtype == torch.float16 and torch.isfinite(probe).all()
+    assert torch.equal(probe, _probe(8, like))  # seeded

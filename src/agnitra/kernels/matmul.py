@@ -678,8 +678,8 @@ def _make_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torch.devic
     M, N, K = shape
     g = torch.Generator(device="cpu").manual_seed(seed)
     scale = K ** -0.25
-    a = (torch.randn((M, K), generator=g) * scale).to(device=device, dtype=dtype)
-    b = (torch.randn((K, N), generator=g) * scale).to(device=device, dtype=dtype)
+    a = (torch.randn((M, K), generator=g, device="cpu") * scale).to(device=device, dtype=dtype)
+    b = (torch.randn((K, N), generator=g, device="cpu") * scale).to(device=device, dtype=dtype)
     return a, b
 
 
@@ -688,7 +688,7 @@ def _make_linear_inputs(shape: tuple[int, ...], dtype: torch.dtype, device: torc
     M, N, K = shape
     a, b = _make_inputs(shape, dtype, device, seed)
     g = torch.Generator(device="cpu").manual_seed(seed + 1)
-    bias = (torch.randn((N,), generator=g) * 0.1).to(device=device, dtype=dtype)
+    bias = (torch.randn((N,), generator=g, device="cpu") * 0.1).to(device=device, dtype=dtype)
     return a, b.t().contiguous(), bias
 
 

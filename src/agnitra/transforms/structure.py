@@ -296,7 +296,7 @@ _EPS_NAMES = ("eps", "variance_epsilon", "epsilon")
 
 def _probe(dim: int, like: torch.Tensor) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(2, 3, dim, generator=g) + 0.5).to(device=like.device, dtype=like.dtype)
+    return (torch.randn(2, 3, dim, generator=g, device="cpu") + 0.5).to(device=like.device, dtype=like.dtype)
 
 
 def _close(a, b, dtype: torch.dtype) -> bool:
