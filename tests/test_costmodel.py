@@ -197,3 +197,60 @@ def test_one_workload_under_many_recipes_predicts_as_row_by_row():
     slow = model.predict([dict(base, steps=steps) for steps in recipes])
     assert [p.to_dict() for p in fast] == [p.to_dict() for p in slow]
     assert len({round(p.log_speedup, 6) for p in fast}) > 3  # the recipes differ, not one row repeated
+
+
+def _failed(candidate: Candidate, status: str = "ok", reason: str = "", speedup: float = 1.0) -> CandidateResult:
+    """Failed verification (status ok: measured, as fast as `speedup`), or failed/timed out."""
+    correctness = Correctness("rel_error", 0.3, False, 0.01) if status == "ok" else None
+    return CandidateResult(candidate.recipe.name, candidate.recipe.to_dict(), candidate.recipe.key(), 1.0, status, reason=reason, speedup=speedup if status == "ok" else None,
+                           correctness=correctness)
+
+
+def _recipe(*steps: tuple[str, dict]) -> Candidate:
+    return Candidate(Recipe(tuple(Step(name, params) for name, params in steps)), 1.0)
+
+
+def test_a_failure_in_this_run_makes_recipes_with_the_same_lossy_step_unlikely_to_pass():
+    from agnitra.search.strategies.model import SAME_STEP_PASS, SAME_TRANSFORM_PASS, RunEvidence
+
+    evidence = RunEvidence()
+    g32, g64 = ("int4-weight-only", {"group_size": 32}), ("int4-weight-only", {"group_size": 64})
+    compiled = ("compile", {"mode": "default"})
+    evidence.learn(_recipe(g32, compiled), _failed(_recipe(g32, compiled)))  # verification failed: int4 is the suspect, not compile
+    assert evidence.pass_factor(_recipe(g32)) == pytest.approx(SAME_STEP_PASS)
+    assert evidence.pass_factor(_recipe(g64, compiled)) == pytest.approx(SAME_TRANSFORM_PASS)
+    assert evidence.pass_factor(_recipe(compiled)) == 1.0
+    evidence.learn(_recipe(g32), CandidateResult("int4", {}, "k", 1.0, "ok", speedup=1.2, correctness=Correctness("rel_error", 0.001, True, 0.01)))
+    assert evidence.pass_factor(_recipe(g32, compiled)) == 1.0  # it passed here after all: no longer suspected
+    graphs = ("cuda-graphs", {"warmup": 3})
+    reason = "setup: PatchError: cuda-graphs(warmup=3): AcceleratorError: CUDA error: operation failed during capture"
+    evidence.learn(_recipe(("fuse-projections", {}), graphs), _failed(_recipe(("fuse-projections", {}), graphs), "failed", reason))
+    assert evidence.pass_factor(_recipe(graphs)) == pytest.approx(SAME_STEP_PASS) and evidence.pass_factor(_recipe(("fuse-projections", {}))) == 1.0
+    evidence.learn(_recipe(g64, compiled), _failed(_recipe(g64, compiled), "timeout", "ran past its time limit of 66 s (the call); stopped"))
+    assert evidence.least_seconds(_recipe(g64)) == 66.0 and evidence.least_seconds(_recipe(("fuse-projections", {}))) == 0.0
+
+
+def test_the_model_strategy_weighs_what_failed_in_this_run_into_its_choice():
+    from agnitra.search.strategies.model import SAME_STEP_PASS
+
+    rows = _rows()
+    strategy = ModelGuided(_space(), model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": 0.5, "sig.other": 0.5})
+    bf16, compiled = (next(c for c in _space() if [s.transform for s in c.recipe.steps] == names) for names in (["precision"], ["compile"]))
+    before = {c.recipe.name: strategy._acquisition(c) for c in (bf16, compiled)}
+    failed = next(c for c in _space() if [s.transform for s in c.recipe.steps] == ["precision", "compile"])
+    strategy.evidence.learn(failed, _failed(failed, speedup=_result(failed, 0.5).speedup))  # fast, but wrong here
+    assert strategy._acquisition(bf16) == pytest.approx(SAME_STEP_PASS * before[bf16.recipe.name])
+    assert strategy._acquisition(compiled) == before[compiled.recipe.name]  # not lossy: not a suspect
+    strategy.evidence.learn(failed, _failed(failed, "timeout", "ran past its time limit of 40 s (the call); stopped"))
+    assert strategy._acquisition(compiled) < before[compiled.recipe.name] / 2  # a compile here takes 40 s at least
+
+
+def test_a_step_that_failed_on_its_own_blocks_its_recipes_whatever_its_stage():
+    from agnitra.search.strategies.blocking import FailedSteps
+
+    blocked = FailedSteps()
+    graphs, fused = ("cuda-graphs", {"warmup": 3}), ("fuse-projections", {})
+    blocked.learn(_recipe(graphs), _failed(_recipe(graphs), "failed", "setup: PatchError: cuda-graphs(warmup=3): capture failed"))
+    assert not blocked.allows(_recipe(fused, graphs)) and blocked.allows(_recipe(fused)) and blocked.allows(_recipe(("cuda-graphs", {"warmup": 5})))
+    blocked.learn(_recipe(("compile", {})), _failed(_recipe(("compile", {})), "timeout", "ran past its time limit of 30 s"))
+    assert blocked.allows(_recipe(fused, ("compile", {})))  # a timeout blocks nothing

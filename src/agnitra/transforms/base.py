@@ -91,6 +91,11 @@ class Transform(abc.ABC):
         """Why this step cannot share a recipe with `others` (None: it can)."""
         return None
 
+    def lossy(self, params: dict) -> bool:
+        """Whether it changes the numbers beyond float rounding (a weight format, a lower
+        precision): where a recipe fails verification, the suspects. Default: no."""
+        return False
+
     def prior_factor(self, params: Any, others: list[Step], ctx: TransformContext) -> float:
         """What this step does together with `others`, beyond the product of their priors."""
         return 1.0

@@ -319,6 +319,9 @@ class MixedPrecision(Transform):
     acts_on = frozenset({"matmul"})
     exclusive = "weight-format"
 
+    def lossy(self, params: dict) -> bool:
+        return True
+
     def __init__(self) -> None:
         self._plans: dict[tuple, Plan] = {}  # what apply() chose, for notes()
 

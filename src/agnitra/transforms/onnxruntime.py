@@ -141,6 +141,9 @@ class OnnxRuntime(Transform):
 
     ACCEPTS = frozenset({"precision", "channels-last", "sdpa"})  # module transforms an ONNX export keeps
 
+    def lossy(self, params: dict) -> bool:
+        return bool(params.get("int8"))
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
         return [Choice(self.name, (("int8", True),), 2.5 if ctx.device.type == "cpu" else 1.0), Choice(self.name, (), 1.1)]
 

@@ -50,6 +50,9 @@ class Precision(Transform):
 
     order = 10  # before the quantisers: on the CPU their fast kernels are the bf16 ones
 
+    def lossy(self, params: dict) -> bool:
+        return True
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
         if ctx.dtype != torch.float32:
             return [Choice(self.name)]  # check() says why it does not apply
@@ -85,6 +88,9 @@ class Tf32(Transform):
     description = "fp32 matmuls and convolutions on tensor cores in TF32 (10-bit mantissa), only while the model runs"
     requires = "an NVIDIA GPU (Ampere or newer) and an fp32 model"
     stage = "runtime"
+
+    def lossy(self, params: dict) -> bool:
+        return True
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
         return [Choice(self.name, (), 1.5)]

@@ -278,6 +278,9 @@ class Int8WeightOnly(Transform):
     acts_on = frozenset({"matmul"})
     exclusive = "weight-format"
 
+    def lossy(self, params: dict) -> bool:
+        return True
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
         # on the GPU Inductor fuses the dequantisation into its decode GEMVs: measured 785 tok/s vs 677 for
         # bf16 and 748 for Agnitra's int8 kernels (llama-1b decode, H100, 2026-11-21, compile reduce-overhead)
@@ -437,6 +440,9 @@ class Int4WeightOnly(Transform):
     acts_on = frozenset({"matmul"})
     exclusive = "weight-format"
 
+    def lossy(self, params: dict) -> bool:
+        return True
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
         # smaller groups keep more of each weight (error ~ group range / 30) and read more scales:
         # 128 first, then 64 and 32, which the verification may keep where 128 fails
@@ -529,6 +535,9 @@ class DynamicInt8(Transform):
     acts_on = frozenset({"matmul"})
     exclusive = "weight-format"
 
+    def lossy(self, params: dict) -> bool:
+        return True
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
         return [Choice(self.name, (), 1.6 if ctx.device.type == "cpu" and ctx.dtype == torch.float32 else 1.0)]
 
@@ -608,6 +617,9 @@ class Fp8(Transform):
     order = 30
     acts_on = frozenset({"matmul"})
     exclusive = "weight-format"
+
+    def lossy(self, params: dict) -> bool:
+        return True
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
         prior = 1.5 if ctx.device.type == "cuda" else 1.0
@@ -704,6 +716,9 @@ class Sparsity2of4(Transform):
     order = 30
     acts_on = frozenset({"matmul"})
     exclusive = "weight-format"
+
+    def lossy(self, params: dict) -> bool:
+        return True
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
         return [Choice(self.name, (), 1.2 if ctx.device.type == "cuda" else 1.0)]

@@ -109,6 +109,9 @@ class TritonKernels(Transform):
     order = 40
     acts_on = frozenset({"matmul", "norm"})
 
+    def lossy(self, params: dict) -> bool:
+        return params.get("weights", "int8") != "keep"
+
     def choices(self, ctx: TransformContext) -> list[Choice]:
         if ctx.device.type != "cuda":
             return [Choice(self.name)]  # check() says why it does not apply

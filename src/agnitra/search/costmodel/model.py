@@ -193,9 +193,14 @@ def _setup_s(row: dict) -> float | None:
     if row.get("status") == "ok" and row.get("setup_s") is not None:
         return float(row["setup_s"])
     if row.get("status") == "timeout":
-        match = re.search(r"time limit of (\d+(?:\.\d+)?) s", row.get("reason") or "")
-        return float(match.group(1)) if match else None
+        return timeout_limit(row.get("reason") or "")
     return None
+
+
+def timeout_limit(reason: str) -> float | None:
+    """The time limit a stopped recipe ran past, read from its reason."""
+    match = re.search(r"time limit of (\d+(?:\.\d+)?) s", reason)
+    return float(match.group(1)) if match else None
 
 
 def timed(row: dict) -> bool:

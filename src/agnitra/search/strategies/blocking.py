@@ -1,6 +1,9 @@
-"""What every strategy that walks the recipe space shares: a module transform that failed on its
-own (crashed, or its outputs failed verification) blocks every recipe that uses it with the same
-parameters, since composing it with a compiler will not fix its numerics."""
+"""What every strategy that walks the recipe space shares: a step that failed on its own (crashed,
+or its outputs failed verification) blocks every recipe that uses it with the same parameters,
+and so does a module step that failed beside runtime steps only: composing a module transform
+with a compiler will not fix its numerics, and a runtime step that cannot set up on this model
+alone (CUDA graphs around a forward that synchronises) will not set up after a module transform
+either. A timeout blocks nothing: another recipe may be quicker."""
 
 from __future__ import annotations
 
@@ -20,6 +23,11 @@ class FailedSteps:
     def learn(self, candidate: Candidate, result: Any) -> None:
         if getattr(result, "status", "ok") == "ok" and getattr(result, "passed", True):
             return
-        module_steps = [s for s in candidate.recipe.steps if get_transform(s.transform).stage == "module"]
-        if len(module_steps) == 1 and getattr(result, "status", "") != "timeout":
+        if getattr(result, "status", "") == "timeout":
+            return
+        steps = candidate.recipe.steps
+        module_steps = [s for s in steps if get_transform(s.transform).stage == "module"]
+        if len(steps) == 1:
+            self.blocked.add(steps[0].label())
+        elif len(module_steps) == 1:
             self.blocked.add(module_steps[0].label())

@@ -25,6 +25,8 @@ from agnitra.search.strategies.blocking import FailedSteps
 OWN_WEIGHT = 5.0
 EPSILON = 1e-9
 MEASURE_S = 5.0  # a candidate's run besides its setup: worker call, timed rounds, checks
+SAME_STEP_PASS = 0.15  # P(pass) kept per failure of the very step (transform and parameters) in this run
+SAME_TRANSFORM_PASS = 0.6  # per failure of the transform with other parameters (another int4 group size)
 
 
 @register_strategy
@@ -42,6 +44,7 @@ class ModelGuided(Strategy):
         self.predictions: dict[str, Any] = {}
         self.best_log_speedup = 0.0  # the baseline
         self.measured_sets: Counter[frozenset[str]] = Counter()  # measured recipes per set of transforms
+        self.evidence = RunEvidence()
         if self.model is not None:
             self._predict_all()
 
@@ -80,6 +83,7 @@ class ModelGuided(Strategy):
 
     def tell(self, candidate: Candidate, result: Any) -> None:
         self.failed.learn(candidate, result)
+        self.evidence.learn(candidate, result)
         self.measured_sets[_transforms_of(candidate)] += 1
         speedup = getattr(result, "speedup", None)
         passed = bool(getattr(result, "passed", False))
@@ -137,8 +141,55 @@ class ModelGuided(Strategy):
         sigma = max(p.log_speedup_std, 0.02) / math.sqrt(1 + siblings)
         z = (p.log_speedup - self.best_log_speedup) / sigma
         improvement = sigma * (z * _normal_cdf(z) + _normal_pdf(z))
-        seconds = MEASURE_S + (p.setup_s or 0.0)  # per second of the budget: a long compile must promise more
-        return (p.p_pass * improvement + EPSILON * p.p_pass * p.log_speedup) / seconds
+        p_pass = p.p_pass * self.evidence.pass_factor(candidate)
+        seconds = MEASURE_S + max(p.setup_s or 0.0, self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
+        return (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
+
+
+class RunEvidence:
+    """What this run's own failures say about the steps of recipes not yet measured."""
+
+    def __init__(self) -> None:
+        self.failed_steps: Counter[str] = Counter()  # step label -> failures it is a suspect of
+        self.failed_transforms: Counter[str] = Counter()
+        self.slow: dict[str, float] = {}  # step label -> seconds a recipe with it ran past
+
+    def learn(self, candidate: Candidate, result: Any) -> None:
+        from agnitra.transforms.base import get_transform
+
+        steps = candidate.recipe.steps
+        status, reason = getattr(result, "status", "failed"), getattr(result, "reason", "") or ""
+        if status == "timeout":
+            from agnitra.search.costmodel.model import timeout_limit
+
+            limit = timeout_limit(reason) or 0.0
+            for step in steps:
+                self.slow[step.label()] = max(self.slow.get(step.label(), 0.0), limit)
+            return
+        if status == "ok" and getattr(result, "passed", False):
+            for step in steps:
+                if self.failed_steps.pop(step.label(), 0):
+                    self.failed_transforms[step.transform] = max(0, self.failed_transforms[step.transform] - 1)
+                self.slow.pop(step.label(), None)
+            return
+        if status == "ok":  # measured, failed verification: its lossy steps are the suspects
+            suspects = [s for s in steps if get_transform(s.transform).lossy(dict(s.params))]
+        else:  # failed to set up or run: the step its error names, if it names one
+            suspects = [s for s in steps if f"PatchError: {s.label()}:" in reason]
+        for step in suspects:
+            self.failed_steps[step.label()] += 1
+            self.failed_transforms[step.transform] += 1
+
+    def pass_factor(self, candidate: Candidate) -> float:
+        factor = 1.0
+        for step in candidate.recipe.steps:
+            same = self.failed_steps.get(step.label(), 0)
+            other = self.failed_transforms.get(step.transform, 0) - same
+            factor *= SAME_STEP_PASS**same * SAME_TRANSFORM_PASS ** max(0, other)
+        return factor
+
+    def least_seconds(self, candidate: Candidate) -> float:
+        return max((self.slow.get(step.label(), 0.0) for step in candidate.recipe.steps), default=0.0)
 
 
 def _transforms_of(candidate: Candidate) -> frozenset[str]:
