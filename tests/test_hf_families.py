@@ -429,7 +429,8 @@ def test_own_recipe_against_the_fastest_compile_peer_that_passed():
 
 def test_summary_counts_failed_families_as_no_win_and_sums_candidate_time():
     def row(family, wins, sure, failing_s, total_s, **extra):
-        t = {"failing_s": failing_s, "total_s": total_s, "failing_share": failing_s / total_s, "measured": 4, "failing": 1, "measure": "slot_s"}
+        t = {"failing_s": failing_s, "total_s": total_s, "failing_share": failing_s / total_s, "measured": 4, "failing": 1, "measure": "slot_s",
+             "seconds": {"passed": total_s - failing_s, "failed verification": failing_s / 2, "timeout": failing_s / 2}}
         return {"family": family, "status": "ok", "answer": "own" if wins else "peer", "evaluated": 4, "own_beats_best_compile": wins,
                 "own_beats_best_compile_beyond_noise": sure, "best_compile_peer": "compile-max-autotune", "candidate_time": t, "cost_model_trained_on": 173, **extra}
 
@@ -442,6 +443,8 @@ def test_summary_counts_failed_families_as_no_win_and_sums_candidate_time():
     assert wins["beyond_noise"]["families"] == ["gpt2", "bart"] and wins["by_median"]["by_compile_options_alone"] == ["opt"]
     time_ = s["failing_candidate_time"]
     assert (time_["failing_s"], time_["total_s"]) == (5.0, 90.0) and time_["met"] and time_["per_family"]["gpt2"]["failing_share"] == 0.1
+    wrong = s["failed_verification_time"]  # the measure: outputs that failed verification, half of the failing time here
+    assert (wrong["seconds"], wrong["total_s"]) == (2.5, 90.0) and wrong["met"] and wrong["per_family"]["bart"] == 0.5
     assert s["answers"]["own"] == ["gpt2", "bart", "opt"] and s["measured"] == 12
     assert any("3/4 (75%) by median" in line for line in families.summary_lines(s))
 
