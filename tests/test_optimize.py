@@ -242,13 +242,46 @@ def test_a_peer_that_runs_out_of_time_leaves_the_others_compared():
             self.limits.append(timeout)
             if peers == ["compile-max-autotune"]:
                 raise WorkerTimeout(f"ran past its time limit of {timeout:.0f} s (the call); stopped")
-            return [VariantResult(peers[0], "ok", setup_s=0.5)]
+            return [VariantResult("eager", "ok"), VariantResult(peers[0], "ok", setup_s=0.5)]  # the baseline first, as in its run
 
     runner = Runner()
     measured, note = _probe_peers(runner, None, None, Budget(100.0), ["compile-reduce-overhead", "compile-max-autotune", "compile"], MeasuredRuns(2.0, []))
     assert [v.name for v in measured.peers] == ["compile-reduce-overhead", "compile"]
     assert measured.peer_runs == 2 and "compile-max-autotune (measuring it ran past its time limit" in note
     assert len(runner.limits) == 3 and all(0 < limit <= 40.0 for limit in runner.limits)  # within the peers' share, 0.4 of 100 s
+
+
+def test_a_peer_that_is_a_recipe_of_the_space_is_told_to_the_strategy_and_not_measured_again():
+    from agnitra.results import Correctness, Latency, VariantResult
+    from agnitra.search.optimize import MeasuredRuns, peer_observations
+    from agnitra.search.space import Candidate
+    from agnitra.search.strategies.enumerate import Enumerate
+    from agnitra.search.strategies.warm_start import Observed
+    from agnitra.transforms.recipe import Recipe, Step
+
+    compiled = Candidate(Recipe((Step("compile", {"coordinate_descent": True, "dynamic": False, "freezing": False, "mode": "reduce-overhead", "pdl": True}),)), 3.0)
+    frozen = Candidate(Recipe((Step("compile", {"coordinate_descent": True, "dynamic": False, "freezing": True, "mode": "reduce-overhead", "pdl": True}),)), 2.0)
+    graphs = Candidate(Recipe((Step("cuda-graphs", {"warmup": 3}),)), 1.0)
+    measured = MeasuredRuns(2.0, [])
+    latency = Latency(median=0.25, p95=0.3, min=0.24, mean=0.26, samples=20)
+    measured.add_peer_run(30.0, [VariantResult("compile-reduce-overhead", "ok", latency_ms=latency, correctness=Correctness("rel_error", 1e-4, True, 1e-2), setup_s=20.0),
+                                 VariantResult("compile-max-autotune", "failed", reason="ran out of memory")], baseline_ms=4.0)
+    observed = peer_observations(measured, [compiled, frozen, graphs])
+    assert [(c, r.speedup, r.passed, r.setup_s) for c, r in observed] == [(compiled, 16.0, True, 20.0)]  # the failed peer tells nothing
+    told = []
+
+    class Recording(Enumerate):
+        def tell(self, candidate, result):
+            told.append((candidate.recipe.name, len(asked)))
+            super().tell(candidate, result)
+
+    asked = []
+    searcher = Observed(observed, Recording([compiled, frozen, graphs]))
+    while (candidate := searcher.ask()) is not None:
+        asked.append(candidate)
+        searcher.tell(candidate, None)
+    assert asked == [frozen, graphs]  # the peer's own recipe is never measured again
+    assert told[0] == (compiled.recipe.name, 0)  # and the strategy knew it before its first ask
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe", "nsga2", "auto"])

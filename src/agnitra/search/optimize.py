@@ -26,10 +26,10 @@ from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
 from agnitra.search.budget import Budget
 from agnitra.search.run_folder import RunFolder
-from agnitra.search.space import recipe_space
+from agnitra.search.space import Candidate, recipe_space
 from agnitra.search.costmodel.context import workload_row
 from agnitra.search.strategies.base import SearchContext, get_strategy
-from agnitra.search.strategies.warm_start import WarmStart
+from agnitra.search.strategies.warm_start import Observed, WarmStart
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, screening_tolerances, search
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
@@ -172,6 +172,11 @@ def run_optimize(
             notes = [n.replace(" measured first: ", " left to the cost model, which learned from them: ", 1) if n.startswith("warm start:") else n for n in notes]
         elif first:
             searcher = WarmStart(first, searcher)
+        observed = peer_observations(measured, space)
+        if observed:
+            searcher = Observed(observed, searcher)
+            notes.append("the peers' runs were the search's first measurements (not measured again): "
+                         + "; ".join(f"{c.recipe.name} {r.speedup:.2f}x" for c, r in observed))
         outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
         notes += outcome.notes
         results = outcome.results
@@ -280,9 +285,10 @@ def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, 
 
 
 def measure_peers(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, peers: list[str], progress=None) -> list[VariantResult]:
-    """The peers in a run of their own beside the baseline: what each costs to set up (its
-    compile, now cached for the final run), and whether it runs at all."""
-    return screening_run(workload, device, device_report, config, peers, progress).variants[1:]
+    """The peers in a run of their own beside the baseline (first in the list): what each costs
+    to set up (its compile, now cached for the final run), whether it runs at all, and how fast
+    against the baseline of the same run."""
+    return screening_run(workload, device, device_report, config, peers, progress).variants
 
 
 def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget, peers: list[str], measured: MeasuredRuns) -> tuple[MeasuredRuns, str]:
@@ -302,7 +308,8 @@ def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budg
         except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
             left_out.append(f"{peer} (measuring it {exc}; raise --budget to compare it)")
             continue
-        measured.add_peer_run(budget.elapsed() - started, runs)
+        baseline, runs = runs[0], runs[1:]
+        measured.add_peer_run(budget.elapsed() - started, runs, baseline.latency_ms.median if baseline.status == "ok" and baseline.latency_ms else None)
         left_out += [f"{v.name} ({v.reason})" for v in runs if v.status != "ok"]
     return measured, f"peers left out of the final run: {'; '.join(left_out)}" if left_out else ""
 
@@ -317,11 +324,14 @@ class MeasuredRuns:
     peers_s: float = 0.0  # the peers' runs that finished, together
     peers: list[VariantResult] = field(default_factory=list)
     peer_runs: int = 0
+    peer_baseline_ms: dict[str, float] = field(default_factory=dict)  # each peer's run: the baseline's median
 
-    def add_peer_run(self, seconds: float, peers: list[VariantResult]) -> None:
+    def add_peer_run(self, seconds: float, peers: list[VariantResult], baseline_ms: float | None = None) -> None:
         self.peers_s += seconds
         self.peers += peers
         self.peer_runs += 1
+        if baseline_ms:
+            self.peer_baseline_ms.update({v.name: baseline_ms for v in peers})
 
     def per_variant_s(self) -> float:
         """A variant's share of a run, setups aside: choosing held-out inputs, timing, checks."""
@@ -372,6 +382,24 @@ def _peer_recipe_key(peer: str) -> str | None:
     except Exception:  # noqa: BLE001 - an unknown peer is refused elsewhere
         return None
     return variant.recipe.key() if isinstance(variant, RecipeVariant) else None
+
+
+def peer_observations(measured: MeasuredRuns, space: list[Candidate]) -> list[tuple[Candidate, CandidateResult]]:
+    """The peers' runs as the search's first measurements: a peer that is a recipe of the space
+    (a compile mode) was measured beside the baseline as a candidate is; the strategy is told its
+    result (a cost model learns this workload from it) and never measures it again."""
+    by_key = {c.recipe.key(): c for c in space}
+    observed = []
+    for peer in measured.peers:
+        candidate, baseline_ms = by_key.get(_peer_recipe_key(peer.name)), measured.peer_baseline_ms.get(peer.name)
+        if candidate is None or peer.status != "ok" or peer.latency_ms is None or not baseline_ms:
+            continue
+        recipe = candidate.recipe
+        observed.append((candidate, CandidateResult(
+            recipe.name, recipe.to_dict(), recipe.key(), candidate.prior, "ok", latency_ms=peer.latency_ms, baseline_ms=baseline_ms,
+            speedup=baseline_ms / peer.latency_ms.median, peak_memory_bytes=peer.peak_memory_bytes, model_bytes=peer.model_bytes, correctness=peer.correctness,
+            setup_s=peer.setup_s, speedup_interval=peer.speedup_interval, faster_beyond_noise=peer.faster_beyond_noise)))
+    return observed
 
 
 def final_candidates(results: list[CandidateResult], peers: list[str], objective: str) -> list[CandidateResult]:

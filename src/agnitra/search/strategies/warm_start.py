@@ -1,7 +1,9 @@
-"""Warm start around any strategy: the recipes that passed on the nearest stored workloads are
-measured first, whatever the strategy's own order, and the strategy is told their results (a
-cost model learns from them, Optuna adds them as trials); afterwards the strategy asks as it
-would, and what it proposes that was measured already is passed over."""
+"""Around any strategy, what is known before it asks. `WarmStart`: the recipes that passed on the
+nearest stored workloads are measured first, whatever the strategy's own order, and the strategy
+is told their results (a cost model learns from them, Optuna adds them as trials); afterwards the
+strategy asks as it would, and what it proposes that was measured already is passed over.
+`Observed`: recipes already measured in this run (the peers' compile modes) are told to the
+strategy before its first ask and never measured again."""
 
 from __future__ import annotations
 
@@ -40,3 +42,33 @@ class WarmStart(Strategy):
 
     def predicted(self, candidate: Candidate) -> dict | None:
         return self.inner.predicted(candidate)
+
+
+class Observed(Strategy):
+    name = "observed"
+
+    def __init__(self, observed: list[tuple[Candidate, Any]], inner: Strategy) -> None:
+        super().__init__(inner.space)
+        self.pending = list(observed)
+        self.inner = inner
+        self.known = {candidate.recipe.key() for candidate, _ in observed}
+
+    def attach(self, context: SearchContext) -> list[str]:
+        return self.inner.attach(context)
+
+    def ask(self) -> Candidate | None:
+        while self.pending:  # told once, before the strategy's first ask
+            self.inner.tell(*self.pending.pop(0))
+        while (candidate := self.inner.ask()) is not None:
+            if candidate.recipe.key() not in self.known:
+                return candidate
+        return None
+
+    def tell(self, candidate: Candidate, result: Any) -> None:
+        self.inner.tell(candidate, result)
+
+    def predicted(self, candidate: Candidate) -> dict | None:
+        return self.inner.predicted(candidate)
+
+    def learned_from_store(self) -> bool:
+        return self.inner.learned_from_store()
