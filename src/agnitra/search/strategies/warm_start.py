@@ -13,17 +13,33 @@ from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy
 
 
-class WarmStart(Strategy):
-    name = "warm-start"
+class Around(Strategy):
+    """A strategy around another: what it does not change is the inner strategy's."""
 
-    def __init__(self, first: list[Candidate], inner: Strategy) -> None:
+    def __init__(self, inner: Strategy) -> None:
         super().__init__(inner.space)
-        self.first = list(first)
         self.inner = inner
-        self.measured: set[str] = set()
 
     def attach(self, context: SearchContext) -> list[str]:
         return self.inner.attach(context)
+
+    def tell(self, candidate: Candidate, result: Any) -> None:
+        self.inner.tell(candidate, result)
+
+    def predicted(self, candidate: Candidate) -> dict | None:
+        return self.inner.predicted(candidate)
+
+    def learned_from_store(self) -> bool:
+        return self.inner.learned_from_store()
+
+
+class WarmStart(Around):
+    name = "warm-start"
+
+    def __init__(self, first: list[Candidate], inner: Strategy) -> None:
+        super().__init__(inner)
+        self.first = list(first)
+        self.measured: set[str] = set()
 
     def ask(self) -> Candidate | None:
         while self.first:
@@ -37,24 +53,14 @@ class WarmStart(Strategy):
                 return candidate
         return None
 
-    def tell(self, candidate: Candidate, result: Any) -> None:
-        self.inner.tell(candidate, result)
 
-    def predicted(self, candidate: Candidate) -> dict | None:
-        return self.inner.predicted(candidate)
-
-
-class Observed(Strategy):
+class Observed(Around):
     name = "observed"
 
     def __init__(self, observed: list[tuple[Candidate, Any]], inner: Strategy) -> None:
-        super().__init__(inner.space)
+        super().__init__(inner)
         self.pending = list(observed)
-        self.inner = inner
         self.known = {candidate.recipe.key() for candidate, _ in observed}
-
-    def attach(self, context: SearchContext) -> list[str]:
-        return self.inner.attach(context)
 
     def ask(self) -> Candidate | None:
         while self.pending:  # told once, before the strategy's first ask
@@ -63,12 +69,3 @@ class Observed(Strategy):
             if candidate.recipe.key() not in self.known:
                 return candidate
         return None
-
-    def tell(self, candidate: Candidate, result: Any) -> None:
-        self.inner.tell(candidate, result)
-
-    def predicted(self, candidate: Candidate) -> dict | None:
-        return self.inner.predicted(candidate)
-
-    def learned_from_store(self) -> bool:
-        return self.inner.learned_from_store()
