@@ -119,7 +119,8 @@ def test_the_model_strategy_measures_the_likely_best_first_and_likely_failures_l
         names = [[s.transform for s in c.recipe.steps] for c in order]
         assert best in names[0], names[:3]
         failing = [i for i, n in enumerate(names) if "int4-weight-only" in n]
-        assert min(failing) > len(names) // 2, names  # the likely failures come last
+        passing = [(r.speedup, i) for i, r in enumerate(_result(c, size) for c in order) if r.passed]
+        assert min(failing) > max(passing)[1], names  # no likely failure is measured before the best recipe is found
     assert len(strategy.own) == len(order) == len(RECIPES) - 2  # each measurement a training row; int4 with a module step, once int4 failed alone, not asked
 
 
@@ -254,3 +255,16 @@ def test_a_step_that_failed_on_its_own_blocks_its_recipes_whatever_its_stage():
     assert not blocked.allows(_recipe(fused, graphs)) and blocked.allows(_recipe(fused)) and blocked.allows(_recipe(("cuda-graphs", {"warmup": 5})))
     blocked.learn(_recipe(("compile", {})), _failed(_recipe(("compile", {})), "timeout", "ran past its time limit of 30 s"))
     assert blocked.allows(_recipe(fused, ("compile", {})))  # a timeout blocks nothing
+
+
+def test_a_transform_not_yet_measured_on_this_workload_is_more_uncertain():
+    from agnitra.search.strategies.model import NOVEL_STD
+
+    rows = _rows()
+    strategy = ModelGuided(_space(), model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": 0.5, "sig.other": 0.5})
+    by_names = {tuple(s.transform for s in c.recipe.steps): c for c in _space()}
+    compiled, both = by_names[("compile",)], by_names[("precision", "compile")]
+    spread = lambda c: strategy._spread(c, strategy.predictions[c.recipe.key()])  # noqa: E731
+    assert spread(both) > spread(compiled) > NOVEL_STD  # two transforms never measured here, then one
+    strategy.tell(compiled, _result(compiled, 0.5))
+    assert spread(compiled) < 0.1 < NOVEL_STD <= spread(both)  # compile is known now: only bf16 is new in the pair

@@ -9,6 +9,18 @@ compile or an export, plus MEASURE_S): a likely failure is measured late, an unc
 with a chance of a large win early, a long compile only when it promises more. Each tell adds the measurement to the training rows, counted
 OWN_WEIGHT times (it is the very workload being searched), and retrains (active learning). With
 too few stored measurements it orders by the transforms' priors, and says so.
+
+The uncertainty is the ensemble's spread, which shrinks as recipes of the same transforms are
+measured, plus NOVEL_STD for each transform not yet measured on this workload: the trees agree
+closely even where they are wrong (a llama-1b decode step, unlike the small decoders they saw),
+so a recipe that brings a new transform keeps a chance over parameter variants of one measured.
+
+One measurement moves the trees little (a leaf needs several rows), so what this run's failures
+say is also applied directly (`RunEvidence`): a lossy step (`Transform.lossy`) of a recipe that
+failed verification, or the step a failed setup names, makes every recipe with that step less
+likely to pass, and its other settings somewhat less; a timeout sets the seconds expected of
+recipes with its steps to at least the limit it ran past. A recipe with the step that passes
+clears the suspicion.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from agnitra.search.strategies.blocking import FailedSteps
 OWN_WEIGHT = 5.0
 EPSILON = 1e-9
 MEASURE_S = 5.0  # a candidate's run besides its setup: worker call, timed rounds, checks
+NOVEL_STD = 0.15  # log-speedup spread a transform not yet measured on this workload adds (replay: 0.1-0.2 cost 3-12% in-distribution, helped held-out families)
 SAME_STEP_PASS = 0.15  # P(pass) kept per failure of the very step (transform and parameters) in this run
 SAME_TRANSFORM_PASS = 0.6  # per failure of the transform with other parameters (another int4 group size)
 
@@ -129,6 +142,16 @@ class ModelGuided(Strategy):
         for candidate, prediction in zip(pending, self.model.predict_recipes(self.workload_row, recipes)):
             self.predictions[candidate.recipe.key()] = prediction
 
+    def _spread(self, candidate: Candidate, p) -> float:
+        """The uncertainty of a candidate's log speedup: the ensemble's spread, shrinking with each
+        measured recipe of the same transforms, and NOVEL_STD more for each of its transforms not
+        yet measured on this workload in any recipe (the trees' spread says how much they agree,
+        not how wrong they are on a model unlike their data)."""
+        transforms = _transforms_of(candidate)
+        siblings = self.measured_sets[transforms]
+        novel = sum(1 for t in transforms if not any(t in measured for measured in self.measured_sets))
+        return math.hypot(max(p.log_speedup_std, 0.02) / math.sqrt(1 + siblings), NOVEL_STD * math.sqrt(novel))
+
     def _acquisition(self, candidate: Candidate) -> float:
         """Expected improvement of the log speedup over the best correct one so far, times the
         probability of passing verification. The spread shrinks with each measured recipe of the
@@ -137,8 +160,7 @@ class ModelGuided(Strategy):
         p = self.predictions.get(candidate.recipe.key())
         if p is None:
             return -math.inf
-        siblings = self.measured_sets[_transforms_of(candidate)]
-        sigma = max(p.log_speedup_std, 0.02) / math.sqrt(1 + siblings)
+        sigma = self._spread(candidate, p)
         z = (p.log_speedup - self.best_log_speedup) / sigma
         improvement = sigma * (z * _normal_cdf(z) + _normal_pdf(z))
         p_pass = p.p_pass * self.evidence.pass_factor(candidate)
