@@ -212,7 +212,7 @@ def _recipe(*steps: tuple[str, dict]) -> Candidate:
 
 
 def test_a_failure_in_this_run_makes_recipes_with_the_same_lossy_step_unlikely_to_pass():
-    from agnitra.search.strategies.model import SAME_STEP_PASS, SAME_TRANSFORM_PASS, RunEvidence
+    from agnitra.search.strategies.evidence import SAME_STEP_PASS, SAME_TRANSFORM_PASS, RunEvidence
 
     evidence = RunEvidence()
     g32, g64 = ("int4-weight-only", {"group_size": 32}), ("int4-weight-only", {"group_size": 64})
@@ -232,7 +232,7 @@ def test_a_failure_in_this_run_makes_recipes_with_the_same_lossy_step_unlikely_t
 
 
 def test_the_model_strategy_weighs_what_failed_in_this_run_into_its_choice():
-    from agnitra.search.strategies.model import SAME_STEP_PASS
+    from agnitra.search.strategies.evidence import SAME_STEP_PASS
 
     rows = _rows()
     strategy = ModelGuided(_space(), model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": 0.5, "sig.other": 0.5})

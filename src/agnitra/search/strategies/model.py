@@ -33,13 +33,12 @@ from agnitra.errors import UserError
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
+from agnitra.search.strategies.evidence import RunEvidence
 
 OWN_WEIGHT = 5.0
 EPSILON = 1e-9
 MEASURE_S = 5.0  # a candidate's run besides its setup: worker call, timed rounds, checks
 NOVEL_STD = 0.15  # log-speedup spread a transform not yet measured on this workload adds (replay: 0.1-0.2 cost 3-12% in-distribution, helped held-out families)
-SAME_STEP_PASS = 0.15  # P(pass) kept per failure of the very step (transform and parameters) in this run
-SAME_TRANSFORM_PASS = 0.6  # per failure of the transform with other parameters (another int4 group size)
 
 
 @register_strategy
@@ -166,52 +165,6 @@ class ModelGuided(Strategy):
         p_pass = p.p_pass * self.evidence.pass_factor(candidate)
         seconds = MEASURE_S + max(p.setup_s or 0.0, self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
         return (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
-
-
-class RunEvidence:
-    """What this run's own failures say about the steps of recipes not yet measured."""
-
-    def __init__(self) -> None:
-        self.failed_steps: Counter[str] = Counter()  # step label -> failures it is a suspect of
-        self.failed_transforms: Counter[str] = Counter()
-        self.slow: dict[str, float] = {}  # step label -> seconds a recipe with it ran past
-
-    def learn(self, candidate: Candidate, result: Any) -> None:
-        from agnitra.transforms.base import get_transform
-
-        steps = candidate.recipe.steps
-        status, reason = getattr(result, "status", "failed"), getattr(result, "reason", "") or ""
-        if status == "timeout":
-            from agnitra.search.costmodel.model import timeout_limit
-
-            limit = timeout_limit(reason) or 0.0
-            for step in steps:
-                self.slow[step.label()] = max(self.slow.get(step.label(), 0.0), limit)
-            return
-        if status == "ok" and getattr(result, "passed", False):
-            for step in steps:
-                if self.failed_steps.pop(step.label(), 0):
-                    self.failed_transforms[step.transform] = max(0, self.failed_transforms[step.transform] - 1)
-                self.slow.pop(step.label(), None)
-            return
-        if status == "ok":  # measured, failed verification: its lossy steps are the suspects
-            suspects = [s for s in steps if get_transform(s.transform).lossy(dict(s.params))]
-        else:  # failed to set up or run: the step its error names, if it names one
-            suspects = [s for s in steps if f"PatchError: {s.label()}:" in reason]
-        for step in suspects:
-            self.failed_steps[step.label()] += 1
-            self.failed_transforms[step.transform] += 1
-
-    def pass_factor(self, candidate: Candidate) -> float:
-        factor = 1.0
-        for step in candidate.recipe.steps:
-            same = self.failed_steps.get(step.label(), 0)
-            other = self.failed_transforms.get(step.transform, 0) - same
-            factor *= SAME_STEP_PASS**same * SAME_TRANSFORM_PASS ** max(0, other)
-        return factor
-
-    def least_seconds(self, candidate: Candidate) -> float:
-        return max((self.slow.get(step.label(), 0.0) for step in candidate.recipe.steps), default=0.0)
 
 
 def _transforms_of(candidate: Candidate) -> frozenset[str]:
