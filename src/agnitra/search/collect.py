@@ -4,8 +4,9 @@ For each workload of a plan, the space is built as `optimize` builds it, and a d
 it is measured the way the search measures candidates (each in its own short interleaved run
 against the baseline, in a worker process): one recipe of every set of transforms first (each
 policy once, in a seeded order), then the other single-step settings, then multi-step recipes
-drawn at random (seeded), until the sample size or the workload's share of the time is reached. Nothing is skipped because something else
-failed: failures are data too (the cost model learns which recipes fail verification). There is
+drawn at random (seeded), until the sample size or the workload's share of the time is reached.
+Nothing is skipped because something else failed: failures are data too (the cost model learns
+which recipes fail verification). There is
 no final run and no answer; each workload's measurements become one run of kind `collect` in
 the store, and the dataset is the store exported with its features (`store.io.export_dataset`).
 """
