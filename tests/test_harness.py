@@ -75,10 +75,10 @@ def test_variants_are_interleaved_and_records_kept(device_report):
     assert by["test-crashes"].status == "failed" and "kernel exploded" in by["test-crashes"].reason
     assert by["test-not-here"].status == "skipped" and by["test-not-here"].reason == "needs a machine that does not exist"
     assert by["test-a"].latency_ms.samples == 20 and by["test-a"].throughput.unit == "items/s"
-    # one warm-up each, then ten rounds of 2 calls per variant; who goes first rotates per round
+    # one warm-up each, then four rounds of 5 calls per variant; who goes first rotates per round
     timed = [name for name in CALL_LOG if name in ("test-a", "test-b")]
-    assert timed[:10] == ["test-a", "test-b"] + ["test-a"] * 2 + ["test-b"] * 4 + ["test-a"] * 2
-    assert [len(r) for r in by["test-b"].round_ms] == [2] * 10  # per-round samples, for the noise verdict
+    assert timed[:22] == ["test-a", "test-b"] + ["test-a"] * 5 + ["test-b"] * 10 + ["test-a"] * 5
+    assert [len(r) for r in by["test-b"].round_ms] == [5] * 4  # per-round samples, for the noise verdict
     low, high = by["test-b"].speedup_interval
     assert low <= high and by["test-b"].faster_beyond_noise in (True, False) and by["test-a"].speedup_interval is None
     assert by["test-a"].correctness.details["role"] == "reference"
@@ -89,6 +89,15 @@ def test_variants_are_interleaved_and_records_kept(device_report):
     assert by["test-off"].correctness.details["sets"] == 3  # held-out sets, not the example inputs
     assert report.roofline and 0 < by["test-a"].roofline_fraction < 1.5
     assert report.conditions["runs"] == 20 and report.conditions["input_sets"] == 4
+
+
+@pytest.mark.parametrize("runs, rounds", [(30, [5] * 6), (50, [5] * 10), (100, [5] * 20), (12, [3] * 4), (6, [1] * 6)])
+def test_calls_a_round_do_not_depend_on_the_runs(device_report, runs, rounds):
+    """A search's short screening run and the long final run time the same 5 calls a round (a
+    round's first call starts on an idle device), unless the runs are too few for 4 paired rounds."""
+    config = BenchConfig(variants=["test-a", "test-b"], runs=runs, warmup=1, op_breakdown=False, check=False, roofline=False, signature=False)
+    report = benchmark(_mlp_workload(), torch.device("cpu"), device_report, config)
+    assert [len(r) for r in report.variants[1].round_ms] == rounds
 
 
 def test_report_schema_keys(device_report):

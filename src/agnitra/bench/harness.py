@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_map
 
 from agnitra.bench.heldout import InputPlan, ShapeCheck, plan_inputs
 from agnitra.bench.machine import MachineWatch
-from agnitra.bench.noise import faster_beyond_noise, round_cv
+from agnitra.bench.noise import MIN_PAIRED_ROUNDS, faster_beyond_noise, round_cv
 from agnitra.bench.variants import Prepared, Variant, get_variant
 from agnitra.errors import NotApplicable, first_line
 from agnitra.models.generate import Generator, random_prompt
@@ -46,8 +46,13 @@ TEXT_CHECK_POSITIONS = 1024  # held-out text positions a decoder's perplexity is
 from agnitra.workloads.base import Workload, tensor_leaves
 
 Progress = Callable[[str, float], None]  # (message, fraction done)
-ROUNDS = 10  # forward runs are split into at least this many interleaved rounds (where runs allow)
-MAX_CALLS_A_ROUND = 10
+# Forward calls are timed CALLS_A_ROUND at a time, one variant after another. Each round starts on
+# an idle device, so its first call pays the host's launch time in full while the later ones overlap
+# it with the device's work: the same number of calls a round, however many runs, keeps a short
+# screening run's median the same measurement as a long final run's (with 2 calls a round, half the
+# samples were cold and a CUDA-graph recipe's median was 1.7x its final one). Fewer calls a round
+# only where the runs would not make MIN_PAIRED_ROUNDS rounds.
+CALLS_A_ROUND = 5
 
 
 @dataclass
@@ -60,6 +65,7 @@ class BenchConfig:
     check: bool = True
     op_breakdown: bool = True
     input_sets: int = 4  # forward inputs rotated so repeated runs do not measure a warm cache
+    calls_a_round: int = CALLS_A_ROUND  # forward calls timed back to back before the next variant's turn
     threshold: float | None = None  # correctness threshold; None: the metric's default
     tolerances: Tolerances = field(default_factory=Tolerances)
     energy_seconds: float = 1.0  # NVML energy pass per variant (GPU only)
@@ -199,7 +205,7 @@ class Harness:
 
     def _time_all(self) -> None:
         total = self.config.runs
-        chunk = 1 if self.decoder else max(1, min(MAX_CALLS_A_ROUND, total // ROUNDS))
+        chunk = 1 if self.decoder else max(1, min(self.config.calls_a_round, total // MIN_PAIRED_ROUNDS))
         rounds = math.ceil(total / chunk)
         for r in range(rounds):
             count = min(chunk, total - r * chunk)
