@@ -284,6 +284,25 @@ def test_a_peer_that_is_a_recipe_of_the_space_is_told_to_the_strategy_and_not_me
     assert told[0] == (compiled.recipe.name, 0)  # and the strategy knew it before its first ask
 
 
+def test_a_decoders_final_run_reserve_holds_what_its_final_run_took():
+    """llama-1b decode on the H100 (6 min budget): the baseline run took 40 s, the peer's run
+    101.9 s (83.4 s of it compiling), the finalist's search run 52.4 s; the final run of the three
+    then needed about 125 s and, with a forward model's reserve, was stopped 5 s short."""
+    from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
+    from agnitra.search.budget import Budget
+    from agnitra.search.optimize import FinalReserve, MeasuredRuns
+
+    latency = Latency(median=1.25, p95=1.3, min=1.2, mean=1.26, samples=254)
+    measured = MeasuredRuns(40.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=3.0)])
+    measured.add_peer_run(101.9, [VariantResult("compile-reduce-overhead", "ok", latency_ms=latency, correctness=Correctness("logits", 30.0, True, 20.0), setup_s=83.4)], baseline_ms=32.3)
+    finalist = CandidateResult("triton-kernels + compile", {"steps": [{"transform": "triton-kernels", "params": {}}]}, "k", 1.0, "ok", latency_ms=Latency(median=19.3, p95=20, min=19, mean=19.4, samples=254),
+                               baseline_ms=32.3, speedup=1.67, correctness=Correctness("logits", 25.0, True, 20.0), eval_s=52.4)
+    budget = Budget(360.0)
+    decoder = FinalReserve(measured, budget, gpu=True, restart_s=1.0, decoder=True)([finalist])
+    forward = FinalReserve(measured, budget, gpu=True, restart_s=1.0)([finalist])
+    assert decoder >= 125.0 > forward
+
+
 @pytest.mark.parametrize("strategy", ["random", "tpe", "nsga2", "auto"])
 def test_other_strategies_search_verify_and_report(tmp_path, strategy):
     fast = agnitra.optimize(_mlp(), device="cpu", strategy=strategy, transforms=["threads", "test-double", "test-nan"], peers=[], budget="60s", out=tmp_path)

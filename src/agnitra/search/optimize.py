@@ -42,9 +42,13 @@ BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no r
 PEER_SHARE = 0.4  # of the budget left after the baseline, for measuring the peers
 # the final-run reserve (FinalReserve)
 RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
-FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-length run's (50 timed calls vs 20, the checks the same)
+FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-length run's (50 timed calls vs 30, the checks the same)
+# a decoder's: 5 timed generations vs 2, and every checked position vs one window (llama-1b decode,
+# H100: 26 s a variant against a peer run's 7.8 s; with 1.5 the final run was stopped 5 s short)
+DECODER_FINAL_SHARE_SCALE = 3.0
 WARM_EVAL = 0.35  # a setup in the final run against the search's (caches warm; H100 llama-1b: 0.2-0.27, MiniLM CPU: 0.18)
 ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
+DECODER_ENERGY_S = 3.0  # a decoder's energy pass generates (llama-1b decode, H100: 1.2-2.8 s)
 ASSEMBLY_S = 5.0  # building the answer here and writing the reports
 SAFETY = 1.3
 
@@ -165,7 +169,7 @@ def run_optimize(
         measured, peer_note = _probe_peers(runner, device_report, config, budget, peers, MeasuredRuns(probe_s, probe.variants))
         peers = [v.name for v in measured.peers if v.status == "ok"]
         notes += [peer_note] if peer_note else []
-        reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s)
+        reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s, decoder=workload.decoder is not None)
         searcher = get_strategy(strategy)(space)
         notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
         if first and searcher.learned_from_store():  # the cost model learned from those measurements: its order, not theirs
@@ -352,12 +356,12 @@ class FinalReserve:
     compile on the H100, 0.18 on the CPU). The final run's own time limit is what keeps the
     budget; this estimate only spares it from being cut short."""
 
-    def __init__(self, measured: MeasuredRuns, budget: Budget, gpu: bool, restart_s: float = 0.0) -> None:
-        self.share_s = FINAL_SHARE_SCALE * measured.per_variant_s()
+    def __init__(self, measured: MeasuredRuns, budget: Budget, gpu: bool, restart_s: float = 0.0, decoder: bool = False) -> None:
+        self.share_s = (DECODER_FINAL_SHARE_SCALE if decoder else FINAL_SHARE_SCALE) * measured.per_variant_s()
         self.peers = [v for v in measured.peers if v.status == "ok"]
         self.peer_setup_s = WARM_EVAL * sum(v.setup_s or 0.0 for v in self.peers)
         self.budget = budget
-        self.energy_s = ENERGY_S if gpu else 0.0
+        self.energy_s = (DECODER_ENERGY_S if decoder else ENERGY_S) if gpu else 0.0
         self.restart_s = restart_s  # a candidate cut short at the reserve's edge leaves a worker to start again
 
     def __call__(self, results: list[CandidateResult]) -> float:
