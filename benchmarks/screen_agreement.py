@@ -14,6 +14,14 @@ For each workload and recipe this measures, in one process as the search's worke
 
 and writes each recipe's screening median over its final median (1.0: they agree).
 
+Measured on an H100 (screen-agreement-nvidia-h100-80gb-hbm3-2026-11-26.json), mistral and
+whisper-encoder at size moderate, fp16: the calls a round were not the cause. Device-bound
+cuda-graphs agrees within 3% either way; compile(reduce-overhead) and plain compile screen at
+0.44-0.95 of their final medians, before and after alike; and the eager baseline itself moved
+from 2.2 to 6.7 ms between runs of one process, so a host-bound baseline's state, not the
+candidate, sets much of a screened speedup. Next: the baseline's spread between runs (Inductor's
+compile workers still busy, clocks, the Python heap) on the GPU.
+
     PYTHONPATH=src python benchmarks/screen_agreement.py --device cuda --dtype fp16 \
         --workloads hf:mistral,hf:whisper-encoder --out-file /tmp/out/screen-agreement.json
 
