@@ -3,6 +3,7 @@ device kind, against the targets (MAPE <= 10%, Kendall's tau >= 0.8).
 
     python benchmarks/costmodel.py                       # every dataset in benchmarks/datasets
     python benchmarks/costmodel.py --dataset X.csv --out-file Y.json
+    python benchmarks/costmodel.py --dataset X.csv --without hot.   # the same, the hotspot features left out
 
 Nothing is re-measured: the datasets are what `agnitra collect` measured (their devices and
 conditions are in their rows); this script trains and predicts on the machine it runs on.
@@ -34,9 +35,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", action="append")
     parser.add_argument("--out-file")
+    parser.add_argument("--without", action="append", default=[], help="leave out the features of this prefix (hot., sig., dev.): an ablation")
     args = parser.parse_args()
     paths = args.dataset or sorted(str(p) for p in (ROOT / "benchmarks" / "datasets").glob("*.csv"))
     rows = load_rows(datasets=paths)
+    if args.without:
+        rows = [{k: v for k, v in r.items() if not k.startswith(tuple(args.without))} for r in rows]
     started = time.time()
     evaluations = {}
     for by in ("workload", "family"):
@@ -50,7 +54,8 @@ def main() -> None:
             print("    MAPE by measured speedup: " + ", ".join(f"{band}x {b['mape']} ({b['rows']})" for band, b in d["mape_by_speedup"].items()), flush=True)
     doc = {
         "schema": "agnitra.costmodel-eval/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
-        "versions": software_versions(), "datasets": [Path(p).name for p in paths],
+        "versions": software_versions(), "datasets": [Path(p).name for p in paths], "features_left_out": args.without,
+        "hotspot_rows": sum(1 for r in rows if any(k.startswith("hot.") and r[k] is not None for k in r)),
         "dataset_devices": dict(Counter(r.get("device") or "" for r in rows)), "dataset_status": dict(Counter(r.get("status") or "" for r in rows)),
         "conditions": {"model": f"LightGBM, {ROUNDS} rounds, a bagged ensemble of {ENSEMBLE} for log speedup; one model each for P(pass), memory, quality error",
                        "params": PARAMS, "targets": TARGETS,

@@ -72,7 +72,7 @@ def main() -> None:
     name = args.spec.split(":", 1)[-1]
     workload = build_workload(name, BuildOptions(dtype=DTYPES[args.dtype], batch=args.batch, seq_len=args.seq_len, tokens=args.tokens))
     notes: list[str] = []
-    op_kinds, signature = graph_facts(workload, notes)
+    op_kinds, signature = graph_facts(workload, notes, timed=False)  # nothing is measured here
     device = torch.device(args.device_kind)
     space, _ = recipe_space(TransformContext(workload, device, op_kinds=op_kinds), allowed=set(args.transforms.split(",")) if args.transforms else None)
     strategy = ModelGuided(space, CostModel.fit(rows), rows, workload_row(workload, signature, DescribedDevice(rows), device))

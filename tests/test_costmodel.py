@@ -60,6 +60,16 @@ def test_the_cost_model_learns_a_planted_relation_on_workloads_it_never_saw():
     assert all(b["mape"] < 0.15 for b in bands.values()) and len(bands) >= 3
 
 
+def test_the_cost_model_reads_hotspot_features_apart_from_the_static_signature():
+    """Workloads whose static signatures are alike, told apart only by their measured time
+    shares (`hot.*`): the planted relation is learned through them, and not without them."""
+    rows = [{**{k: v for k, v in row.items() if k != "sig.size"}, "sig.other": 0.5, "hot.time_share.matmul": row["sig.size"]} for row in _rows()]
+    learned = leave_one_out(rows).devices[0]
+    assert learned.mape < 0.10 and learned.kendall_tau > 0.8
+    blind = leave_one_out([{k: v for k, v in r.items() if not k.startswith("hot.")} for r in rows]).devices[0]
+    assert blind.kendall_tau < learned.kendall_tau - 0.2 and blind.mape > 2 * learned.mape
+
+
 def test_predictions_carry_uncertainty():
     model = CostModel.fit(_rows())
     small, big = (dict(_rows(1, seed=s)[0], **{"sig.size": size}) for s, size in ((1, 0.05), (2, 0.95)))

@@ -14,6 +14,7 @@ from test_optimize import _mlp  # tests/: the small MLP workload
 import agnitra
 from agnitra import api
 from agnitra.store import counts, export_csv, import_runs, open_store, record_report
+from agnitra.store.io import dataset_rows
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +86,12 @@ def test_bench_and_optimize_record_every_measurement_and_import_counts_a_run_onc
         searched_rows = [r for r in table if r["phase"] == "search"]
         assert all(r["recipe"].startswith("[{") for r in searched_rows) and all(r["device_kind"] == "cpu" for r in table)
         assert any(r["speedup"] for r in searched_rows if r["status"] == "ok")
+        # the optimize run timed its hotspots before searching: kept with the run, not the workload
+        shares = fast.report.bench.conditions["hotspots"]
+        assert abs(sum(v for k, v in shares.items() if k.startswith("time_share.")) - 1.0) < 1e-6 and shares["time_share.matmul"] > 0
+        learned = dataset_rows(store)  # the cost model's rows: the optimize run's recipes
+        assert learned and all(r["hot.time_share.matmul"] == shares["time_share.matmul"] for r in learned)
+        assert all(r["sig.count_share.matmul"] > 0 for r in learned)  # the static signature beside them, apart
     finally:
         store.close()
 

@@ -66,14 +66,20 @@ def _mix_features(ir: GraphIR) -> dict[str, float]:
 
 
 def time_shares(ir: GraphIR) -> dict[str, float]:
-    """Measured time share per op kind (`time_share.KIND`); empty when the IR is untimed."""
+    """The hotspot features of a timed IR: measured time share per op kind (`time_share.KIND`) and,
+    on a GPU, the share of the step the device was busy (`device_busy_share`: low for a step that
+    launches more than it computes, where CUDA graphs pay); empty when the IR is untimed."""
     timed_total = sum(node.time_us or 0.0 for node in ir.nodes)
     if not timed_total:
         return {}
     shares = defaultdict(float)
     for node in ir.nodes:
         shares[node.kind] += (node.time_us or 0.0) / timed_total
-    return {f"time_share.{kind}": round(shares[kind], 9) for kind in KINDS}
+    out = {f"time_share.{kind}": round(shares[kind], 9) for kind in KINDS}
+    timing = ir.timing or {}
+    if timing.get("device_busy_ms") is not None and timing.get("measured_ms"):
+        out["device_busy_share"] = round(min(2.0, timing["device_busy_ms"] / timing["measured_ms"]), 9)
+    return out
 
 
 def _size_features(ir: GraphIR) -> dict[str, float]:

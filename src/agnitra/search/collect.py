@@ -21,7 +21,7 @@ import torch
 from agnitra.bench.isolated import InProcess, Worker, WorkloadSource
 from agnitra.results import DeviceReport, OptimizeReport
 from agnitra.search.budget import Budget
-from agnitra.search.optimize import graph_facts, measure_baseline
+from agnitra.search.optimize import graph_facts, measure_baseline, with_hotspots
 from agnitra.search.space import Candidate, recipe_space
 from agnitra.search.strategies.base import Strategy
 from agnitra.search.tuner import SearchConfig, pareto_front, screening_tolerances, search
@@ -108,6 +108,7 @@ def collect_workload(
         outcome = search(InOrder(chosen), runner, device_report, config, budget, lambda results: FINISH_S, progress=progress)
     if signature is not None:  # the screening run skips it; the store names the workload by it
         probe.workload["signature"] = signature
+        with_hotspots(probe, signature)
     info = {
         "mode": MODE, "strategy": InOrder.name, "seed": seed, "budget_s": budget.total_s, "space_size": len(space), "sample": len(chosen),
         "evaluated": len(outcome.results), "unmeasured": outcome.unmeasured, "candidate_timeout_s": candidate_timeout_s,

@@ -51,6 +51,7 @@ ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
 DECODER_ENERGY_S = 3.0  # a decoder's energy pass generates (llama-1b decode, H100: 1.2-2.8 s)
 ASSEMBLY_S = 5.0  # building the answer here and writing the reports
 SAFETY = 1.3
+HOTSPOT_RUNS, HOTSPOT_WARMUP = 5, 2  # the profiled run of the original model that times its hotspots
 
 
 @dataclass
@@ -204,12 +205,12 @@ def run_optimize(
         "notes": notes,
     }
     if final is None:
-        bench = probe
+        bench = with_hotspots(probe, signature)
         bench.notes.append(f"final run: {final_failure}")
         verdict = f"the final run did not finish ({final_failure}); the original model is returned" + _best_searched(finalists) + _common_failure(results)
         report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
         return _finish(report, budget, OptimizeResult(workload.model, Recipe(), report))
-    bench = final.bench
+    bench = with_hotspots(final.bench, signature)
     chosen = _choose(bench, list(final.recipes), objective)
     if chosen is None:
         verdict = _nothing_helped(results, finalists, bench) + _common_failure(results)
@@ -226,9 +227,11 @@ def run_optimize(
     return _finish(report, budget, OptimizeResult(model, recipe, report))
 
 
-def graph_facts(workload: Workload, notes: list[str]) -> tuple[frozenset[str] | None, dict | None]:
+def graph_facts(workload: Workload, notes: list[str], timed: bool = True) -> tuple[frozenset[str] | None, dict | None]:
     """The op kinds of the captured graph, which say what each transform could change here, and
-    its static signature, which finds the nearest stored workloads."""
+    its signature: the static part finds the nearest stored workloads; the hotspot features
+    (`measured`: time shares per op kind, the device's busy share) are timed here once, unless
+    `timed` is off, and are what the cost model reads besides."""
     from agnitra.ir import capture_workload, signature
 
     try:
@@ -236,7 +239,37 @@ def graph_facts(workload: Workload, notes: list[str]) -> tuple[frozenset[str] | 
     except Exception as exc:  # noqa: BLE001 - a model that does not capture is still searched, all of it
         notes.append(f"the graph was not captured ({first_line(exc)}); every transform was searched")
         return None, None
+    if timed:
+        _time_hotspots(ir, workload, notes)
     return frozenset(node.kind for node in ir.nodes), signature(ir).to_dict()
+
+
+def with_hotspots(bench: BenchReport, signature: dict | None) -> BenchReport:
+    """The run's conditions with the hotspot features timed before the search (`hotspots`): the
+    store keeps them with the run, apart from the workload's static signature."""
+    if signature and signature.get("measured"):
+        bench.conditions["hotspots"] = dict(signature["measured"])
+    return bench
+
+
+def _time_hotspots(ir, workload: Workload, notes: list[str]) -> None:
+    """One short profiled run of the original model, its time written into the IR; a model that
+    cannot be profiled is searched without hotspot features, and the notes say so."""
+    from agnitra.ir.timing import attribute_time
+    from agnitra.ort.session import OrtModule
+    from agnitra.workloads.base import tensor_leaves
+
+    if isinstance(workload.model, OrtModule):
+        notes.append("hotspots: not timed (an ONNX model); the cost model reads its static signature only")
+        return
+    leaves = tensor_leaves(workload.example_inputs)
+    device = leaves[0].device if leaves else torch.device("cpu")
+    try:
+        attribute_time(ir, workload.model, workload.model, workload.example_inputs, device, runs=HOTSPOT_RUNS, warmup=HOTSPOT_WARMUP)
+    except Exception as exc:  # noqa: BLE001 - the search goes on without them
+        notes.append(f"hotspots: not timed ({first_line(exc)}); the cost model reads the static signature only")
+        for node in ir.nodes:
+            node.time_us = None
 
 
 def _warm_started(space: list, signature: dict | None, device: torch.device, notes: list[str]) -> tuple[list, list]:

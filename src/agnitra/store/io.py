@@ -145,6 +145,7 @@ DATASET_COLUMNS = (
 )
 SIGNATURE_PREFIX = "sig."
 DEVICE_PREFIX = "dev."
+HOTSPOT_PREFIX = "hot."  # the run's hotspot features (measured before its search), apart from the static signature
 
 
 def family_of(name: str, source: str) -> str:
@@ -163,8 +164,8 @@ def _skip_damaged(m: MeasurementRow, run: RunRow, w: WorkloadRow, d: DeviceRow, 
 
 def dataset_rows(store: Store, device_kind: str | None = None, skipped: list[str] | None = None) -> list[dict]:
     """Every measurement of a recipe (candidates and recipe variants; not the baselines or peers
-    that are no recipe), with its workload's static signature (`sig.*`), its device's numeric
-    signature (`dev.*`) and the targets: speedup over its run's baseline, the model's own memory
+    that are no recipe), with its workload's static signature (`sig.*`), its run's hotspot
+    features (`hot.*`, where the run timed them), its device's numeric signature (`dev.*`) and the targets: speedup over its run's baseline, the model's own memory
     against the baseline's, the quality error (`results.quality_error`) and whether it passed."""
     from agnitra.results import quality_error
 
@@ -195,6 +196,7 @@ def dataset_rows(store: Store, device_kind: str | None = None, skipped: list[str
                 "passed": m.passed, "setup_s": m.setup_s, "torch": (run.versions or {}).get("torch", ""),
             }
             row.update({SIGNATURE_PREFIX + k: v for k, v in (w.signature or {}).items()})
+            row.update({HOTSPOT_PREFIX + k: v for k, v in ((run.conditions or {}).get("hotspots") or {}).items() if isinstance(v, (int, float))})
             row.update({DEVICE_PREFIX + k: v for k, v in (d.signature or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
             rows.append(row)
     for row in rows:  # the baseline's bytes are known once its run is read

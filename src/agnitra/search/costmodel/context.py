@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from agnitra.results import DeviceReport
-from agnitra.store.io import DEVICE_PREFIX, SIGNATURE_PREFIX, family_of
+from agnitra.store.io import DEVICE_PREFIX, HOTSPOT_PREFIX, SIGNATURE_PREFIX, family_of
 from agnitra.workloads.base import Workload
 
 
@@ -16,5 +16,6 @@ def workload_row(workload: Workload, signature: dict | None, device_report: Devi
     }
     if signature:
         row.update({SIGNATURE_PREFIX + n: v for n, v in zip(signature.get("names", []), signature.get("values", []))})
+        row.update({HOTSPOT_PREFIX + k: v for k, v in (signature.get("measured") or {}).items()})
     row.update({DEVICE_PREFIX + k: v for k, v in (device_report.signature or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return row

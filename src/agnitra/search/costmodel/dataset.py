@@ -47,7 +47,7 @@ def _typed(raw: dict, origin: str) -> dict:
     for key in NUMERIC:
         row[key] = _number(raw.get(key))
     for key, value in raw.items():
-        if key.startswith(("sig.", "dev.")):
+        if key.startswith(("sig.", "hot.", "dev.")):
             row[key] = _number(value)
     row["passed"] = {"True": True, "False": False}.get(raw.get("passed", ""))
     try:

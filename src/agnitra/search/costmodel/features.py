@@ -1,5 +1,7 @@
-"""Rows into feature vectors: the workload's static signature (`sig.*`), the device's numeric
-signature (`dev.*`, log-scaled) and kind, the batch, and the recipe: per transform whether it is
+"""Rows into feature vectors: the workload's static signature (`sig.*`), its hotspot features
+(`hot.*`: time shares per op kind and the device's busy share, measured before the run's search;
+missing where a run did not time them), the device's numeric signature (`dev.*`, log-scaled) and
+kind, the batch, and the recipe: per transform whether it is
 in the recipe and its position, each numeric parameter's value and each other parameter's value
 as a flag. The vocabulary is fitted on the training rows and saved with the model; what the
 training rows never had reads as zeros."""
@@ -12,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-SIG, DEV = "sig.", "dev."
+SIG, HOT, DEV = "sig.", "hot.", "dev."
 
 
 @dataclass
@@ -20,33 +22,34 @@ class Featurizer:
     signature: list[str] = field(default_factory=list)
     device: list[str] = field(default_factory=list)
     recipe: list[str] = field(default_factory=list)  # "t:NAME", "p:NAME.PARAM", "v:NAME.PARAM=VALUE"
+    hotspots: list[str] = field(default_factory=list)
 
     @classmethod
     def fit(cls, rows: list[dict]) -> "Featurizer":
-        signature = sorted({k[len(SIG):] for r in rows for k, v in r.items() if k.startswith(SIG) and v is not None})
-        device = sorted({k[len(DEV):] for r in rows for k, v in r.items() if k.startswith(DEV) and v is not None})
+        signature, hotspots, device = (sorted({k[len(p):] for r in rows for k, v in r.items() if k.startswith(p) and v is not None}) for p in (SIG, HOT, DEV))
         recipe: dict[str, None] = {}
         for r in rows:
             for name in recipe_tokens(steps_of(r)):
                 recipe.setdefault(name, None)
-        return cls(signature, device, sorted(recipe))
+        return cls(signature, device, sorted(recipe), hotspots)
 
     def names(self) -> list[str]:
-        return ["device_is_cuda", "log2_batch", *(SIG + n for n in self.signature), *(DEV + n for n in self.device), "n_steps", *self.recipe]
+        return ["device_is_cuda", "log2_batch", *(SIG + n for n in self.signature), *(HOT + n for n in self.hotspots), *(DEV + n for n in self.device), "n_steps", *self.recipe]
 
     def transform(self, rows: list[dict]) -> np.ndarray:
         index = {name: i for i, name in enumerate(self.recipe)}
-        base = 2 + len(self.signature) + len(self.device) + 1
+        workload_part = [*(SIG + n for n in self.signature), *(HOT + n for n in self.hotspots)]
+        base = 2 + len(workload_part) + len(self.device) + 1
         out = np.zeros((len(rows), base + len(self.recipe)), dtype=np.float64)
         for i, r in enumerate(rows):
             out[i, 0] = 1.0 if r.get("device_kind") == "cuda" else 0.0
             out[i, 1] = math.log2(r["batch"]) if r.get("batch") else np.nan
-            for j, n in enumerate(self.signature):
-                v = r.get(SIG + n)
+            for j, n in enumerate(workload_part):
+                v = r.get(n)
                 out[i, 2 + j] = np.nan if v is None else v
             for j, n in enumerate(self.device):
                 v = r.get(DEV + n)
-                out[i, 2 + len(self.signature) + j] = np.nan if v is None else math.log2(1 + abs(v))
+                out[i, 2 + len(workload_part) + j] = np.nan if v is None else math.log2(1 + abs(v))
             steps = steps_of(r)
             out[i, base - 1] = len(steps)
             for name, value in recipe_tokens(steps).items():
@@ -59,7 +62,7 @@ class Featurizer:
         workload's part computed once, only the recipe part per row (a search's whole space)."""
         out = np.tile(self.transform([dict(base, steps=[])])[0], (len(recipes), 1))
         index = {name: i for i, name in enumerate(self.recipe)}
-        offset = 2 + len(self.signature) + len(self.device) + 1
+        offset = 2 + len(self.signature) + len(self.hotspots) + len(self.device) + 1
         for i, steps in enumerate(recipes):
             out[i, offset - 1] = len(steps)
             for name, value in recipe_tokens(steps).items():
@@ -69,11 +72,11 @@ class Featurizer:
         return out
 
     def to_dict(self) -> dict:
-        return {"signature": self.signature, "device": self.device, "recipe": self.recipe}
+        return {"signature": self.signature, "hotspots": self.hotspots, "device": self.device, "recipe": self.recipe}
 
     @classmethod
     def from_dict(cls, doc: dict) -> "Featurizer":
-        return cls(list(doc["signature"]), list(doc["device"]), list(doc["recipe"]))
+        return cls(list(doc["signature"]), list(doc["device"]), list(doc["recipe"]), list(doc.get("hotspots", [])))
 
 
 def steps_of(row: dict) -> list[dict]:
