@@ -17,6 +17,7 @@
 #   bash benchmarks/device_run.sh hf FAMILIES [TAG]            # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), HF_BUDGET (170s) each, HF_PEERS, each against a fresh copy of the carried store
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model)
 #   bash benchmarks/device_run.sh screen [WORKLOADS]          # screen_agreement.py: a recipe's median in the search's screening run against the final run's (default hf:mistral,hf:whisper-encoder, fp16)
+#   bash benchmarks/device_run.sh spread [WORKLOADS]          # baseline_spread.py: the eager baseline run after run, cold, after a compile, workers shut (default hf:mistral,hf:whisper-encoder)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -72,6 +73,11 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       ;;
     screen)  # the screening run against the final run, recipe by recipe (CUDA-graph recipes were misranked)
       timeout "${SCREEN_LIMIT:-560}" python3 benchmarks/screen_agreement.py --device cuda --dtype fp16 --workloads "${2:-hf:mistral,hf:whisper-encoder}" --out-file "$OUT/screen-agreement.json"
+      ;;
+    spread)  # the host-bound eager baseline's spread between runs of one process
+      for w in ${2:-hf:mistral hf:whisper-encoder}; do
+        timeout 200 python3 benchmarks/baseline_spread.py --device cuda --dtype fp16 --workload "${w//,/ }" --out-file "$OUT/baseline-spread-${w#hf:}.json" 2>&1 | tail -25
+      done
       ;;
     peers) peers "${PEERS_LIMIT:-560}" "${2:?CASES, e.g. llama-1b-decode or bert-base-b1,bert-base-b32 (benchmarks/peers.py)}" ;;
     kernels)  # the kernels' GPU tests, tune-matmul at 4096^3, the kernel benchmark (tunes what the cache lacks)
