@@ -75,8 +75,9 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       timeout "${SCREEN_LIMIT:-560}" python3 benchmarks/screen_agreement.py --device cuda --dtype fp16 --workloads "${2:-hf:mistral,hf:whisper-encoder}" --out-file "$OUT/screen-agreement.json"
       ;;
     spread)  # the host-bound eager baseline's spread between runs of one process
-      for w in ${2:-hf:mistral hf:whisper-encoder}; do
-        timeout 200 python3 benchmarks/baseline_spread.py --device cuda --dtype fp16 --workload "${w//,/ }" --out-file "$OUT/baseline-spread-${w#hf:}.json" 2>&1 | tail -25
+      ws="${2:-hf:mistral,hf:whisper-encoder}"
+      for w in ${ws//,/ }; do
+        timeout 200 python3 benchmarks/baseline_spread.py --device cuda --dtype fp16 --workload "$w" --out-file "$OUT/baseline-spread-${w#hf:}.json" 2>&1 | tail -25
       done
       ;;
     peers) peers "${PEERS_LIMIT:-560}" "${2:?CASES, e.g. llama-1b-decode or bert-base-b1,bert-base-b32 (benchmarks/peers.py)}" ;;
