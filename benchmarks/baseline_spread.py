@@ -11,6 +11,14 @@ those workers are shut down. Each run's median, the load average, and the proces
 go to the result file.
 
     PYTHONPATH=src python benchmarks/baseline_spread.py --device cuda --workload hf:mistral --out-file /tmp/out/baseline-spread.json
+
+Measured on an H100 (baseline-spread-*-nvidia-h100-80gb-hbm3-2026-11-26.json), size moderate, fp16:
+the eager step jumps between levels that last a run or several (mistral 3.6, 4.7 and 6-7 ms;
+whisper-encoder 2.3-2.8 and 3.5-4.6 ms), 1.6-1.9x apart in every phase, cold included: compile
+workers are not the cause. Pinned to one core (`taskset -c 3`, the -pinned file) the spread
+narrowed to 1.2-1.5x, not away. A device-bound candidate (a CUDA graph replay) does not move with
+it, so its screened speedup does. Next: screen device-bound candidates against the search's pooled
+baseline, not their own run's alone.
 """
 
 from __future__ import annotations
