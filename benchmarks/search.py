@@ -52,7 +52,13 @@ def main() -> None:
     parser.add_argument("--tpe-seeds", type=int, default=3)
     parser.add_argument("--hold-out", choices=("workload", "family"), default="workload")
     parser.add_argument("--out-file", help="default: benchmarks/results/search-replay-<devices>-<date>.json")
+    parser.add_argument("--min-p-pass", type=float, default=None, help="the model strategy's MIN_P_PASS for this replay (an ablation; default: the strategy's)")
+    parser.add_argument("--only-model", action="store_true", help="replay the model strategy alone (an ablation: random, TPE and popular do not change)")
     args = parser.parse_args()
+    if args.min_p_pass is not None:
+        import agnitra.search.strategies.model as model_strategy
+
+        model_strategy.MIN_P_PASS = args.min_p_pass
     paths = args.dataset or sorted(str(p) for p in (ROOT / "benchmarks" / "datasets").glob("*.csv"))
     rows = load_rows(datasets=paths)
     started = time.time()
@@ -71,7 +77,7 @@ def main() -> None:
     doc = {
         "schema": "agnitra.search-replay/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
         "versions": software_versions(), "datasets": [Path(p).name for p in paths], "dataset_devices": sorted({r.get("device") or "" for r in rows}),
-        "conditions": {"within": args.within, "random_seeds": args.seeds, "tpe_seeds": args.tpe_seeds, "hold_out": args.hold_out, "min_recipes": MIN_RECIPES,
+        "conditions": {"within": args.within, "min_p_pass": args.min_p_pass, "only_model": args.only_model, "random_seeds": args.seeds, "tpe_seeds": args.tpe_seeds, "hold_out": args.hold_out, "min_recipes": MIN_RECIPES,
                        "what": "measurements a strategy needs until it measures a recipe that passed verification within `within` of the best passing recipe of the workload; the dataset answers each measurement (nothing re-measured); the model strategy is trained on the other workloads (or families) only"},
         "summary": summary, "workloads": by_device, "elapsed_s": round(time.time() - started, 1),
     }
@@ -119,12 +125,13 @@ def replay(workload: dict, space: dict[str, SimpleNamespace], training: list[dic
     best = max(r.speedup for r in space.values() if r.passed)
     hits = {k for k, r in space.items() if r.passed and r.speedup >= best / (1 + args.within)}
     cands = candidates(space)
-    row = {k: v for k, v in workload.items() if k.startswith(("sig.", "dev.")) or k in ("device_kind", "batch", "source", "family", "workload", "task")}
-    runs = {"random": [run(RandomOrder(cands, seed=s), space, hits) for s in range(args.seeds)],
-            "tpe": [run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds)]}
+    row = {k: v for k, v in workload.items() if k.startswith(("sig.", "hot.", "dev.")) or k in ("device_kind", "batch", "source", "family", "workload", "task")}
+    runs = {} if args.only_model else {"random": [run(RandomOrder(cands, seed=s), space, hits) for s in range(args.seeds)],
+                                       "tpe": [run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds)]}
     model = CostModel.fit(training) if training else None
     runs["model"] = [run(ModelGuided(cands, model=model, rows=training, workload_row=row), space, hits)]
-    runs["popular"] = [run(Popular(cands, training), space, hits)]
+    if not args.only_model:
+        runs["popular"] = [run(Popular(cands, training), space, hits)]
     counts = {name: statistics.mean(n for n, _ in results) for name, results in runs.items()}
     counts.update({f"{name}_s": round(statistics.mean(t for _, t in results), 1) for name, results in runs.items()})
     return counts
@@ -180,17 +187,17 @@ def _limit_s(reason: str) -> float:
 
 def summarise(entries: list[dict]) -> dict:
     out = {"workloads": len(entries)}
-    for name in ("random", "tpe", "popular", "model"):
+    names = [n for n in ("random", "tpe", "popular", "model") if entries and n in entries[0]]
+    for name in names:
         values = [e[name] for e in entries]
         seconds = [e[f"{name}_s"] for e in entries]
         out[name] = {"mean": round(statistics.mean(values), 2), "median": round(statistics.median(values), 2), "mean_s": round(statistics.mean(seconds), 1)}
-    out["model_over_random"] = round(out["model"]["mean"] / out["random"]["mean"], 3)
-    out["model_over_tpe"] = round(out["model"]["mean"] / out["tpe"]["mean"], 3)
-    out["model_over_popular"] = round(out["model"]["mean"] / out["popular"]["mean"], 3)
-    out["model_beats_tpe_on"] = sum(e["model"] < e["tpe"] for e in entries)
-    out["tpe_beats_model_on"] = sum(e["tpe"] < e["model"] for e in entries)
+    for other in (n for n in ("random", "tpe", "popular") if n in names):
+        out[f"model_over_{other}"] = round(out["model"]["mean"] / out[other]["mean"], 3)
+    if "tpe" in names:
+        out["model_beats_tpe_on"] = sum(e["model"] < e["tpe"] for e in entries)
+        out["tpe_beats_model_on"] = sum(e["tpe"] < e["model"] for e in entries)
     return out
-
 
 if __name__ == "__main__":
     main()

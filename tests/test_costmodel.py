@@ -278,3 +278,18 @@ def test_a_transform_not_yet_measured_on_this_workload_is_more_uncertain():
     assert spread(both) > spread(compiled) > NOVEL_STD  # two transforms never measured here, then one
     strategy.tell(compiled, _result(compiled, 0.5))
     assert spread(compiled) < 0.1 < NOVEL_STD <= spread(both)  # compile is known now: only bf16 is new in the pair
+
+
+def test_an_unlikely_pass_waits_until_no_likelier_candidate_is_left():
+    """A fast recipe the model gives P(pass) 0.05 leads on expected improvement times P(pass), but
+    it is measured only after every candidate at MIN_P_PASS or above."""
+    from agnitra.search.costmodel.model import Prediction
+    from agnitra.search.strategies.model import MIN_P_PASS
+
+    lossy, modest, other = (_recipe((name, {})) for name in ("int4-weight-only", "compile", "channels-last"))
+    strategy = ModelGuided([lossy, modest, other])
+    strategy.predictions = {lossy.recipe.key(): Prediction(4.0, 0.3, MIN_P_PASS / 2), modest.recipe.key(): Prediction(0.1, 0.05, 0.9),
+                            other.recipe.key(): Prediction(0.05, 0.05, 0.9)}
+    assert strategy._acquisition(lossy) > max(strategy._acquisition(modest), strategy._acquisition(other))
+    asked = [strategy.ask() for _ in range(3)]
+    assert asked == [modest, other, lossy] and strategy.ask() is None  # last, not never

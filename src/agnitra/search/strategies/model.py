@@ -5,7 +5,8 @@ on this kind of device; it predicts every candidate's speedup with its uncertain
 probability that it passes verification. Each ask takes the candidate with the largest expected
 improvement in log speedup over the best correct one measured so far (the baseline at first),
 times its probability of passing, per second it is expected to take (its predicted setup, a
-compile or an export, plus MEASURE_S): a likely failure is measured late, an uncertain candidate
+compile or an export, plus MEASURE_S): a likely failure is measured late (below MIN_P_PASS, only
+once no likelier candidate is left), an uncertain candidate
 with a chance of a large win early, a long compile only when it promises more. Each tell adds the measurement to the training rows, counted
 OWN_WEIGHT times (it is the very workload being searched), and retrains (active learning). With
 too few stored measurements it orders by the transforms' priors, and says so.
@@ -39,6 +40,11 @@ OWN_WEIGHT = 5.0
 EPSILON = 1e-9
 MEASURE_S = 5.0  # a candidate's run besides its setup: worker call, timed rounds, checks
 NOVEL_STD = 0.15  # log-speedup spread a transform not yet measured on this workload adds (replay: 0.1-0.2 cost 3-12% in-distribution, helped held-out families)
+# below this P(pass), a candidate waits until every likelier one is measured: once nothing likely
+# promised an improvement, the expected improvement of fast lossy recipes with P(pass) 0.01-0.05
+# still led, and on twelve held-out families (CPU) they took most of the 58% of the time spent on
+# failed verification
+MIN_P_PASS = 0.1
 
 
 @register_strategy
@@ -87,7 +93,8 @@ class ModelGuided(Strategy):
         if not open_candidates:
             return None
         if self.predictions:
-            candidate = max(open_candidates, key=self._acquisition)  # the first of equals: the best prior
+            likely = [c for c in open_candidates if self._p_pass(c) >= MIN_P_PASS]
+            candidate = max(likely or open_candidates, key=self._acquisition)  # the first of equals: the best prior
         else:
             candidate = open_candidates[0]  # no model yet: the transforms' priors
         self.asked.add(candidate.recipe.key())
@@ -151,6 +158,12 @@ class ModelGuided(Strategy):
         novel = sum(1 for t in transforms if not any(t in measured for measured in self.measured_sets))
         return math.hypot(max(p.log_speedup_std, 0.02) / math.sqrt(1 + siblings), NOVEL_STD * math.sqrt(novel))
 
+    def _p_pass(self, candidate: Candidate) -> float:
+        """The cost model's probability that the candidate passes verification, with what this
+        run's failures say (`RunEvidence`)."""
+        p = self.predictions.get(candidate.recipe.key())
+        return 0.0 if p is None else p.p_pass * self.evidence.pass_factor(candidate)
+
     def _acquisition(self, candidate: Candidate) -> float:
         """Expected improvement of the log speedup over the best correct one so far, times the
         probability of passing verification. The spread shrinks with each measured recipe of the
@@ -162,7 +175,7 @@ class ModelGuided(Strategy):
         sigma = self._spread(candidate, p)
         z = (p.log_speedup - self.best_log_speedup) / sigma
         improvement = sigma * (z * _normal_cdf(z) + _normal_pdf(z))
-        p_pass = p.p_pass * self.evidence.pass_factor(candidate)
+        p_pass = self._p_pass(candidate)
         seconds = MEASURE_S + max(p.setup_s or 0.0, self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
         return (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
 
