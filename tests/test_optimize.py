@@ -303,6 +303,67 @@ def test_a_decoders_final_run_reserve_holds_what_its_final_run_took():
     assert decoder >= 125.0 > forward
 
 
+def test_after_a_stopped_candidate_the_final_run_is_reserved_for_cold_compiles():
+    """bart on the CPU (2 min): the last candidate was stopped at the reserve's edge, the final run
+    started a fresh worker, and its two finalists' compiles (18.7 s and 17.4 s in the search) did
+    not fit the 27 s left. A candidate stopped after the finalists makes the reserve count their
+    compiles cold; the limit of one at the budget's edge keeps that much back beforehand."""
+    from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
+    from agnitra.search.budget import Budget
+    from agnitra.search.optimize import FinalReserve, MeasuredRuns
+
+    latency = Latency(median=1.2, p95=1.3, min=1.1, mean=1.2, samples=30)
+    measured = MeasuredRuns(5.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.5)])
+    measured.add_peer_run(6.7, [VariantResult("compile", "ok", latency_ms=latency, correctness=Correctness("rel_error", 1e-7, True, 1e-3), setup_s=5.0)], baseline_ms=1.8)
+
+    def done(name: str, eval_s: float, speedup: float) -> CandidateResult:
+        ms = Latency(median=1.8 / speedup, p95=2.0, min=1.0, mean=1.8 / speedup, samples=30)
+        return CandidateResult(name, {"steps": [{"transform": "compile", "params": {"n": name}}]}, name, 1.0, "ok", latency_ms=ms, baseline_ms=1.8, speedup=speedup,
+                               correctness=Correctness("rel_error", 1e-7, True, 1e-3), eval_s=eval_s)
+
+    results = [done("a", 18.7, 1.56), done("b", 17.4, 1.5), done("c", 3.0, 1.1)]
+    reserve = FinalReserve(measured, Budget(120.0), gpu=False, restart_s=2.0)
+    warm, cold = reserve(results), reserve.if_stopped(results)
+    assert cold > warm + 15  # the two finalists' compiles, counted cold
+    stopped = results + [CandidateResult("d", {"steps": []}, "d", 1.0, "timeout", reason="ran past its time limit")]
+    assert reserve(stopped) == cold  # a worker killed after the finalists: cold from then on
+    assert reserve(results[:1] + [stopped[-1]] + results[1:]) == cold  # one finalist measured before the kill is enough
+    assert reserve([stopped[-1]] + results) == warm  # killed before any finalist was measured: they ran in the worker that is up
+
+
+def test_a_candidate_at_the_budgets_edge_leaves_room_for_a_cold_final_run():
+    from agnitra.results import CandidateResult
+    from agnitra.search.budget import Budget
+    from agnitra.search.space import Candidate
+    from agnitra.search.strategies.enumerate import Enumerate
+    from agnitra.search.tuner import SearchConfig, search
+    from agnitra.transforms.recipe import Recipe, Step
+
+    limits = []
+
+    class Runner:
+        def ensure_started(self, limit):
+            pass
+
+        def call(self, fn, candidate, device_report, config, timeout):
+            limits.append(round(timeout))
+            return CandidateResult(candidate.recipe.name, candidate.recipe.to_dict(), candidate.recipe.key(), 1.0, "ok", speedup=1.0)
+
+    class Reserve:
+        def __call__(self, results):
+            return 40.0
+
+        def if_stopped(self, results):
+            return 70.0
+
+    space = [Candidate(Recipe((Step("threads", {"count": n}),)), 1.0) for n in (1, 2)]
+    search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=300.0), Budget(100.0), Reserve())
+    assert limits == [30, 30]  # not the 60 s the warm reserve leaves: stopped there, the final run would start cold
+    limits.clear()
+    search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=10.0), Budget(100.0), Reserve())
+    assert limits == [10, 10]  # a candidate's own limit well inside the budget: unchanged
+
+
 @pytest.mark.parametrize("strategy", ["random", "tpe", "nsga2", "auto"])
 def test_other_strategies_search_verify_and_report(tmp_path, strategy):
     fast = agnitra.optimize(_mlp(), device="cpu", strategy=strategy, transforms=["threads", "test-double", "test-nan"], peers=[], budget="60s", out=tmp_path)

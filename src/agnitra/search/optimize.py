@@ -47,6 +47,10 @@ FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-l
 # H100: 26 s a variant against a peer run's 7.8 s; with 1.5 the final run was stopped 5 s short)
 DECODER_FINAL_SHARE_SCALE = 3.0
 WARM_EVAL = 0.35  # a setup in the final run against the search's (caches warm; H100 llama-1b: 0.2-0.27, MiniLM CPU: 0.18)
+# the same in a worker started after the finalists were measured (a candidate stopped at its limit):
+# only the disk caches are warm, and an ONNX export is redone (CPU, bart: two 18 s compiles did not
+# fit the 27 s left and the original model was returned)
+COLD_EVAL = 0.8
 ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
 DECODER_ENERGY_S = 3.0  # a decoder's energy pass generates (llama-1b decode, H100: 1.2-2.8 s)
 ASSEMBLY_S = 5.0  # building the answer here and writing the reports
@@ -398,9 +402,18 @@ class FinalReserve:
         self.restart_s = restart_s  # a candidate cut short at the reserve's edge leaves a worker to start again
 
     def __call__(self, results: list[CandidateResult]) -> float:
+        return self._estimate(results, cold=_stopped_since_finalists(results, [v.name for v in self.peers]))
+
+    def if_stopped(self, results: list[CandidateResult]) -> float:
+        """What the rest of the run needs if the next candidate is stopped at its limit: a fresh
+        worker, where the finalists' compiles find only the disk caches warm."""
+        return self._estimate(results, cold=True)
+
+    def _estimate(self, results: list[CandidateResult], cold: bool) -> float:
         finalists = final_candidates(results, [v.name for v in self.peers], "latency")
         variants = 1 + len(self.peers) + len(finalists)
-        finalists_s = sum(max(0.0, WARM_EVAL * (r.eval_s or 0.0) - self.share_s) for r in finalists)  # beyond their share
+        factor = COLD_EVAL if cold else WARM_EVAL
+        finalists_s = sum(max(0.0, factor * (r.eval_s or 0.0) - self.share_s) for r in finalists)  # beyond their share
         estimate = self.restart_s + (self.share_s + self.energy_s) * variants + self.peer_setup_s + finalists_s + self.assembly(results)
         return max(RESERVE_FLOOR * self.budget.total_s, SAFETY * estimate)
 
@@ -408,6 +421,13 @@ class FinalReserve:
         """Building the chosen recipe here: compiling is lazy (the first call pays), an export is not."""
         exports = [r.setup_s or 0.0 for r in rank(results, "latency")[:FINALISTS] if _has_step(r, "onnxruntime")]
         return ASSEMBLY_S + max(exports or [0.0])
+
+
+def _stopped_since_finalists(results: list[CandidateResult], peers: list[str]) -> bool:
+    """Whether a candidate was stopped (its worker killed) after a finalist was measured."""
+    finalists = {r.key for r in final_candidates(results, peers, "latency")}
+    first = min((i for i, r in enumerate(results) if r.key in finalists), default=len(results))
+    return any(r.status == "timeout" for r in results[first + 1:])
 
 
 def _peer_recipe_key(peer: str) -> str | None:

@@ -152,7 +152,9 @@ def search(
     progress: Callable[[str, float], None] | None = None,
 ) -> SearchOutcome:
     """Ask, measure, tell, until the strategy is done or the budget, less what the rest of the
-    run needs (`reserve(results so far)`), is spent."""
+    run needs (`reserve(results so far)`), is spent. A candidate whose limit is the budget's edge
+    gets less where the reserve says (`reserve.if_stopped`) what the rest needs if it is stopped
+    there: a fresh worker, with the finalists' compiles cold."""
     progress = progress or (lambda message, fraction: None)
     done = done or {}
     outcome = SearchOutcome([])
@@ -177,8 +179,16 @@ def search(
                 outcome.unmeasured = _count_left(strategy, len(outcome.results))
                 outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured, the rest of the {budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
                 break
+            limit = min(config.candidate_timeout_s, left)
+            if_stopped = getattr(reserve, "if_stopped", None)  # stopped at its limit, the rest of the run starts a fresh worker
+            if if_stopped is not None and limit == left:
+                limit = budget.remaining() - if_stopped(outcome.results)
+                if limit < MIN_CANDIDATE_S:
+                    outcome.unmeasured = _count_left(strategy, len(outcome.results))
+                    outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured: stopping one at the end of the {budget.total_s:.0f} s budget would leave too little for the final run; raise --budget to measure them")
+                    break
             progress(f"candidate {len(outcome.results) + 1}: {candidate.recipe.name}", min(0.9, budget.elapsed() / budget.total_s))
-            result = run_candidate(runner, candidate, device_report, config, min(config.candidate_timeout_s, left))
+            result = run_candidate(runner, candidate, device_report, config, limit)
             if prediction is not None:
                 result.predicted = prediction
             if folder is not None:
