@@ -51,7 +51,18 @@ def _parametrized_failure(model):
     raise RuntimeError("Serialization of parametrized modules is only supported through state_dict()")
 
 
+def _half_written_compile(model):
+    """As a compile stopped while Inductor writes its shared library: an empty artifact."""
+    cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]) / "ab"
+    cache.mkdir(parents=True, exist_ok=True)
+    (cache / "cabc.main.so").touch()
+    (cache / "cabc.main.so.lock").touch()
+    time.sleep(30)
+    return model
+
+
 _register("safety-sleep", _sleep_30)
+_register("safety-half-written", _half_written_compile)
 _register("safety-exit", _exit_process)
 for _name in ("safety-fail-a", "safety-fail-b", "safety-fail-c"):
     _register(_name, _parametrized_failure)
@@ -200,6 +211,21 @@ def test_candidate_past_its_timeout_is_killed_and_recorded(tmp_path):
     assert fast.report.search["worker_starts"] >= 2  # the killed worker was replaced
     assert by_name["safety-sleep"].eval_s < 10 and elapsed < 60  # the 30 s sleep was cut short
     assert not _workers_of(os.getpid())  # every worker stopped with the run
+
+
+def test_a_stopped_candidate_leaves_no_empty_artifact_in_the_compile_cache(tmp_path, monkeypatch):
+    """An empty compiled artifact in Inductor's cache makes every later compile of that entry
+    fail ('file too short'), in any process; the one a stopped worker left is removed."""
+    cache = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    (cache / "zz").mkdir(parents=True)
+    older = cache / "zz" / "cold.main.so"
+    older.touch()
+    os.utime(older, (time.time() - 3600, time.time() - 3600))  # not written by this run: not ours to judge
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-half-written"], budget="30s", candidate_timeout="3s", peers=[], out=tmp_path / "run")
+    assert [c.status for c in fast.report.candidates] == ["timeout"]
+    assert not (cache / "ab" / "cabc.main.so").exists()
+    assert (cache / "ab" / "cabc.main.so.lock").exists() and older.exists()
 
 
 def test_a_one_second_timeout_does_not_end_the_run(tmp_path, capsys):

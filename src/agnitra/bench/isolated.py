@@ -147,6 +147,8 @@ class Worker:
         self.conn: Connection | None = None
         self.starts = 0
         self.start_s = 0.0  # how long the last start took (loading the model there): a restart's cost
+        self.started_at = 0.0  # time.time() of the last start: what it wrote since is its
+        self.busy = False  # a call (or the start) in flight
 
     def ensure_started(self, timeout: float) -> None:
         """Start the worker (load the model there) unless it runs; a start past `timeout` is a
@@ -171,7 +173,8 @@ class Worker:
         return self._reply(deadline, timeout)
 
     def stop(self) -> None:
-        """Kill the worker and everything it started; the next call starts afresh."""
+        """Kill the worker and everything it started, and remove the compiled artifacts it left
+        empty in Inductor's cache (`compile_cache`); the next call starts afresh."""
         if self.process is None:
             return
         try:
@@ -182,6 +185,11 @@ class Worker:
         if self.conn is not None:
             self.conn.close()
         self.process, self.conn = None, None
+        if self.busy:  # killed in the middle of something: it may have been writing a compile
+            from agnitra.bench.compile_cache import remove_empty_artifacts
+
+            remove_empty_artifacts(self.started_at)
+        self.busy = False
 
     def __enter__(self) -> "Worker":
         return self
@@ -194,6 +202,7 @@ class Worker:
 
         parent_end, child_end = socket.socketpair()
         code = f"from agnitra.bench.isolated import worker_main; worker_main({child_end.fileno()})"
+        self.started_at = time.time()
         self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child_end.fileno(),), start_new_session=True)
         child_end.close()
         self.conn = Connection(parent_end.detach())
@@ -204,6 +213,13 @@ class Worker:
         self.start_s = time.monotonic() - t0
 
     def _reply(self, deadline: float, timeout: float, starting: bool = False) -> Any:
+        self.busy = True
+        try:
+            return self._await_reply(deadline, timeout, starting)
+        finally:
+            self.busy = False
+
+    def _await_reply(self, deadline: float, timeout: float, starting: bool = False) -> Any:
         what = "starting the worker (loading the model)" if starting else "the call"
         while True:
             left = deadline - time.monotonic()
