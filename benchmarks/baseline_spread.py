@@ -5,7 +5,7 @@ The search screens every candidate against the baseline of its own short run. On
 the eager baseline is bound by the host's launch time, and between runs of one process it moved
 from 2.2 to 6.7 ms (screen-agreement-*.json): a screened speedup then says more about the
 baseline's state than about the candidate. This times the baseline alone, run after run (the
-search's screening run: warm-up 3, 30 calls), three ways: cold (nothing compiled yet), right after
+search's screening run: warm-up 3, 20 calls; 30 in the runs of 2026-11-26), three ways: cold (nothing compiled yet), right after
 a torch.compile(reduce-overhead) of the same model (Inductor's compile workers alive), and after
 those workers are shut down. Each run's median, the load average, and the process's child count
 go to the result file.
@@ -83,6 +83,9 @@ def main() -> int:
     device = resolve_device(args.device)
     device_report = api.describe_device(device)
     workload = _workload(args.workload, device, args.dtype)
+    from agnitra.search.tuner import SearchConfig
+
+    screening = SearchConfig().bench([], False)
     rows = _baseline_runs(workload, device, device_report, "cold", args.runs)
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     compiled = api.recipe_variant(f"compile(mode={mode})").prepare(workload, device)
@@ -108,7 +111,7 @@ def main() -> int:
                           "max_over_min": round(max(medians) / min(medians), 3)}
     doc = {"schema": "agnitra.baseline-spread/1", "date": dt.date.today().isoformat(), "device": to_dict(device_report), "versions": software_versions(),
            "command": " ".join(sys.argv), "workload": args.workload, "dtype": args.dtype, "compile_s": compile_s, "workers": shut,
-           "conditions": "eager alone in the search's screening run (warm-up 3, 30 calls, 6 rounds of 5), no checks; runs one after another in one process",
+           "conditions": f"eager alone in the search's screening run (warm-up {screening.warmup}, {screening.runs} calls, 5 a round), no checks; runs one after another in one process",
            "summary": summary, "runs": rows}
     slug = "".join(ch if ch.isalnum() else "-" for ch in device_report.name.lower()).strip("-")
     path = Path(args.out_file or f"benchmarks/results/baseline-spread-{slug}-{dt.date.today().isoformat()}.json")

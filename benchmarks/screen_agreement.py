@@ -1,7 +1,7 @@
 """Does a search's screening run time a recipe as the final run does?
 
 The search screens each candidate in a short interleaved run against the baseline (the tuner's
-`screening_run`: warm-up 3, 30 calls); the final run measures the finalists and peers together
+`screening_run`: warm-up 3, 20 calls; 30 in the run of 2026-11-26); the final run measures the finalists and peers together
 (warm-up 5, 50 calls). Both are meant to be the same measurement. On a held-out mistral (H200)
 the screening run timed compile(reduce-overhead) at 0.40 ms and the final run at 0.234 ms: every
 recipe with CUDA graphs was misranked in the search.

@@ -42,7 +42,7 @@ BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no r
 PEER_SHARE = 0.4  # of the budget left after the baseline, for measuring the peers
 # the final-run reserve (FinalReserve)
 RESERVE_FLOOR = 0.1  # of the budget, kept for the final run before anything is known
-FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-length run's (50 timed calls vs 30, the checks the same)
+FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-length run's (50 timed calls vs 20, the checks the same)
 # a decoder's: 5 timed generations vs 2, and every checked position vs one window (llama-1b decode,
 # H100: 26 s a variant against a peer run's 7.8 s; with 1.5 the final run was stopped 5 s short)
 DECODER_FINAL_SHARE_SCALE = 3.0
@@ -55,7 +55,7 @@ ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
 DECODER_ENERGY_S = 3.0  # a decoder's energy pass generates (llama-1b decode, H100: 1.2-2.8 s)
 ASSEMBLY_S = 5.0  # building the answer here and writing the reports
 SAFETY = 1.3
-HOTSPOT_RUNS, HOTSPOT_WARMUP = 5, 2  # the profiled run of the original model that times its hotspots
+HOTSPOT_RUNS, HOTSPOT_WARMUP = 3, 1  # the profiled run of the original model that times its hotspots
 
 
 @dataclass

@@ -36,7 +36,7 @@ MIN_CANDIDATE_S = 2.0  # below this much time, a candidate is not started
 @dataclass
 class SearchConfig:
     candidate_timeout_s: float = 300.0
-    runs: int | None = None  # per candidate run (default: 30 calls, 6 rounds of 5, or 2 generations)
+    runs: int | None = None  # per candidate run (default: 20 calls, 4 rounds of 5, or 2 generations)
     warmup: int | None = None
     tolerances: Tolerances = field(default_factory=Tolerances)
 
@@ -44,7 +44,7 @@ class SearchConfig:
         """A short interleaved run: no energy, roofline, signature or operator breakdown."""
         return BenchConfig(
             variants=variants,
-            runs=self.runs or (2 if decoder else 30),
+            runs=self.runs or (2 if decoder else 20),
             warmup=self.warmup if self.warmup is not None else (1 if decoder else 3),
             op_breakdown=False, signature=False, energy=False, roofline=False, tolerances=self.tolerances,
         )
