@@ -47,12 +47,10 @@ def _children() -> int:
         return -1
 
 
-def _baseline_runs(workload, device, device_report, label: str, runs: int) -> list[dict]:
+def _baseline_runs(workload, device, device_report, screening, label: str, runs: int) -> list[dict]:
     from agnitra.bench.harness import BenchConfig, Harness
     from agnitra.bench.variants.eager import Eager
-    from agnitra.search.tuner import SearchConfig
 
-    screening = SearchConfig().bench([], False)
     rows = []
     for i in range(runs):
         config = BenchConfig(**{**screening.__dict__, "variants": [Eager()], "check": False, "shape_check": False})
@@ -86,7 +84,7 @@ def main() -> int:
     from agnitra.search.tuner import SearchConfig
 
     screening = SearchConfig().bench([], False)
-    rows = _baseline_runs(workload, device, device_report, "cold", args.runs)
+    rows = _baseline_runs(workload, device, device_report, screening, "cold", args.runs)
     mode = "reduce-overhead" if device.type == "cuda" else "default"
     compiled = api.recipe_variant(f"compile(mode={mode})").prepare(workload, device)
     t0 = time.perf_counter()
@@ -94,7 +92,7 @@ def main() -> int:
         compiled.call(*workload.example_inputs)
     torch.cuda.synchronize() if device.type == "cuda" else None
     compile_s = round(time.perf_counter() - t0, 1)
-    rows += _baseline_runs(workload, device, device_report, "after-compile", args.runs)
+    rows += _baseline_runs(workload, device, device_report, screening, "after-compile", args.runs)
     try:
         from torch._inductor.async_compile import shutdown_compile_workers
 
@@ -102,7 +100,7 @@ def main() -> int:
         shut = "shutdown_compile_workers()"
     except Exception as exc:  # noqa: BLE001 - not in every torch
         shut = f"not shut down ({exc})"
-    rows += _baseline_runs(workload, device, device_report, "workers-shut", args.runs)
+    rows += _baseline_runs(workload, device, device_report, screening, "workers-shut", args.runs)
     del compiled
     summary = {}
     for phase in ("cold", "after-compile", "workers-shut"):

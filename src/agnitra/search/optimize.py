@@ -402,15 +402,15 @@ class FinalReserve:
         self.restart_s = restart_s  # a candidate cut short at the reserve's edge leaves a worker to start again
 
     def __call__(self, results: list[CandidateResult]) -> float:
-        return self._estimate(results, cold=_stopped_since_finalists(results, [v.name for v in self.peers]))
+        finalists = final_candidates(results, [v.name for v in self.peers], "latency")
+        return self._estimate(results, finalists, cold=_stopped_since(results, finalists))
 
     def if_stopped(self, results: list[CandidateResult]) -> float:
         """What the rest of the run needs if the next candidate is stopped at its limit: a fresh
         worker, where the finalists' compiles find only the disk caches warm."""
-        return self._estimate(results, cold=True)
+        return self._estimate(results, final_candidates(results, [v.name for v in self.peers], "latency"), cold=True)
 
-    def _estimate(self, results: list[CandidateResult], cold: bool) -> float:
-        finalists = final_candidates(results, [v.name for v in self.peers], "latency")
+    def _estimate(self, results: list[CandidateResult], finalists: list[CandidateResult], cold: bool) -> float:
         variants = 1 + len(self.peers) + len(finalists)
         factor = COLD_EVAL if cold else WARM_EVAL
         finalists_s = sum(max(0.0, factor * (r.eval_s or 0.0) - self.share_s) for r in finalists)  # beyond their share
@@ -423,10 +423,10 @@ class FinalReserve:
         return ASSEMBLY_S + max(exports or [0.0])
 
 
-def _stopped_since_finalists(results: list[CandidateResult], peers: list[str]) -> bool:
+def _stopped_since(results: list[CandidateResult], finalists: list[CandidateResult]) -> bool:
     """Whether a candidate was stopped (its worker killed) after a finalist was measured."""
-    finalists = {r.key for r in final_candidates(results, peers, "latency")}
-    first = min((i for i, r in enumerate(results) if r.key in finalists), default=len(results))
+    keys = {r.key for r in finalists}
+    first = min((i for i, r in enumerate(results) if r.key in keys), default=len(results))
     return any(r.status == "timeout" for r in results[first + 1:])
 
 

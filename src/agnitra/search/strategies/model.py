@@ -93,8 +93,9 @@ class ModelGuided(Strategy):
         if not open_candidates:
             return None
         if self.predictions:
-            likely = [c for c in open_candidates if self._p_pass(c) >= MIN_P_PASS]
-            candidate = max(likely or open_candidates, key=self._acquisition)  # the first of equals: the best prior
+            p_pass = {c.recipe.key(): self._p_pass(c) for c in open_candidates}
+            likely = [c for c in open_candidates if p_pass[c.recipe.key()] >= MIN_P_PASS]
+            candidate = max(likely or open_candidates, key=lambda c: self._acquisition(c, p_pass[c.recipe.key()]))  # the first of equals: the best prior
         else:
             candidate = open_candidates[0]  # no model yet: the transforms' priors
         self.asked.add(candidate.recipe.key())
@@ -164,7 +165,7 @@ class ModelGuided(Strategy):
         p = self.predictions.get(candidate.recipe.key())
         return 0.0 if p is None else p.p_pass * self.evidence.pass_factor(candidate)
 
-    def _acquisition(self, candidate: Candidate) -> float:
+    def _acquisition(self, candidate: Candidate, p_pass: float | None = None) -> float:
         """Expected improvement of the log speedup over the best correct one so far, times the
         probability of passing verification. The spread shrinks with each measured recipe of the
         same transforms (their parameters aside): the tenth setting of a policy the model has not
@@ -175,7 +176,7 @@ class ModelGuided(Strategy):
         sigma = self._spread(candidate, p)
         z = (p.log_speedup - self.best_log_speedup) / sigma
         improvement = sigma * (z * _normal_cdf(z) + _normal_pdf(z))
-        p_pass = self._p_pass(candidate)
+        p_pass = self._p_pass(candidate) if p_pass is None else p_pass
         seconds = MEASURE_S + max(p.setup_s or 0.0, self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
         return (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
 
