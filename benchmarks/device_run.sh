@@ -15,7 +15,7 @@
 #   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload, COLLECT_GENERATED, COLLECT_EXTRA flags, COLLECT_TIMEOUT)
 #   bash benchmarks/device_run.sh decoders [SPECS]             # structural triton-kernels GPU test, then decode-step data: zoo:tinylm and COLLECT_GENERATED gen:lm decoders (the llama preset's transforms)
 #   bash benchmarks/device_run.sh hf FAMILIES [TAG]            # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), HF_BUDGET (170s) each, HF_PEERS, each against a fresh copy of the carried store
-#   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model)
+#   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model), each with cold compile caches
 #   bash benchmarks/device_run.sh screen [WORKLOADS]          # screen_agreement.py: a recipe's median in the search's screening run against the final run's (default hf:mistral,hf:whisper-encoder, fp16)
 #   bash benchmarks/device_run.sh spread [WORKLOADS]          # baseline_spread.py: the eager baseline run after run, cold, after a compile, workers shut (default hf:mistral,hf:whisper-encoder)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
@@ -69,7 +69,11 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
     strategies)  # the same case searched by enumerate and by the cost model; the store: the carried H100 collection
       [ -f .devstore.db ] && cp .devstore.db /tmp/store.db
       export AGNITRA_DB_URL=sqlite:////tmp/store.db
-      timeout 570 python3 benchmarks/optimize.py --preset h100 --cases "${2:?CASE}" $(for s in ${STRATEGIES:-enumerate model}; do echo --strategy "$s"; done) --budget "${3:-4m}" --out-file "$OUT/strategies-${2}.json"
+      # each strategy in a process of its own with Inductor's and Triton's caches empty: neither finds the other's compiles
+      n=$(echo ${STRATEGIES:-enumerate model} | wc -w)
+      for s in ${STRATEGIES:-enumerate model}; do
+        TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$s TRITON_CACHE_DIR=/tmp/triton-$s timeout $((570 / n)) python3 benchmarks/optimize.py --preset h100 --cases "${2:?CASE}" --strategy "$s" --budget "${3:-4m}" --out-file "$OUT/strategies-${2}.json"
+      done
       ;;
     screen)  # the screening run against the final run, recipe by recipe (CUDA-graph recipes were misranked)
       timeout "${SCREEN_LIMIT:-560}" python3 benchmarks/screen_agreement.py --device cuda --dtype fp16 --workloads "${2:-hf:mistral,hf:whisper-encoder}" --out-file "$OUT/screen-agreement.json"

@@ -7,8 +7,9 @@ the best passing one (`--within`); the count is what it needed. `model` is train
 workloads only (or, with --hold-out family, on other families only), as a search on a new
 model would be; `random` is averaged over --seeds seeds, `tpe` over fewer (it is slower);
 `popular` learns nothing: the recipes in the order of their mean speedup on the training
-workloads, the bar a model must clear to show it learned more than which recipe usually wins. The
-result file gives, per device kind, each strategy's mean and median count, the model's count
+workloads, the bar a model must clear to show it learned more than which recipe usually wins. With
+--stop-gain (on by default) the model is also replayed until it stops on its own: how many it
+measured, and how close to the best its best was then. The result file gives, per device kind, each strategy's mean and median count, the model's count
 against random's and TPE's, and each workload's counts.
 
     python benchmarks/search.py                                # every dataset in benchmarks/datasets
@@ -35,7 +36,7 @@ from agnitra.results import Correctness  # noqa: E402
 from agnitra.search.costmodel import CostModel, load_rows  # noqa: E402
 from agnitra.search.costmodel.evaluate import group_key  # noqa: E402
 from agnitra.search.space import Candidate  # noqa: E402
-from agnitra.search.strategies.model import MEASURE_S, ModelGuided  # noqa: E402
+from agnitra.search.strategies.model import MEASURE_S, STOP_GAIN, ModelGuided  # noqa: E402
 from agnitra.search.strategies.random_order import RandomOrder  # noqa: E402
 from agnitra.search.strategies.tpe import TPE  # noqa: E402
 from agnitra.telemetry.signature import software_versions  # noqa: E402
@@ -53,6 +54,7 @@ def main() -> None:
     parser.add_argument("--hold-out", choices=("workload", "family"), default="workload")
     parser.add_argument("--out-file", help="default: benchmarks/results/search-replay-<devices>-<date>.json")
     parser.add_argument("--min-p-pass", type=float, default=None, help="the model strategy's MIN_P_PASS for this replay (an ablation; default: the strategy's)")
+    parser.add_argument("--stop-gain", type=float, default=STOP_GAIN, help="also replay the model strategy until it stops on its own at this expected gain (0: not)")
     parser.add_argument("--only-model", action="store_true", help="replay the model strategy alone (an ablation: random, TPE and popular do not change)")
     args = parser.parse_args()
     if args.min_p_pass is not None:
@@ -77,7 +79,7 @@ def main() -> None:
     doc = {
         "schema": "agnitra.search-replay/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
         "versions": software_versions(), "datasets": [Path(p).name for p in paths], "dataset_devices": sorted({r.get("device") or "" for r in rows}),
-        "conditions": {"within": args.within, "min_p_pass": args.min_p_pass, "only_model": args.only_model, "random_seeds": args.seeds, "tpe_seeds": args.tpe_seeds, "hold_out": args.hold_out, "min_recipes": MIN_RECIPES,
+        "conditions": {"within": args.within, "min_p_pass": args.min_p_pass, "stop_gain": args.stop_gain, "only_model": args.only_model, "random_seeds": args.seeds, "tpe_seeds": args.tpe_seeds, "hold_out": args.hold_out, "min_recipes": MIN_RECIPES,
                        "what": "measurements a strategy needs until it measures a recipe that passed verification within `within` of the best passing recipe of the workload; the dataset answers each measurement (nothing re-measured); the model strategy is trained on the other workloads (or families) only"},
         "summary": summary, "workloads": by_device, "elapsed_s": round(time.time() - started, 1),
     }
@@ -129,11 +131,14 @@ def replay(workload: dict, space: dict[str, SimpleNamespace], training: list[dic
     runs = {} if args.only_model else {"random": [run(RandomOrder(cands, seed=s), space, hits) for s in range(args.seeds)],
                                        "tpe": [run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds)]}
     model = CostModel.fit(training) if training else None
-    runs["model"] = [run(ModelGuided(cands, model=model, rows=training, workload_row=row), space, hits)]
+    runs["model"] = [run(ModelGuided(cands, model=model, rows=training, workload_row=row, stop_gain=0.0), space, hits)]
     if not args.only_model:
         runs["popular"] = [run(Popular(cands, training), space, hits)]
     counts = {name: statistics.mean(n for n, _ in results) for name, results in runs.items()}
     counts.update({f"{name}_s": round(statistics.mean(t for _, t in results), 1) for name, results in runs.items()})
+    if args.stop_gain:
+        measured, found = run_to_stop(ModelGuided(cands, model=model, rows=training, workload_row=row, stop_gain=args.stop_gain), space)
+        counts.update(stopped_after=measured, stopped_best_over_best=round(found / best, 4), stopped_hit=found >= best / (1 + args.within))
     return counts
 
 
@@ -178,6 +183,19 @@ def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> tuple[in
     return len(space), seconds  # every candidate was measured, none a hit
 
 
+def run_to_stop(strategy, space: dict[str, SimpleNamespace]) -> tuple[int, float]:
+    """Measurements until the strategy stops on its own (the model's STOP_GAIN), and the best
+    passing speedup it had measured by then (1.0, the baseline, if none passed)."""
+    found, measured = 1.0, 0
+    while (candidate := strategy.ask()) is not None:
+        result = space[json.dumps([{"params": dict(s.params), "transform": s.transform} for s in candidate.recipe.steps], sort_keys=True)]
+        measured += 1
+        if result.passed:
+            found = max(found, result.speedup)
+        strategy.tell(candidate, result)
+    return measured, found
+
+
 def _limit_s(reason: str) -> float:
     import re
 
@@ -194,6 +212,10 @@ def summarise(entries: list[dict]) -> dict:
         out[name] = {"mean": round(statistics.mean(values), 2), "median": round(statistics.median(values), 2), "mean_s": round(statistics.mean(seconds), 1)}
     for other in (n for n in ("random", "tpe", "popular") if n in names):
         out[f"model_over_{other}"] = round(out["model"]["mean"] / out[other]["mean"], 3)
+    if entries and "stopped_after" in entries[0]:
+        out["model_stopping"] = {"mean_measured": round(statistics.mean(e["stopped_after"] for e in entries), 2), "hit_share": round(statistics.mean(e["stopped_hit"] for e in entries), 3),
+                                 "mean_best_over_best": round(statistics.mean(e["stopped_best_over_best"] for e in entries), 4),
+                                 "worst_best_over_best": min(e["stopped_best_over_best"] for e in entries), "mean_recipes": round(statistics.mean(e["recipes"] for e in entries), 1)}
     if "tpe" in names:
         out["model_beats_tpe_on"] = sum(e["model"] < e["tpe"] for e in entries)
         out["tpe_beats_model_on"] = sum(e["tpe"] < e["model"] for e in entries)

@@ -120,7 +120,7 @@ def _result(candidate: Candidate, size: float) -> CandidateResult:
 def test_the_model_strategy_measures_the_likely_best_first_and_likely_failures_last():
     rows = _rows()
     for size, best in ((0.05, "compile"), (0.95, "precision")):
-        strategy = ModelGuided(_space(), model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": size, "sig.other": 0.5})
+        strategy = ModelGuided(_space(), model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": size, "sig.other": 0.5}, stop_gain=0.0)
         order = []
         while (candidate := strategy.ask()) is not None:
             assert strategy.predicted(candidate)["p_pass"] is not None
@@ -132,6 +132,38 @@ def test_the_model_strategy_measures_the_likely_best_first_and_likely_failures_l
         passing = [(r.speedup, i) for i, r in enumerate(_result(c, size) for c in order) if r.passed]
         assert min(failing) > max(passing)[1], names  # no likely failure is measured before the best recipe is found
     assert len(strategy.own) == len(order) == len(RECIPES) - 2  # each measurement a training row; int4 with a module step, once int4 failed alone, not asked
+
+
+def test_the_model_strategy_stops_once_nothing_left_is_expected_to_gain_and_says_why():
+    """After its best guess passes as predicted, what is left is either predicted slower or
+    unlikely to pass: no expected gain reaches STOP_GAIN, and the search ends there (stop_gain=0
+    measures on)."""
+    from agnitra.search.costmodel.model import Prediction
+
+    rows = _rows()
+    fast, slow, lossy = (_recipe((name, {})) for name in ("compile", "channels-last", "int4-weight-only"))
+
+    def strategy_with(stop_gain: float) -> ModelGuided:
+        strategy = ModelGuided([fast, slow, lossy], model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": 0.5}, stop_gain=stop_gain)
+        strategy._retrain = lambda: None  # the planted predictions stand
+        strategy.predictions = {fast.recipe.key(): Prediction(math.log(1.5), 0.02, 0.95), slow.recipe.key(): Prediction(0.0, 0.02, 0.95),
+                                lossy.recipe.key(): Prediction(math.log(1.6), 0.05, 0.05)}
+        strategy.measured_sets[frozenset({"compile", "channels-last", "int4-weight-only"})] = 1  # nothing novel
+        return strategy
+
+    strategy = strategy_with(0.01)
+    assert strategy.ask() is fast and strategy.stop_note() == ""
+    strategy.tell(fast, CandidateResult("c", {}, fast.recipe.key(), 1.0, "ok", speedup=1.5, correctness=Correctness("rel_error", 0.001, True, 0.01)))
+    assert strategy.ask() is None and strategy.ask() is None
+    assert "stopped after 1 candidate(s) of its own, 2 left" in strategy.stop_note() and "int4-weight-only" in strategy.stop_note()
+    passed = CandidateResult("c", {}, fast.recipe.key(), 1.0, "ok", speedup=1.5, correctness=Correctness("rel_error", 0.001, True, 0.01))
+    told = strategy_with(0.01)
+    told.tell(fast, passed)  # a peer's run: told, not asked (`Observed` passes over it); the model has measured nothing of its own yet
+    assert told.ask() is not None and told.stop_note() == ""
+    exhaustive = strategy_with(0.0)
+    assert exhaustive.ask() is fast
+    exhaustive.tell(fast, passed)
+    assert [exhaustive.ask(), exhaustive.ask(), exhaustive.ask()] == [slow, lossy, None] and exhaustive.stop_note() == ""
 
 
 def test_without_a_store_the_model_strategy_orders_by_priors_and_says_so():

@@ -472,7 +472,7 @@ def optimize(
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
     candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
-    strategy: str = typer.Option("enumerate", "--strategy", help="how the space is searched: enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error), auto (enumerate up to 32 candidates, else tpe)"),
+    strategy: str = typer.Option("enumerate", "--strategy", help="how the space is searched: enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error), model (the cost model learned from the store: the largest expected gain first; stops once none is left), auto (enumerate up to 32 candidates, else model with a trained cost model, else tpe)"),
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants for the final run (default: the best built-in ones)"),
     resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
     allow_pickle: bool = PickleOpt,

@@ -161,6 +161,8 @@ def search(
     while True:
         candidate = strategy.ask()
         if candidate is None:
+            if strategy.stop_note():
+                outcome.notes.append(strategy.stop_note())
             break
         prediction = strategy.predicted(candidate)  # before it is measured
         key = candidate.recipe.key()

@@ -40,6 +40,9 @@ class Auto(Strategy):
     def learned_from_store(self) -> bool:
         return self.chosen.learned_from_store()
 
+    def stop_note(self) -> str:
+        return self.chosen.stop_note()
+
     def ask(self) -> Candidate | None:
         return self.chosen.ask()
 

@@ -38,6 +38,10 @@ class Strategy(abc.ABC):
         """What the strategy expected of a candidate (its cost model's prediction), if anything."""
         return None
 
+    def stop_note(self) -> str:
+        """Why the strategy stopped before its space was spent ('' if it did not): the report says it."""
+        return ""
+
     def learned_from_store(self) -> bool:
         """Whether the strategy's own order already comes from the store's measurements (a
         trained cost model): then the recommended recipes need not go first."""

@@ -32,6 +32,9 @@ class Around(Strategy):
     def learned_from_store(self) -> bool:
         return self.inner.learned_from_store()
 
+    def stop_note(self) -> str:
+        return self.inner.stop_note()
+
 
 class WarmStart(Around):
     name = "warm-start"
