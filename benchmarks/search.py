@@ -127,7 +127,7 @@ def replay(workload: dict, space: dict[str, SimpleNamespace], training: list[dic
     best = max(r.speedup for r in space.values() if r.passed)
     hits = {k for k, r in space.items() if r.passed and r.speedup >= best / (1 + args.within)}
     cands = candidates(space)
-    row = {k: v for k, v in workload.items() if k.startswith(("sig.", "hot.", "dev.")) or k in ("device_kind", "batch", "source", "family", "workload", "task")}
+    row = {k: v for k, v in workload.items() if k.startswith(("sig.", "hot.", "dev.")) or k in ("device_kind", "batch", "source", "family", "workload", "task", "comparison")}
     runs = {} if args.only_model else {"random": [run(RandomOrder(cands, seed=s), space, hits) for s in range(args.seeds)],
                                        "tpe": [run(TPE(cands, seed=s), space, hits) for s in range(args.tpe_seeds)]}
     model = CostModel.fit(training) if training else None

@@ -70,6 +70,35 @@ def test_the_cost_model_reads_hotspot_features_apart_from_the_static_signature()
     assert blind.kendall_tau < learned.kendall_tau - 0.2 and blind.mape > 2 * learned.mape
 
 
+def test_whether_a_lossy_recipe_passes_follows_the_check_not_a_look_alike_signature(tmp_path):
+    """Planted: bf16 passes where the workload is verified by top1 and fails under rel_error; in
+    the training rows a signature feature (`sig.attention`) splits them just as well. A held-out
+    workload with the first kind's signature but the second kind's check is predicted to fail,
+    as the held-out transformers families did; its speed is predicted as if the check were not
+    known (checks inform P(pass) and the quality change only)."""
+    from agnitra.search.costmodel.dataset import with_comparison
+
+    rng = random.Random(3)
+    rows = []
+    for w in range(24):
+        encoder = w % 2 == 1
+        for names in (["precision"], ["compile"]):
+            passed = not (encoder and names == ["precision"])
+            rows.append({"run_id": w, "workload": f"w{w}", "batch": 8, "device_kind": "cpu", "group": f"g{w}", "sig.attention": float(encoder), "sig.size": rng.random(),
+                         "recipe": json.dumps(_steps(names)), "status": "ok", "speedup": 1.3 * math.exp(rng.gauss(0, 0.02)), "passed": passed,
+                         "quality_metric": "rel_error" if encoder else "top1", "quality_error": 0.001 if passed else 0.3})
+    rows[0]["quality_metric"] = None  # a run's other measurements say how it was verified
+    with_comparison(rows)
+    assert rows[0]["comparison"] == "top1"
+    model = CostModel.fit(rows)
+    look_alike = {"batch": 8, "device_kind": "cpu", "sig.attention": 0.0, "sig.size": 0.5, "recipe": json.dumps(_steps(["precision"]))}
+    as_encoder, as_classifier, unknown = model.predict([dict(look_alike, comparison="rel_error"), dict(look_alike, comparison="top1"), look_alike])
+    assert as_encoder.p_pass < 0.2 < 0.8 < as_classifier.p_pass
+    assert as_encoder.log_speedup == as_classifier.log_speedup == unknown.log_speedup
+    again = CostModel.load(model.save(tmp_path / "m.json"))
+    assert again.featurizer.comparisons == ["rel_error", "top1"] and again.predict([dict(look_alike, comparison="rel_error")])[0].p_pass == as_encoder.p_pass
+
+
 def test_predictions_carry_uncertainty():
     model = CostModel.fit(_rows())
     small, big = (dict(_rows(1, seed=s)[0], **{"sig.size": size}) for s, size in ((1, 0.05), (2, 0.95)))

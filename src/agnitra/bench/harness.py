@@ -444,9 +444,7 @@ class Harness:
         return renest(reference, output) if isinstance(run.prepared.call, OrtModule) else output
 
     def _metric(self) -> str:
-        if self.decoder:
-            return "perplexity" if self.workload.text_windows else "logits"
-        return self.workload.comparison
+        return self.workload.verified_by
 
     def _check_outputs(self, run: _Run) -> list[Any]:
         if self.decoder:

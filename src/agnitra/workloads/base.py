@@ -83,6 +83,14 @@ class Workload:
             self.example_inputs = tuple(self.example_inputs) if isinstance(self.example_inputs, list) else (self.example_inputs,)
 
     @property
+    def verified_by(self) -> str:
+        """The comparison a run verifies this workload with: decoders by their logits (held-out
+        perplexity where real text is given), others by `comparison`."""
+        if self.decoder:
+            return "perplexity" if self.text_windows else "logits"
+        return self.comparison
+
+    @property
     def device(self) -> torch.device:
         for t in iter_tensors(self.example_inputs):
             return t.device

@@ -12,7 +12,7 @@ from agnitra.workloads.base import Workload
 def workload_row(workload: Workload, signature: dict | None, device_report: DeviceReport, device: torch.device) -> dict:
     row = {
         "workload": workload.name, "source": workload.source, "family": family_of(workload.name, workload.source or ""), "task": workload.task.value,
-        "batch": workload.decoder.batch if workload.decoder else workload.batch, "device_kind": device.type,
+        "comparison": workload.verified_by, "batch": workload.decoder.batch if workload.decoder else workload.batch, "device_kind": device.type,
     }
     if signature:
         row.update({SIGNATURE_PREFIX + n: v for n, v in zip(signature.get("names", []), signature.get("values", []))})

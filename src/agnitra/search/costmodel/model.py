@@ -80,11 +80,13 @@ class CostModel:
         model = cls(featurizer, info={"rows": len(rows), "device_kinds": sorted({r.get("device_kind") or "" for r in rows}),
                                       "groups": len({r.get("group") for r in rows})})
 
-        def train(mask, y, objective: str, seed_offset: int = 0, bagging: bool = True):
+        unchecked = featurizer.without_checks(x)
+
+        def train(mask, y, objective: str, seed_offset: int = 0, bagging: bool = True, checks: bool = False):
             params = dict(PARAMS, objective=objective, seed=seed + seed_offset, bagging_seed=seed + seed_offset, feature_fraction_seed=seed + seed_offset)
             if not bagging:
                 params.update(bagging_fraction=1.0, bagging_freq=0)
-            data = lgb.Dataset(x[mask], label=y, weight=w[mask], free_raw_data=True, params={"verbose": -1, "min_data_in_bin": 1})
+            data = lgb.Dataset((x if checks else unchecked)[mask], label=y, weight=w[mask], free_raw_data=True, params={"verbose": -1, "min_data_in_bin": 1})
             return lgb.train(params, data, num_boost_round=ROUNDS)
 
         speed_mask = np.array([timed(r) for r in rows], dtype=bool)
@@ -98,7 +100,7 @@ class CostModel:
         labels = np.array([1.0 if r.get("passed") else 0.0 for r, m in zip(rows, pass_mask) if m])
         model.info["pass_rows"] = int(pass_mask.sum())
         if pass_mask.sum() >= MIN_ROWS and 0 < labels.sum() < len(labels):
-            model.passing = train(pass_mask, labels, "binary", bagging=False)
+            model.passing = train(pass_mask, labels, "binary", bagging=False, checks=True)
         elif len(labels):
             model.pass_constant = float(labels.mean())
             model.notes.append(f"pass: {len(labels)} rows of one class or fewer than {MIN_ROWS}: P(pass) = {model.pass_constant:.2f} everywhere")
@@ -109,7 +111,7 @@ class CostModel:
         quality_mask = np.array([r.get("quality_error") is not None and r.get("status") == "ok" for r in rows], dtype=bool)
         if quality_mask.sum() >= MIN_ROWS:
             y = np.log10([r["quality_error"] + QUALITY_FLOOR for r, m in zip(rows, quality_mask) if m])
-            model.quality = train(quality_mask, y, "regression", bagging=False)
+            model.quality = train(quality_mask, y, "regression", bagging=False, checks=True)
         setup = [_setup_s(r) for r in rows]
         setup_mask = np.array([v is not None for v in setup], dtype=bool)
         if setup_mask.sum() >= MIN_ROWS:
@@ -124,9 +126,11 @@ class CostModel:
         return self.predict_features(self.featurizer.transform_recipes(base, recipes)) if recipes else []
 
     def predict_features(self, x: np.ndarray) -> list[Prediction]:
-        n = len(x)
+        """Speed, memory and setup from every feature but the checks; P(pass) and the quality
+        change with them (`Featurizer.comparisons`)."""
+        n, unchecked = len(x), self.featurizer.without_checks(x)
         if self.speed:
-            runs = np.stack([b.predict(x) for b in self.speed])
+            runs = np.stack([b.predict(unchecked) for b in self.speed])
             mean, std = runs.mean(0), runs.std(0)
         else:
             mean, std = np.zeros(n), np.full(n, PRIOR_STD)
@@ -134,9 +138,9 @@ class CostModel:
             p = self.passing.predict(x)
         else:
             p = np.full(n, 0.5 if self.pass_constant is None else self.pass_constant)
-        memory = np.exp(self.memory.predict(x)) if self.memory is not None else [None] * n
+        memory = np.exp(self.memory.predict(unchecked)) if self.memory is not None else [None] * n
         quality = np.power(10.0, self.quality.predict(x)) if self.quality is not None else [None] * n
-        setup = np.expm1(self.setup.predict(x)) if self.setup is not None else [None] * n
+        setup = np.expm1(self.setup.predict(unchecked)) if self.setup is not None else [None] * n
         return [Prediction(float(m), float(s), float(pp), None if mem is None else float(mem), None if q is None else float(q), None if t is None else max(0.0, float(t)))
                 for m, s, pp, mem, q, t in zip(mean, std, p, memory, quality, setup)]
 
