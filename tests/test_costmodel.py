@@ -341,6 +341,23 @@ def test_a_transform_not_yet_measured_on_this_workload_is_more_uncertain():
     assert spread(compiled) < 0.1 < NOVEL_STD <= spread(both)  # compile is known now: only bf16 is new in the pair
 
 
+def test_a_candidate_unlikely_to_finish_in_the_time_left_waits_for_one_that_can():
+    """The bigger gain needs a 70 s compile; with 63 s left (a cold llama-1b search on an H100)
+    the quicker, smaller gain goes first; with time to spare, or no time known, the bigger one."""
+    from agnitra.search.costmodel.model import Prediction
+
+    slow, quick = _recipe(("compile", {"mode": "reduce-overhead"})), _recipe(("int8-weight-only", {}))
+
+    def first(left):
+        strategy = ModelGuided([slow, quick])
+        strategy.predictions = {slow.recipe.key(): Prediction(1.0, 0.05, 0.95, setup_s=70.0), quick.recipe.key(): Prediction(0.2, 0.05, 0.95, setup_s=20.0)}
+        strategy.time_left(left)
+        return strategy.ask()
+
+    assert first(None) is slow and first(600.0) is slow
+    assert first(63.0) is quick
+
+
 def test_an_unlikely_pass_waits_until_no_likelier_candidate_is_left():
     """A fast recipe the model gives P(pass) 0.05 leads on expected improvement times P(pass), but
     it is measured only after every candidate at MIN_P_PASS or above."""

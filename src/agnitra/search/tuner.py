@@ -159,6 +159,7 @@ def search(
     done = done or {}
     outcome = SearchOutcome([])
     while True:
+        strategy.time_left(min(config.candidate_timeout_s, max(0.0, budget.remaining() - reserve(outcome.results))))
         candidate = strategy.ask()
         if candidate is None:
             if strategy.stop_note():

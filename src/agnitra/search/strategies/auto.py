@@ -43,6 +43,9 @@ class Auto(Strategy):
     def stop_note(self) -> str:
         return self.chosen.stop_note()
 
+    def time_left(self, seconds: float | None) -> None:
+        self.chosen.time_left(seconds)
+
     def ask(self) -> Candidate | None:
         return self.chosen.ask()
 

@@ -21,6 +21,7 @@ class Strategy(abc.ABC):
 
     def __init__(self, space: list[Candidate]) -> None:
         self.space = list(space)
+        self.seconds_left: float | None = None
 
     @abc.abstractmethod
     def ask(self) -> Candidate | None:
@@ -37,6 +38,11 @@ class Strategy(abc.ABC):
     def predicted(self, candidate: Candidate) -> dict | None:
         """What the strategy expected of a candidate (its cost model's prediction), if anything."""
         return None
+
+    def time_left(self, seconds: float | None) -> None:
+        """A hint before each ask: the seconds the next candidate may take before it is stopped
+        (None: not known). Strategies that predict a candidate's time use it."""
+        self.seconds_left = seconds
 
     def stop_note(self) -> str:
         """Why the strategy stopped before its space was spent ('' if it did not): the report says it."""
