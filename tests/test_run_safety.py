@@ -329,7 +329,7 @@ PLUGIN = textwrap.dedent(
     from agnitra.transforms.base import TRANSFORMS, Transform, register_transform
 
     def _slow(self, model, ctx, params):
-        time.sleep(1.0)
+        time.sleep(0.4)
         return model
 
     for name in ("plugin-a", "plugin-b", "plugin-c"):
