@@ -119,6 +119,11 @@ def recipes_of(members: list[dict]) -> dict[str, SimpleNamespace]:
     return out
 
 
+def recipe_key(candidate: Candidate) -> str:
+    """A candidate's recipe as the datasets' `recipe` column writes it: the key of `space`."""
+    return json.dumps([{"params": dict(s.params), "transform": s.transform} for s in candidate.recipe.steps], sort_keys=True)
+
+
 def candidates(space: dict[str, SimpleNamespace]) -> list[Candidate]:
     return [Candidate(Recipe(tuple(Step(s["transform"], dict(s.get("params") or {})) for s in result.steps)), 1.0) for result in space.values()]
 
@@ -154,9 +159,8 @@ class Popular:
         for r in training:
             if r.get("status") == "ok" and r.get("speedup") and r.get("passed"):
                 scores[r["recipe"]].append(math.log(r["speedup"]))
-        key = lambda c: json.dumps([{"params": dict(s.params), "transform": s.transform} for s in c.recipe.steps], sort_keys=True)  # noqa: E731
         mean = {k: sum(v) / len(v) for k, v in scores.items()}
-        self.order = sorted(space, key=lambda c: -mean.get(key(c), -1e9))
+        self.order = sorted(space, key=lambda c: -mean.get(recipe_key(c), -1e9))
 
     def ask(self):
         return self.order.pop(0) if self.order else None
@@ -174,7 +178,7 @@ def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> tuple[in
         candidate = strategy.ask()
         if candidate is None:
             break
-        key = json.dumps([{"params": dict(s.params), "transform": s.transform} for s in candidate.recipe.steps], sort_keys=True)
+        key = recipe_key(candidate)
         result = space[key]
         seconds += MEASURE_S + (result.setup_s or _limit_s(result.reason))
         if key in hits:
@@ -188,7 +192,7 @@ def run_to_stop(strategy, space: dict[str, SimpleNamespace]) -> tuple[int, float
     passing speedup it had measured by then (1.0, the baseline, if none passed)."""
     found, measured = 1.0, 0
     while (candidate := strategy.ask()) is not None:
-        result = space[json.dumps([{"params": dict(s.params), "transform": s.transform} for s in candidate.recipe.steps], sort_keys=True)]
+        result = space[recipe_key(candidate)]
         measured += 1
         if result.passed:
             found = max(found, result.speedup)

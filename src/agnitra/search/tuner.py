@@ -159,7 +159,7 @@ def search(
     done = done or {}
     outcome = SearchOutcome([])
     while True:
-        strategy.time_left(min(config.candidate_timeout_s, max(0.0, budget.remaining() - reserve(outcome.results))))
+        strategy.time_left(max(0.0, _candidate_limit(config, budget, reserve, outcome.results, budget.remaining() - reserve(outcome.results))[0]))
         candidate = strategy.ask()
         if candidate is None:
             if strategy.stop_note():
@@ -182,14 +182,11 @@ def search(
                 outcome.unmeasured = _count_left(strategy, len(outcome.results))
                 outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured, the rest of the {budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
                 break
-            limit = min(config.candidate_timeout_s, left)
-            if_stopped = getattr(reserve, "if_stopped", None)  # stopped at its limit, the rest of the run starts a fresh worker
-            if if_stopped is not None and limit == left:
-                limit = budget.remaining() - if_stopped(outcome.results)
-                if limit < MIN_CANDIDATE_S:
-                    outcome.unmeasured = _count_left(strategy, len(outcome.results))
-                    outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured: stopping one at the end of the {budget.total_s:.0f} s budget would leave too little for the final run; raise --budget to measure them")
-                    break
+            limit, at_edge = _candidate_limit(config, budget, reserve, outcome.results, left)
+            if at_edge and limit < MIN_CANDIDATE_S:
+                outcome.unmeasured = _count_left(strategy, len(outcome.results))
+                outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured: stopping one at the end of the {budget.total_s:.0f} s budget would leave too little for the final run; raise --budget to measure them")
+                break
             progress(f"candidate {len(outcome.results) + 1}: {candidate.recipe.name}", min(0.9, budget.elapsed() / budget.total_s))
             result = run_candidate(runner, candidate, device_report, config, limit)
             if prediction is not None:
@@ -199,6 +196,17 @@ def search(
         outcome.results.append(result)
         strategy.tell(candidate, result)
     return outcome
+
+
+def _candidate_limit(config: SearchConfig, budget: Budget, reserve, results: list[CandidateResult], left: float) -> tuple[float, bool]:
+    """The seconds the next candidate may take, given `left` (the budget less the reserve): its
+    time limit, or at the budget's edge what stopping it there leaves the rest of the run (a fresh
+    worker, the finalists' compiles cold: `reserve.if_stopped`); and whether it is that edge."""
+    limit = min(config.candidate_timeout_s, left)
+    if_stopped = getattr(reserve, "if_stopped", None)
+    if if_stopped is not None and limit == left:
+        return budget.remaining() - if_stopped(results), True
+    return limit, False
 
 
 def _start(runner, limit: float) -> str:

@@ -223,7 +223,6 @@ class ModelGuided(Strategy):
         seconds = MEASURE_S + max(p.setup_s or 0.0, self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
         return _p_finish(seconds, self.seconds_left) * (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
 
-
     def _improvement(self, candidate: Candidate, stopping: bool = False) -> float:
         """Expected improvement of the candidate's log speedup over the best correct one so far."""
         p = self.predictions.get(candidate.recipe.key())
