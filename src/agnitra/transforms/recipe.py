@@ -45,8 +45,13 @@ class Recipe:
         return " + ".join(s.label() for s in self.steps) or "baseline"
 
     def key(self) -> str:
-        """A stable identity (for resuming a run and deduplicating candidates)."""
-        return json.dumps([[s.transform, s.params] for s in self.steps], sort_keys=True)
+        """A stable identity (for resuming a run and deduplicating candidates); computed once
+        (a model-guided search reads the keys of a 10^4-recipe space at every ask)."""
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            cached = json.dumps([[s.transform, s.params] for s in self.steps], sort_keys=True)
+            object.__setattr__(self, "_key", cached)
+        return cached
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": RECIPE_VERSION, "steps": [{"transform": s.transform, "params": dict(s.params)} for s in self.steps]}
