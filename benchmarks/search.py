@@ -142,8 +142,9 @@ def replay(workload: dict, space: dict[str, SimpleNamespace], training: list[dic
     counts = {name: statistics.mean(n for n, _ in results) for name, results in runs.items()}
     counts.update({f"{name}_s": round(statistics.mean(t for _, t in results), 1) for name, results in runs.items()})
     if args.stop_gain:
-        measured, found = run_to_stop(ModelGuided(cands, model=model, rows=training, workload_row=row, stop_gain=args.stop_gain), space)
-        counts.update(stopped_after=measured, stopped_best_over_best=round(found / best, 4), stopped_hit=found >= best / (1 + args.within))
+        measured, found, seconds, failing = run_to_stop(ModelGuided(cands, model=model, rows=training, workload_row=row, stop_gain=args.stop_gain), space)
+        counts.update(stopped_after=measured, stopped_best_over_best=round(found / best, 4), stopped_hit=found >= best / (1 + args.within),
+                      stopped_s=round(seconds, 1), stopped_failing_s=round(failing, 1))
     return counts
 
 
@@ -187,17 +188,22 @@ def run(strategy, space: dict[str, SimpleNamespace], hits: set[str]) -> tuple[in
     return len(space), seconds  # every candidate was measured, none a hit
 
 
-def run_to_stop(strategy, space: dict[str, SimpleNamespace]) -> tuple[int, float]:
-    """Measurements until the strategy stops on its own (the model's STOP_GAIN), and the best
-    passing speedup it had measured by then (1.0, the baseline, if none passed)."""
-    found, measured = 1.0, 0
+def run_to_stop(strategy, space: dict[str, SimpleNamespace]) -> tuple[int, float, float, float]:
+    """Measurements until the strategy stops on its own (the model's STOP_GAIN), the best passing
+    speedup it had measured by then (1.0, the baseline, if none passed), and the seconds they
+    would take (as `run` counts them), of which on recipes that failed verification."""
+    found, measured, seconds, failing = 1.0, 0, 0.0, 0.0
     while (candidate := strategy.ask()) is not None:
         result = space[recipe_key(candidate)]
         measured += 1
+        took = MEASURE_S + (result.setup_s or _limit_s(result.reason))
+        seconds += took
         if result.passed:
             found = max(found, result.speedup)
+        elif result.status == "ok":
+            failing += took
         strategy.tell(candidate, result)
-    return measured, found
+    return measured, found, seconds, failing
 
 
 def _limit_s(reason: str) -> float:
@@ -220,6 +226,8 @@ def summarise(entries: list[dict]) -> dict:
         out["model_stopping"] = {"mean_measured": round(statistics.mean(e["stopped_after"] for e in entries), 2), "hit_share": round(statistics.mean(e["stopped_hit"] for e in entries), 3),
                                  "mean_best_over_best": round(statistics.mean(e["stopped_best_over_best"] for e in entries), 4),
                                  "worst_best_over_best": min(e["stopped_best_over_best"] for e in entries), "mean_recipes": round(statistics.mean(e["recipes"] for e in entries), 1)}
+        if "stopped_s" in entries[0]:  # the share of the searches' seconds on recipes that failed verification
+            out["model_stopping"]["failed_verification_share"] = round(sum(e["stopped_failing_s"] for e in entries) / max(1e-9, sum(e["stopped_s"] for e in entries)), 3)
     if "tpe" in names:
         out["model_beats_tpe_on"] = sum(e["model"] < e["tpe"] for e in entries)
         out["tpe_beats_model_on"] = sum(e["tpe"] < e["model"] for e in entries)
