@@ -32,9 +32,10 @@ class _Nan(ModelWrapper):
         return self.inner(*args) * float("nan")
 
 
-def _register(name, apply, stage="module"):
+def _register(name, apply, stage="module", lossy=False):
     if name not in TRANSFORMS:
-        body = {"name": name, "stage": stage, "description": "test transform", "apply": lambda self, model, ctx, params: apply(model)}
+        body = {"name": name, "stage": stage, "description": "test transform", "apply": lambda self, model, ctx, params: apply(model),
+                "lossy": lambda self, params: lossy}
         register_transform(type(f"Test_{name}", (Transform,), body))
 
 
@@ -53,6 +54,10 @@ _register("test-slow", _Slow)
 _register("test-nan", _Nan)
 _register("test-crash", _boom)
 _register("test-double", _scale_weights)
+_register("test-lossy-double", _scale_weights, lossy=True)
+_register("test-lossy-same", lambda model: model, lossy=True)
+BUILT: list[str] = []  # what test-runtime-after was applied to, test by test
+_register("test-runtime-after", lambda model: BUILT.append("built") or model, stage="runtime")
 
 
 def _mlp() -> Workload:
@@ -193,6 +198,27 @@ def test_compiled_code_is_forgotten_after_each_candidate(monkeypatch):
     for name in ("test-slow", "test-crash", "test-nan"):
         evaluate(Candidate(Recipe.of(name), 1.0), w, torch.device("cpu"), report, SearchConfig(runs=2, warmup=1))
     assert len(resets) == 3  # after a good, a crashed and a failed candidate alike
+
+
+@pytest.mark.parametrize("lossy_part, fails", [("test-lossy-double", True), ("test-lossy-same", False)])
+def test_a_failing_lossy_part_fails_the_recipe_before_the_rest_is_built(lossy_part, fails):
+    """A recipe of a lossy step and a compile-like step after it: the lossy step is verified alone
+    first; where it fails, the recipe is failed verification with that reason and the step after
+    it is never built; where it passes, the whole recipe is built, timed and verified."""
+    from agnitra import api
+    from agnitra.search.space import Candidate
+    from agnitra.search.tuner import SearchConfig, evaluate
+
+    BUILT.clear()
+    recipe = Recipe.of(lossy_part, "test-runtime-after")
+    result = evaluate(Candidate(recipe, 1.0), _mlp(), torch.device("cpu"), api.describe_device(torch.device("cpu")), SearchConfig(runs=2, warmup=1))
+    assert result.status == "ok" and result.passed is not fails
+    if fails:
+        assert BUILT == [] and result.latency_ms is None and result.speedup is None
+        assert result.reason.startswith(f"verification of its lossy part alone, {lossy_part}:") and "test-runtime-after not built" in result.reason
+        assert result.correctness.details["verified"].startswith(f"the lossy part alone ({lossy_part})")
+    else:
+        assert BUILT and result.latency_ms is not None and result.speedup is not None
 
 
 def test_exclude_transforms_keeps_them_out_of_the_search(tmp_path):

@@ -27,6 +27,8 @@ from agnitra.search.budget import Budget
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import Strategy
+from agnitra.transforms.base import get_transform
+from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
 
@@ -79,10 +81,14 @@ def measure_candidate(workload: Workload, device: torch.device, candidate: Candi
 
 
 def evaluate(candidate: Candidate, workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig) -> CandidateResult:
-    """Measure one recipe against the baseline in a short interleaved run; never raises."""
+    """Measure one recipe against the baseline in a short interleaved run; never raises. A recipe
+    whose lossy steps are followed by others is first verified with its lossy steps alone
+    (`verify_lossy_part`): where they fail, so does the recipe, and the rest is not built."""
     recipe = candidate.recipe
     result = CandidateResult(name=recipe.name, recipe=recipe.to_dict(), key=recipe.key(), prior=candidate.prior, status="ok")
     t0 = time.perf_counter()
+    if verify_lossy_part(recipe, workload, device, device_report, config, result):
+        return _timed(result, t0)
     try:
         report = screening_run(workload, device, device_report, config, [RecipeVariant(recipe)])
     except Exception as exc:  # noqa: BLE001 - the harness records variant failures; this is the rest
@@ -100,6 +106,42 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
         result.speedup = base.latency_ms.median / cand.latency_ms.median
         result.speedup_interval, result.faster_beyond_noise = cand.speedup_interval, cand.faster_beyond_noise
     return _timed(result, t0)
+
+
+def split_after_lossy(recipe: Recipe) -> tuple[Recipe, Recipe] | None:
+    """The recipe cut after its last lossy step (`Transform.lossy`): (the lossy part, the steps
+    after it); None where no step is lossy or none follows the last lossy one."""
+    lossy = [i for i, step in enumerate(recipe.steps) if get_transform(step.transform).lossy(step.params)]
+    if not lossy or lossy[-1] == len(recipe.steps) - 1:
+        return None
+    cut = lossy[-1] + 1
+    return Recipe(recipe.steps[:cut]), Recipe(recipe.steps[cut:])
+
+
+def verify_lossy_part(recipe: Recipe, workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, result: CandidateResult) -> bool:
+    """Verify the recipe's lossy part alone (one timed call, the full checks) before building the
+    rest; True where it failed verification, `result` then saying so (a compile or an export after
+    it keeps float rounding and will not bring the numbers back within the tolerance). On an H200,
+    lossy recipes that failed verification took 7 to 17 s each, most of it their compile, of the
+    170 s a family had (hf_families, 2026-11-27). A lossy part that cannot be set up or run alone is
+    left to the whole recipe's run."""
+    split = split_after_lossy(recipe)
+    if split is None:
+        return False
+    lossy, rest = split
+    check_only = dataclasses.replace(config, runs=1, warmup=0)
+    try:
+        report = screening_run(workload, device, device_report, check_only, [RecipeVariant(lossy)])
+    except Exception:  # noqa: BLE001 - the whole recipe's run records what goes wrong
+        return False
+    base, part = report.variants
+    if base.status != "ok" or part.status != "ok" or part.correctness is None or part.correctness.passed:
+        return False
+    correctness = part.correctness
+    correctness.details["verified"] = f"the lossy part alone ({lossy.name}), before {rest.name} was built"
+    result.correctness, result.setup_s, result.model_bytes = correctness, part.setup_s, part.model_bytes
+    result.reason = f"verification of its lossy part alone, {lossy.name}: {correctness.details.get('error', 'failed')}; {rest.name} not built"
+    return True
 
 
 def _timed(result: CandidateResult, t0: float) -> CandidateResult:
