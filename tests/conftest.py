@@ -22,6 +22,8 @@ def _isolated_cache(tmp_path_factory, tmp_path, monkeypatch):
     monkeypatch.setenv("AGNITRA_CACHE_DIR", str(cache))
     # each test its own measurement store: no test warm-starts from another's runs
     monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{tmp_path / 'agnitra-store.db'}")
+    # and no shipped seed: a test's store is what its cost model learns from (test_costmodel_seed turns it on)
+    monkeypatch.setenv("AGNITRA_COSTMODEL_SEED", "0")
     monkeypatch.delenv("AGNITRA_DEVICE", raising=False)
     yield
 
