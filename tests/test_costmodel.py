@@ -302,6 +302,21 @@ def test_a_failure_in_this_run_makes_recipes_with_the_same_lossy_step_unlikely_t
     assert evidence.least_seconds(_recipe(g64)) == 66.0 and evidence.least_seconds(_recipe(("fuse-projections", {}))) == 0.0
 
 
+def test_what_this_workloads_compiles_took_is_the_least_expected_of_other_compiles():
+    from agnitra.search.strategies.evidence import RunEvidence
+
+    evidence = RunEvidence()
+    default, tuned, fused = ("compile", {"mode": "default"}), ("compile", {"mode": "max-autotune"}), ("fuse-projections", {})
+    built = lambda c, setup_s, speedup=2.0: CandidateResult(c.recipe.name, {}, c.recipe.key(), 1.0, "ok", speedup=speedup, setup_s=setup_s,  # noqa: E731
+                                                           correctness=Correctness("rel_error", 0.001, True, 0.01))
+    evidence.learn(_recipe(fused, ("int4-weight-only", {}), tuned), built(_recipe(tuned), 0.4, speedup=None))  # its lossy part failed alone: never compiled
+    assert evidence.least_seconds(_recipe(tuned)) == 0.0
+    evidence.learn(_recipe(default), built(_recipe(default), 15.0))  # a peer's compile, told first
+    evidence.learn(_recipe(fused, default), built(_recipe(fused, default), 12.0))
+    assert evidence.least_seconds(_recipe(fused, tuned)) == 12.0  # the least a compile took here
+    assert evidence.least_seconds(_recipe(fused)) == 0.0 and evidence.least_seconds(_recipe(("int8-weight-only", {}))) == 0.0
+
+
 def test_the_model_strategy_weighs_what_failed_in_this_run_into_its_choice():
     from agnitra.search.strategies.evidence import SAME_STEP_PASS
 

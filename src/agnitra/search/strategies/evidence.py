@@ -3,7 +3,10 @@ measurement would barely move a learned model (a leaf needs several rows): a los
 (`Transform.lossy`) of a recipe that failed verification, or the step a failed setup names,
 keeps SAME_STEP_PASS of its probability of passing per failure, the transform's other settings
 SAME_TRANSFORM_PASS; a timeout makes recipes with its steps expected to take at least the limit
-it ran past; a recipe with the step that passes clears the suspicion."""
+it ran past; a recipe with the step that passes clears the suspicion. What this workload's
+built recipes took to set up is applied too: a recipe with a compiler or runtime step (compile,
+CUDA graphs, ONNX Runtime) is expected to take at least the least any recipe with that
+transform took here (the peers' compiles are the first)."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from agnitra.transforms.base import get_transform
 
 SAME_STEP_PASS = 0.15  # P(pass) kept per failure of the very step (transform and parameters) in this run
 SAME_TRANSFORM_PASS = 0.6  # per failure of the transform with other parameters (another int4 group size)
+RUNTIME_STAGES = ("runtime", "backend")  # compile, CUDA graphs, threads, ONNX Runtime: their setup is this workload's
 
 
 class RunEvidence:
@@ -25,10 +29,12 @@ class RunEvidence:
         self.failed_steps: Counter[str] = Counter()  # step label -> failures it is a suspect of
         self.failed_transforms: Counter[str] = Counter()
         self.slow: dict[str, float] = {}  # step label -> seconds a recipe with it ran past
+        self.setup: dict[str, float] = {}  # compiler/runtime transform -> the least a built recipe with it took here
 
     def learn(self, candidate: Candidate, result: Any) -> None:
         steps = candidate.recipe.steps
         status, reason = getattr(result, "status", "failed"), getattr(result, "reason", "") or ""
+        self._learn_setup(candidate, result)
         if status == "timeout":
             limit = timeout_limit(reason) or 0.0
             for step in steps:
@@ -57,4 +63,19 @@ class RunEvidence:
         return factor
 
     def least_seconds(self, candidate: Candidate) -> float:
-        return max((self.slow.get(step.label(), 0.0) for step in candidate.recipe.steps), default=0.0)
+        """The seconds the candidate is expected to take at least: what a recipe with one of its
+        steps ran past, or what its compiler or runtime transform took on this workload."""
+        steps = candidate.recipe.steps
+        return max([self.slow.get(step.label(), 0.0) for step in steps] + [self.setup.get(step.transform, 0.0) for step in steps], default=0.0)
+
+    def _learn_setup(self, candidate: Candidate, result: Any) -> None:
+        """A recipe built whole and timed (not one stopped, nor one whose lossy part failed alone):
+        its setup is the least its compiler and runtime transforms are expected to take here. On a
+        cold H200 the cost model expected 1.5 to 5 s of such compiles of held-out transformers,
+        where the peers' compiles had taken 10 to 15 s, and three ran past their limits (18-56 s)."""
+        setup_s = getattr(result, "setup_s", None)
+        if getattr(result, "status", "") != "ok" or getattr(result, "speedup", None) is None or not setup_s:
+            return
+        for step in candidate.recipe.steps:
+            if get_transform(step.transform).stage in RUNTIME_STAGES:
+                self.setup[step.transform] = min(self.setup.get(step.transform, setup_s), setup_s)
