@@ -222,6 +222,8 @@ def summarise(entries: list[dict]) -> dict:
         out[name] = {"mean": round(statistics.mean(values), 2), "median": round(statistics.median(values), 2), "mean_s": round(statistics.mean(seconds), 1)}
     for other in (n for n in ("random", "tpe", "popular") if n in names):
         out[f"model_over_{other}"] = round(out["model"]["mean"] / out[other]["mean"], 3)
+    if "random" in names:  # a strategy right first time on every workload: the lowest model_over_random can be
+        out["floor_over_random"] = round(1.0 / out["random"]["mean"], 3)
     if entries and "stopped_after" in entries[0]:
         out["model_stopping"] = {"mean_measured": round(statistics.mean(e["stopped_after"] for e in entries), 2), "hit_share": round(statistics.mean(e["stopped_hit"] for e in entries), 3),
                                  "mean_best_over_best": round(statistics.mean(e["stopped_best_over_best"] for e in entries), 4),
