@@ -221,6 +221,21 @@ def test_a_failing_lossy_part_fails_the_recipe_before_the_rest_is_built(lossy_pa
         assert BUILT and result.latency_ms is not None and result.speedup is not None
 
 
+def test_a_collection_times_every_recipe_its_failing_lossy_ones_too():
+    """`agnitra collect` gathers the cost model's data: a recipe whose lossy part fails is built,
+    timed and recorded as failed verification with its speed (SearchConfig.lossy_part_first off)."""
+    from agnitra import api
+    from agnitra.search.space import Candidate
+    from agnitra.search.tuner import SearchConfig, evaluate
+
+    BUILT.clear()
+    recipe = Recipe.of("test-lossy-double", "test-runtime-after")
+    config = SearchConfig(runs=2, warmup=1, lossy_part_first=False)
+    result = evaluate(Candidate(recipe, 1.0), _mlp(), torch.device("cpu"), api.describe_device(torch.device("cpu")), config)
+    assert result.status == "ok" and not result.passed and BUILT and result.speedup is not None
+    assert result.reason.startswith("verification:")
+
+
 def test_exclude_transforms_keeps_them_out_of_the_search(tmp_path):
     fast = agnitra.optimize(_mlp(), device="cpu", transforms=["test-slow", "test-nan"], exclude_transforms=["test-nan"], budget="60s", peers=[], out=tmp_path)
     assert [c.name for c in fast.report.candidates] == ["test-slow"]

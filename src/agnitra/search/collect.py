@@ -101,7 +101,7 @@ def collect_workload(
     op_kinds, signature = graph_facts(workload, notes)
     space, skipped = recipe_space(TransformContext(workload, device, op_kinds=op_kinds), allowed=set(transforms) if transforms else None)
     chosen = designed_sample(space, sample, seed)
-    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances))
+    config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances), lossy_part_first=False)  # every recipe timed: the speed model's data
     runner = Worker(source, progress) if source is not None else InProcess(workload, device, progress)
     with runner:
         probe = measure_baseline(runner, device_report, config, budget)

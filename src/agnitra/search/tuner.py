@@ -41,6 +41,9 @@ class SearchConfig:
     runs: int | None = None  # per candidate run (default: 20 calls, 4 rounds of 5, or 2 generations)
     warmup: int | None = None
     tolerances: Tolerances = field(default_factory=Tolerances)
+    # verify a recipe's lossy part alone before building the rest (`verify_lossy_part`): a search
+    # wants answers; a collection (`agnitra collect`) wants every recipe timed, and turns it off
+    lossy_part_first: bool = True
 
     def bench(self, variants: list, decoder: bool) -> BenchConfig:
         """A short interleaved run: no energy, roofline, signature or operator breakdown."""
@@ -87,7 +90,7 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
     recipe = candidate.recipe
     result = CandidateResult(name=recipe.name, recipe=recipe.to_dict(), key=recipe.key(), prior=candidate.prior, status="ok")
     t0 = time.perf_counter()
-    if verify_lossy_part(recipe, workload, device, device_report, config, result):
+    if config.lossy_part_first and verify_lossy_part(recipe, workload, device, device_report, config, result):
         return _timed(result, t0)
     try:
         report = screening_run(workload, device, device_report, config, [RecipeVariant(recipe)])
