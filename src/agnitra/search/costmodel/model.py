@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,6 +38,9 @@ PARAMS = {
     "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1, "num_threads": 1, "deterministic": True, "force_row_wise": True,
 }
 ROUNDS = 150
+# boosters trained at once (each on one thread): a search retrains after every candidate, while
+# its worker process, which holds the other cores' work, waits
+FIT_THREADS = max(1, min(4, os.cpu_count() or 1))
 
 
 @dataclass
@@ -81,41 +86,47 @@ class CostModel:
                                       "groups": len({r.get("group") for r in rows})})
 
         unchecked = featurizer.without_checks(x)
+        with ThreadPoolExecutor(max_workers=FIT_THREADS) as pool:  # the boosters train side by side (LightGBM releases the GIL)
 
-        def train(mask, y, objective: str, seed_offset: int = 0, bagging: bool = True, checks: bool = False):
-            params = dict(PARAMS, objective=objective, seed=seed + seed_offset, bagging_seed=seed + seed_offset, feature_fraction_seed=seed + seed_offset)
-            if not bagging:
-                params.update(bagging_fraction=1.0, bagging_freq=0)
-            data = lgb.Dataset((x if checks else unchecked)[mask], label=y, weight=w[mask], free_raw_data=True, params={"verbose": -1, "min_data_in_bin": 1})
-            return lgb.train(params, data, num_boost_round=ROUNDS)
+            def train(mask, y, objective: str, seed_offset: int = 0, bagging: bool = True, checks: bool = False) -> Future:
+                params = dict(PARAMS, objective=objective, seed=seed + seed_offset, bagging_seed=seed + seed_offset, feature_fraction_seed=seed + seed_offset)
+                if not bagging:
+                    params.update(bagging_fraction=1.0, bagging_freq=0)
+                data = lgb.Dataset((x if checks else unchecked)[mask], label=y, weight=w[mask], free_raw_data=True, params={"verbose": -1, "min_data_in_bin": 1})
+                return pool.submit(lgb.train, params, data, num_boost_round=ROUNDS)
 
-        speed_mask = np.array([timed(r) for r in rows], dtype=bool)
-        model.info["speed_rows"] = int(speed_mask.sum())
-        if speed_mask.sum() >= MIN_ROWS:
-            y = np.log([r["speedup"] for r, m in zip(rows, speed_mask) if m])
-            model.speed = [train(speed_mask, y, "regression", i) for i in range(ENSEMBLE)]
-        else:
-            model.notes.append(f"speed: {int(speed_mask.sum())} measured rows (fewer than {MIN_ROWS}): the prior is predicted")
-        pass_mask = np.array([r.get("passed") is not None or r.get("status") == "failed" for r in rows], dtype=bool)
-        labels = np.array([1.0 if r.get("passed") else 0.0 for r, m in zip(rows, pass_mask) if m])
-        model.info["pass_rows"] = int(pass_mask.sum())
-        if pass_mask.sum() >= MIN_ROWS and 0 < labels.sum() < len(labels):
-            model.passing = train(pass_mask, labels, "binary", bagging=False, checks=True)
-        elif len(labels):
-            model.pass_constant = float(labels.mean())
-            model.notes.append(f"pass: {len(labels)} rows of one class or fewer than {MIN_ROWS}: P(pass) = {model.pass_constant:.2f} everywhere")
-        memory_mask = np.array([bool(r.get("model_bytes") and r.get("baseline_model_bytes")) for r in rows], dtype=bool)
-        if memory_mask.sum() >= MIN_ROWS:
-            y = np.log([r["model_bytes"] / r["baseline_model_bytes"] for r, m in zip(rows, memory_mask) if m])
-            model.memory = train(memory_mask, y, "regression", bagging=False)
-        quality_mask = np.array([r.get("quality_error") is not None and r.get("status") == "ok" for r in rows], dtype=bool)
-        if quality_mask.sum() >= MIN_ROWS:
-            y = np.log10([r["quality_error"] + QUALITY_FLOOR for r, m in zip(rows, quality_mask) if m])
-            model.quality = train(quality_mask, y, "regression", bagging=False, checks=True)
-        setup = [_setup_s(r) for r in rows]
-        setup_mask = np.array([v is not None for v in setup], dtype=bool)
-        if setup_mask.sum() >= MIN_ROWS:
-            model.setup = train(setup_mask, np.log1p([v for v in setup if v is not None]), "regression", bagging=False)
+            speed_mask = np.array([timed(r) for r in rows], dtype=bool)
+            model.info["speed_rows"] = int(speed_mask.sum())
+            speed: list[Future] = []
+            if speed_mask.sum() >= MIN_ROWS:
+                y = np.log([r["speedup"] for r, m in zip(rows, speed_mask) if m])
+                speed = [train(speed_mask, y, "regression", i) for i in range(ENSEMBLE)]
+            else:
+                model.notes.append(f"speed: {int(speed_mask.sum())} measured rows (fewer than {MIN_ROWS}): the prior is predicted")
+            others: dict[str, Future] = {}
+            pass_mask = np.array([r.get("passed") is not None or r.get("status") == "failed" for r in rows], dtype=bool)
+            labels = np.array([1.0 if r.get("passed") else 0.0 for r, m in zip(rows, pass_mask) if m])
+            model.info["pass_rows"] = int(pass_mask.sum())
+            if pass_mask.sum() >= MIN_ROWS and 0 < labels.sum() < len(labels):
+                others["passing"] = train(pass_mask, labels, "binary", bagging=False, checks=True)
+            elif len(labels):
+                model.pass_constant = float(labels.mean())
+                model.notes.append(f"pass: {len(labels)} rows of one class or fewer than {MIN_ROWS}: P(pass) = {model.pass_constant:.2f} everywhere")
+            memory_mask = np.array([bool(r.get("model_bytes") and r.get("baseline_model_bytes")) for r in rows], dtype=bool)
+            if memory_mask.sum() >= MIN_ROWS:
+                y = np.log([r["model_bytes"] / r["baseline_model_bytes"] for r, m in zip(rows, memory_mask) if m])
+                others["memory"] = train(memory_mask, y, "regression", bagging=False)
+            quality_mask = np.array([r.get("quality_error") is not None and r.get("status") == "ok" for r in rows], dtype=bool)
+            if quality_mask.sum() >= MIN_ROWS:
+                y = np.log10([r["quality_error"] + QUALITY_FLOOR for r, m in zip(rows, quality_mask) if m])
+                others["quality"] = train(quality_mask, y, "regression", bagging=False, checks=True)
+            setup = [_setup_s(r) for r in rows]
+            setup_mask = np.array([v is not None for v in setup], dtype=bool)
+            if setup_mask.sum() >= MIN_ROWS:
+                others["setup"] = train(setup_mask, np.log1p([v for v in setup if v is not None]), "regression", bagging=False)
+            model.speed = [future.result() for future in speed]
+            for name, future in others.items():
+                setattr(model, name, future.result())
         return model
 
     def predict(self, rows: list[dict]) -> list[Prediction]:
