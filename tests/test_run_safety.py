@@ -415,3 +415,22 @@ def test_verdict_when_a_peer_wins_says_how_close_the_search_came():
     assert line.endswith("(the peer 'compile-reduce-overhead' won the final run: its recipe is the answer; the best recipe the search found, ours, ran at 0.618 ms (0.93x its speed))")
     two_peers = _win_verdict(bench, bench.variants[1], ["compile-reduce-overhead", "compile-max-autotune"])
     assert ", no other peer finished with correct outputs" in two_peers
+
+
+def test_an_in_process_time_limit_holds_when_its_first_alarm_is_swallowed():
+    """Code that catches the first WorkerTimeout (a broad `except` in a library, or a destructor
+    where Python drops it) is stopped by the next one: the limit holds within a second."""
+    from agnitra.bench.isolated import InProcess, WorkerTimeout
+
+    def stubborn(workload, device, progress=None):
+        try:
+            time.sleep(5)  # the first alarm lands here and is swallowed
+        except Exception:  # noqa: BLE001
+            pass
+        time.sleep(5)
+        return "ran on"
+
+    started = time.perf_counter()
+    with pytest.raises(WorkerTimeout):
+        InProcess(None, torch.device("cpu")).call(stubborn, timeout=0.3)
+    assert time.perf_counter() - started < 2.0

@@ -287,27 +287,35 @@ class InProcess:
 
 
 class alarm:
-    """Raise WorkerTimeout in the main thread after `seconds` (SIGALRM; Unix main thread only)."""
+    """Raise WorkerTimeout in the main thread after `seconds` (SIGALRM; Unix main thread only),
+    and again every AGAIN_S until the block is left: a first one raised inside a destructor or a
+    weakref callback is dropped by Python ("Exception ignored in ..."), and one caught by a broad
+    `except` in library code is lost; either way the call would have run on past its limit."""
+
+    AGAIN_S = 0.5
 
     def __init__(self, seconds: float) -> None:
         import threading
 
         self.seconds = seconds
+        self.left = False
         self.usable = seconds > 0 and hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
 
     def __enter__(self):
         if self.usable:
             self.previous = signal.signal(signal.SIGALRM, self._expire)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds, self.AGAIN_S)
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self.left = True
         if self.usable:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)
 
     def _expire(self, signum, frame):
-        raise WorkerTimeout(f"ran past its time limit of {self.seconds:.0f} s")
+        if not self.left:
+            raise WorkerTimeout(f"ran past its time limit of {self.seconds:.0f} s")
 
 
 def _exit_reason(code: int | None) -> str:
