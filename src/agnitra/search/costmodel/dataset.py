@@ -24,7 +24,7 @@ def read_dataset(paths: list[str | Path]) -> list[dict]:
                 if not reader.fieldnames or "recipe" not in reader.fieldnames or "speedup" not in reader.fieldnames:
                     raise UserError(f"{path} is not a dataset (no recipe and speedup columns); write one with `agnitra store export --csv FILE --features`")
                 for raw in reader:
-                    rows.append(_typed(raw, origin=path.name))
+                    rows.append(typed_row(raw, origin=path.name))
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             raise UserError(f"cannot read {path}: {exc}; check the file") from None
     return rows
@@ -59,7 +59,9 @@ def with_comparison(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def _typed(raw: dict, origin: str) -> dict:
+def typed_row(raw: dict, origin: str) -> dict:
+    """A dataset CSV row with its numbers as numbers, `passed` as a bool and `group` naming its
+    origin (a file, the seed) and run."""
     row: dict = dict(raw)
     for key in NUMERIC:
         row[key] = _number(raw.get(key))
