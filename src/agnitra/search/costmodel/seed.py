@@ -13,6 +13,7 @@ import csv
 import gzip
 import io
 import os
+from collections import Counter
 from importlib import resources
 
 from agnitra.errors import UserError
@@ -44,7 +45,5 @@ def seed_rows(device_kind: str | None) -> list[dict]:
 
 def describe(rows: list[dict]) -> str:
     """Whose measurements: 'AMD EPYC (1160)' or 'NVIDIA H100 80GB HBM3 (285), NVIDIA H200 (55)'."""
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.get("device") or "?"] = counts.get(r.get("device") or "?", 0) + 1
-    return ", ".join(f"{name} ({n})" for name, n in sorted(counts.items(), key=lambda item: -item[1]))
+    counts = Counter(r.get("device") or "?" for r in rows)
+    return ", ".join(f"{name} ({n})" for name, n in counts.most_common())
