@@ -48,13 +48,16 @@ def main() -> None:
         training = load_rows(datasets=datasets, device_kind=kind)
         test = [r for r in held if r.get("device_kind") == kind]
         results[kind] = {"training_rows": len(training), "held_out_rows": len(test), "held_out_workloads": sorted({r.get("source") or r.get("workload") for r in test}),
-                         "with_checks": score(training, test), "without_checks": score(_unchecked(training), _unchecked(test))}
+                         "with_checks": score(training, test), "without_checks": score(_unchecked(training), _unchecked(test)),
+                         "after_one_lossy_recipe": after_one_lossy(training, test)}
         print(kind, json.dumps({k: v for k, v in results[kind].items() if k != "held_out_workloads"}, indent=1))
     doc = {
         "schema": "agnitra.pass-calibration/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
         "versions": software_versions(), "datasets": [Path(p).name for p in datasets], "held_out": [Path(p).name for p in held_paths],
         "what": "the cost model trained on the datasets predicts P(pass) for each candidate measured (status ok) on the held-out workloads; "
-                "with_checks: the check each workload is verified by (rel_error, top1, ...) is a feature; without_checks: it is not",
+                "with_checks: the check each workload is verified by (rel_error, top1, ...) is a feature; without_checks: it is not; "
+                "after_one_lossy_recipe: each lossy recipe predicted once another lossy recipe of its workload was verified (every ordered pair), "
+                "by the classifier alone and by the lower of it and what the observed shift of the quality error leaves (strategies/sensitivity.py)",
         "results": results,
     }
     out = Path(args.out_file) if args.out_file else ROOT / "benchmarks" / "results" / f"pass-calibration-{'-'.join(kinds)}-{dt.date.today().isoformat()}.json"
@@ -68,8 +71,49 @@ def _unchecked(rows: list[dict]) -> list[dict]:
 
 def score(training: list[dict], test: list[dict]) -> dict:
     model = CostModel.fit(training)
-    p = [prediction.p_pass for prediction in model.predict(test)]
-    y = [bool(r["passed"]) for r in test]
+    return _metrics([prediction.p_pass for prediction in model.predict(test)], [bool(r["passed"]) for r in test])
+
+
+def after_one_lossy(training: list[dict], test: list[dict]) -> dict:
+    """Each lossy recipe of a held-out workload predicted once another lossy recipe of the same
+    workload was verified (every ordered pair): the classifier's P(pass), and the lower of it and
+    the P(pass) the observed shift of the quality error leaves (`strategies.sensitivity`), as the
+    model strategy uses them."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from agnitra.search.space import Candidate
+    from agnitra.search.strategies.sensitivity import Sensitivity, is_lossy
+    from agnitra.transforms.recipe import Recipe, Step
+    from agnitra.verify.compare import Correctness, default_threshold
+
+    model = CostModel.fit(training)
+    by_workload = defaultdict(list)
+    for r in test:
+        candidate = Candidate(Recipe(tuple(Step(s["transform"], dict(s.get("params") or {})) for s in json.loads(r["recipe"]))), 1.0)
+        if r.get("quality_error") is not None and is_lossy(candidate):
+            by_workload[r.get("source") or r.get("workload")].append((r, candidate))
+    p_classifier, p_shifted, y = [], [], []
+    for rows in by_workload.values():
+        predictions = model.predict([r for r, _ in rows])
+        for i, ((b, cb), pb) in enumerate(zip(rows, predictions)):
+            for j, ((a, ca), pa) in enumerate(zip(rows, predictions)):
+                if i == j:
+                    continue
+                sensitivity = Sensitivity()
+                import torch
+
+                threshold = default_threshold(a["quality_metric"], getattr(torch, a.get("dtype") or "float32"))
+                value = a["quality_value"] if a.get("quality_value") is not None else a["quality_error"]
+                sensitivity.learn(ca, SimpleNamespace(status="ok", correctness=Correctness(a["quality_metric"], value, bool(a["passed"]), threshold)), pa)
+                shifted = sensitivity.pass_probability(cb, pb)
+                p_classifier.append(pb.p_pass)
+                p_shifted.append(pb.p_pass if shifted is None else min(pb.p_pass, shifted))
+                y.append(bool(b["passed"]))
+    return {"workloads": len(by_workload), "pairs": len(y), "classifier": _metrics(p_classifier, y), "with_sensitivity": _metrics(p_shifted, y)}
+
+
+def _metrics(p: list[float], y: list[bool]) -> dict:
     failed = [q for q, passed in zip(p, y) if not passed]
     passed = [q for q, ok in zip(p, y) if ok]
     pairs = len(failed) * len(passed)

@@ -25,7 +25,9 @@ compile workers still busy, clocks, the Python heap) on the GPU.
     PYTHONPATH=src python benchmarks/screen_agreement.py --device cuda --dtype fp16 \
         --workloads hf:mistral,hf:whisper-encoder --out-file /tmp/out/screen-agreement.json
 
-Workloads: hf:FAMILY (benchmarks/hf_families.py at size moderate) or any spec `agnitra bench` takes.
+Workloads: hf:FAMILY (benchmarks/hf_families.py at size moderate) or any spec `agnitra bench` takes,
+with @bN for batch N (gen:tfm-d512-l4-h8@b1). --final-only: the final run alone, the recipes against
+each other.
 """
 
 from __future__ import annotations
@@ -54,7 +56,8 @@ def _workload(spec: str, device, dtype: str | None):
         from hf_families import build
 
         return prepare_workload(build(spec[3:], "moderate"), device=device, dtype=dtype)[0]
-    return prepare_workload(spec, device=device, dtype=dtype)[0]
+    name, _, batch = spec.partition("@b")  # gen:tfm-d512-l4-h8@b1: that batch
+    return prepare_workload(name, device=device, dtype=dtype, batch=int(batch) if batch else None)[0]
 
 
 def _median(report, name: str) -> dict:
@@ -64,8 +67,9 @@ def _median(report, name: str) -> dict:
     return {"status": "ok", "median_ms": v.latency_ms.median, "p95_ms": v.latency_ms.p95, "rounds": len(v.round_ms or [])}
 
 
-def measure(spec: str, device, dtype: str | None, recipes: list[str], before_calls: int) -> dict:
-    """Screening (as it was, as it is) and final medians of each recipe on one workload."""
+def measure(spec: str, device, dtype: str | None, recipes: list[str], before_calls: int, final_only: bool = False) -> dict:
+    """Screening (as it was, as it is) and final medians of each recipe on one workload (the final
+    run's alone with `final_only`: recipes compared with each other and the peers)."""
     from agnitra import api
     from agnitra.bench.harness import CALLS_A_ROUND, BenchConfig, Harness
     from agnitra.bench.variants.eager import Eager
@@ -78,7 +82,7 @@ def measure(spec: str, device, dtype: str | None, recipes: list[str], before_cal
     for text in recipes:
         variant = api.recipe_variant(text)
         row = rows.setdefault(variant.name, {"recipe": text})
-        for label, runs, calls in (("screening_before", BEFORE_RUNS, before_calls), ("screening_now", screening.runs, CALLS_A_ROUND)):
+        for label, runs, calls in () if final_only else (("screening_before", BEFORE_RUNS, before_calls), ("screening_now", screening.runs, CALLS_A_ROUND)):
             t0 = time.perf_counter()
             config = BenchConfig(**{**screening.__dict__, "variants": [Eager(), api.recipe_variant(text)], "runs": runs, "calls_a_round": calls})
             try:
@@ -97,7 +101,7 @@ def measure(spec: str, device, dtype: str | None, recipes: list[str], before_cal
     for name, row in rows.items():
         row["final"] = {**_median(report, name), "baseline_ms": baseline}
         f = row["final"].get("median_ms")
-        for label in ("screening_before", "screening_now"):
+        for label in () if final_only else ("screening_before", "screening_now"):
             s = row[label].get("median_ms")
             row[f"{label}_over_final"] = round(s / f, 3) if s and f else None
             b = row[label].get("baseline_ms")
@@ -113,6 +117,7 @@ def main() -> int:
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default="fp16")
     parser.add_argument("--before-calls", type=int, default=2, help="calls a round of the screening run as it was")
+    parser.add_argument("--final-only", action="store_true", help="the final run alone: the recipes against each other")
     parser.add_argument("--out-file", default=None)
     args = parser.parse_args()
     import torch
@@ -132,7 +137,7 @@ def main() -> int:
     for spec in [w for w in args.workloads.split(",") if w]:
         print(f"== {spec}", flush=True)
         try:
-            doc["workloads"].append(measure(spec, device, args.dtype, [r.strip() for r in args.recipes.split(";") if r.strip()], args.before_calls))
+            doc["workloads"].append(measure(spec, device, args.dtype, [r.strip() for r in args.recipes.split(";") if r.strip()], args.before_calls, args.final_only))
         except Exception as exc:  # noqa: BLE001 - a workload that fails is a row
             doc["workloads"].append({"workload": spec, "status": "failed", "reason": str(exc)[:300]})
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,7 +145,7 @@ def main() -> int:
         torch.cuda.empty_cache() if device.type == "cuda" else None
     for w in doc["workloads"]:
         for r in w.get("recipes", []):
-            print(f"{w['workload']:22s} {r['recipe'][:60]:60s} before/final {r.get('screening_before_over_final')}  now/final {r.get('screening_now_over_final')}")
+            print(f"{w['workload']:22s} {r['recipe'][:60]:60s} final {r['final'].get('median_ms')} before/final {r.get('screening_before_over_final')}  now/final {r.get('screening_now_over_final')}")
     print(f"wrote {path}")
     return 0
 

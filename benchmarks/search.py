@@ -113,10 +113,24 @@ def recipes_of(members: list[dict]) -> dict[str, SimpleNamespace]:
         passed = all(bool(r.get("passed")) for r in measured) and bool(speedups)
         setups = [r["setup_s"] for r in measured if r.get("setup_s") is not None]
         out[key] = SimpleNamespace(status="ok" if speedups else "failed", speedup=statistics.median(speedups) if speedups else None, passed=passed,
-                                   correctness=Correctness("rel_error", measured[0].get("quality_error"), passed, None) if speedups else None,
+                                   correctness=Correctness("rel_error", measured[0].get("quality_error"), passed, _threshold(measured[0])) if speedups else None,
                                    model_bytes=measured[0].get("model_bytes"), steps=json.loads(key), setup_s=statistics.median(setups) if setups else None,
                                    reason=measured[0].get("reason") or "")
     return out
+
+
+def _threshold(row: dict) -> float | None:
+    """The check's default threshold for the row's metric and dtype, as a quality error (the unit
+    the replay's correctness values are in)."""
+    import torch
+
+    from agnitra.results import quality_error
+    from agnitra.verify.compare import default_threshold
+
+    metric = row.get("quality_metric")
+    if metric not in ("rel_error", "cosine", "top1", "logits"):
+        return None
+    return quality_error(metric, default_threshold(metric, getattr(torch, str(row.get("dtype") or "float32"), torch.float32)))
 
 
 def recipe_key(candidate: Candidate) -> str:

@@ -240,6 +240,7 @@ def search(
                 folder.append(result)
         outcome.results.append(result)
         strategy.tell(candidate, result)
+    outcome.notes.extend(strategy.learned_notes())
     return outcome
 
 

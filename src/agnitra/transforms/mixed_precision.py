@@ -380,6 +380,10 @@ class MixedPrecision(Transform):
         count = replace_modules(model, lambda n, m: chosen.formats.get(n, "keep") != "keep" and q.is_quantisable(m), make)
         if not count and not chosen.high:
             raise NotApplicable(f"mixed-precision: no nn.Linear or Conv1D layer to convert to {low.label()} ({q.Selection([], chosen.unfit_low).describe()})")
+        if not count:  # high=keep and every layer kept: the recipe would be the model as it was, under another name
+            policy = f"error_budget={params.error_budget:g}" if params.error_budget > 0 else f"keep_fraction={params.keep_fraction:g}"
+            raise NotApplicable(f"mixed-precision: {policy} keeps all {len(chosen.high)} layer(s) in their own dtype, none in {low.label()}: the model is unchanged"
+                                f" (raise error_budget or lower keep_fraction)")
         self._plans[self._plan_key(ctx, params)] = chosen
         while len(self._plans) > CACHE_ENTRIES:
             self._plans.pop(next(iter(self._plans)))

@@ -48,6 +48,10 @@ class Strategy(abc.ABC):
         """Why the strategy stopped before its space was spent ('' if it did not): the report says it."""
         return ""
 
+    def learned_notes(self) -> list[str]:
+        """What the strategy learned in this run that changed its order (the report says it)."""
+        return []
+
     def learned_from_store(self) -> bool:
         """Whether the strategy's own order already comes from the store's measurements (a
         trained cost model): then the recommended recipes need not go first."""

@@ -37,6 +37,7 @@ from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
 from agnitra.search.strategies.evidence import RunEvidence
+from agnitra.search.strategies.sensitivity import Sensitivity
 
 OWN_WEIGHT = 5.0
 EPSILON = 1e-9
@@ -79,6 +80,7 @@ class ModelGuided(Strategy):
         self.best_log_speedup = 0.0  # the baseline
         self.measured_sets: Counter[frozenset[str]] = Counter()  # measured recipes per set of transforms
         self.evidence = RunEvidence()
+        self.sensitivity = Sensitivity()
         if self.model is not None:
             self._predict_all()
 
@@ -122,6 +124,7 @@ class ModelGuided(Strategy):
     def tell(self, candidate: Candidate, result: Any) -> None:
         self.failed.learn(candidate, result)
         self.evidence.learn(candidate, result)
+        self.sensitivity.learn(candidate, result, self.predictions.get(candidate.recipe.key()))
         self.measured_mine += candidate.recipe.key() in self.asked
         self._learn_miss(candidate, result)
         self.measured_sets[_transforms_of(candidate)] += 1
@@ -139,6 +142,10 @@ class ModelGuided(Strategy):
             row["quality_error"] = quality_error(correctness.metric, correctness.value)
         self.own.append(row)
         self._retrain()
+
+    def learned_notes(self) -> list[str]:
+        said = self.sensitivity.describe()
+        return [f"model: {said}; the other lossy recipes' P(pass) was shifted by it"] if said else []
 
     def learned_from_store(self) -> bool:
         return bool(self.rows) and self.model is not None and bool(self.model.speed)
@@ -209,9 +216,14 @@ class ModelGuided(Strategy):
 
     def _p_pass(self, candidate: Candidate) -> float:
         """The cost model's probability that the candidate passes verification, with what this
-        run's failures say (`RunEvidence`)."""
+        run's failures say (`RunEvidence`), and at most what this workload's sensitivity to lossy
+        steps, measured here, leaves a lossy candidate (`Sensitivity`)."""
         p = self.predictions.get(candidate.recipe.key())
-        return 0.0 if p is None else p.p_pass * self.evidence.pass_factor(candidate)
+        if p is None:
+            return 0.0
+        classifier = p.p_pass * self.evidence.pass_factor(candidate)
+        shifted = self.sensitivity.pass_probability(candidate, p)
+        return classifier if shifted is None else min(classifier, shifted)
 
     def _acquisition(self, candidate: Candidate, p_pass: float | None = None) -> float:
         """Expected improvement of the log speedup over the best correct one so far, times the

@@ -1,0 +1,85 @@
+"""How sensitive this workload is to lossy steps, from this run's own verified lossy recipes.
+
+The cost model predicts a recipe's quality error (`Prediction.quality_error`) from other
+workloads; a new architecture can be several times more sensitive than any it learned from. On
+held-out transformers at fp16 (H200, 2026-11-27) it gave int8, fp8 and int4 recipes P(pass) 0.96
+to 0.99, and they failed at rel_error 0.013 to 0.3 against 0.01, one lossy transform after
+another: a failure of int8 said nothing, to the model, about fp8.
+
+Each lossy recipe verified here (passed or failed) measures how far its error was from the
+prediction, in log10. Their mean shifts every other lossy recipe's predicted error, and
+P(pass) becomes the chance that the shifted error stays within the check's threshold, with
+`LOG_STD` (plus the spread of the shifts seen) as the uncertainty. The search keeps the lower of
+this and the classifier's P(pass): evidence of a sensitive workload defers the rest of the lossy
+recipes; evidence of a tolerant one does not make a doubtful recipe likelier.
+
+Chosen on the CPU held-out families (twelve transformers architectures, benchmarks/pass_calibration.py,
+each lossy recipe predicted after one other lossy recipe of its workload was verified): failures
+given P >= 0.5 13% -> 7%, passes given P < 0.5 2% -> 3%.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from agnitra.search.costmodel.model import QUALITY_FLOOR, Prediction
+from agnitra.search.space import Candidate
+from agnitra.transforms.base import get_transform
+
+LOG_STD = 0.3  # how far a shifted predicted error is off, in log10 (a factor of 2)
+
+
+def is_lossy(candidate: Candidate) -> bool:
+    return any(get_transform(step.transform).lossy(dict(step.params)) for step in candidate.recipe.steps)
+
+
+class Sensitivity:
+    """The shifts (log10 measured over predicted quality error) of this run's verified lossy recipes."""
+
+    def __init__(self) -> None:
+        self._lossy: dict[str, bool] = {}
+        self.shifts: list[float] = []
+        self.threshold: float | None = None  # the check's threshold, as a quality error (`results.quality_error`)
+
+    def learn(self, candidate: Candidate, result: Any, predicted: Prediction | None) -> None:
+        from agnitra.results import quality_error
+
+        correctness = getattr(result, "correctness", None)
+        if getattr(result, "status", "") != "ok" or correctness is None or correctness.value is None or not self.lossy(candidate):
+            return
+        if correctness.threshold is not None:
+            self.threshold = quality_error(correctness.metric, correctness.threshold)
+        if predicted is None or predicted.quality_error is None:
+            return
+        measured = quality_error(correctness.metric, correctness.value)
+        self.shifts.append(_log(measured) - _log(predicted.quality_error))
+
+    def pass_probability(self, candidate: Candidate, predicted: Prediction | None) -> float | None:
+        """P(the candidate's error, shifted as this workload's were, stays within the threshold);
+        None for a lossless candidate, or where nothing lossy was verified here yet."""
+        if not self.shifts or not self.threshold or predicted is None or predicted.quality_error is None or not self.lossy(candidate):
+            return None
+        spread = statistics.pstdev(self.shifts) if len(self.shifts) > 1 else 0.0
+        expected = _log(predicted.quality_error) + statistics.fmean(self.shifts)
+        return _normal_cdf((_log(self.threshold) - expected) / math.hypot(LOG_STD, spread))
+
+    def lossy(self, candidate: Candidate) -> bool:
+        key = candidate.recipe.key()
+        if key not in self._lossy:
+            self._lossy[key] = is_lossy(candidate)
+        return self._lossy[key]
+
+    def describe(self) -> str:
+        if not self.shifts:
+            return ""
+        return f"lossy recipes err {10 ** statistics.fmean(self.shifts):.2g}x what the cost model predicted on this workload ({len(self.shifts)} verified)"
+
+
+def _log(error: float) -> float:
+    return math.log10(max(error, 0.0) + QUALITY_FLOOR)
+
+
+def _normal_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
