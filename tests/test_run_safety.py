@@ -47,6 +47,14 @@ def _exit_process(model):
     os._exit(3)  # the worker dies outright, as a segfault or the OOM killer would
 
 
+def _spoils_the_process(model):
+    """As a failed CUDA-graph capture: the call answers, but the process's device state is damaged."""
+    from agnitra.device import mark_spoiled
+
+    mark_spoiled("a stand-in for a failed capture")
+    return model
+
+
 def _parametrized_failure(model):
     raise RuntimeError("Serialization of parametrized modules is only supported through state_dict()")
 
@@ -64,6 +72,7 @@ def _half_written_compile(model):
 _register("safety-sleep", _sleep_30)
 _register("safety-half-written", _half_written_compile)
 _register("safety-exit", _exit_process)
+_register("safety-spoils", _spoils_the_process)
 for _name in ("safety-fail-a", "safety-fail-b", "safety-fail-c"):
     _register(_name, _parametrized_failure)
 _register("safety-identity", lambda model: model)
@@ -252,6 +261,16 @@ def test_a_crashed_worker_is_a_record_and_the_run_goes_on(tmp_path):
     by_name = {c.name: c for c in fast.report.candidates}
     assert by_name["safety-exit"].status == "failed" and "worker process died (exit code 3)" in by_name["safety-exit"].reason
     assert by_name["safety-identity"].status == "ok"
+
+
+def test_a_worker_whose_device_state_was_spoiled_is_replaced_for_the_next_candidate(tmp_path):
+    """The candidate that spoiled the worker keeps its own result; the next runs in a fresh worker,
+    and the report says why it was started."""
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-spoils", "safety-identity"], budget="60s", peers=[], out=tmp_path)
+    by_name = {c.name: c for c in fast.report.candidates}
+    assert by_name["safety-spoils"].status == "ok" and by_name["safety-identity"].status == "ok"
+    assert fast.report.search["worker_starts"] == 1 + 2  # the first, then after each of the two recipes with safety-spoils
+    assert any("worker: started afresh after 2 candidate(s) that left its device state damaged (a stand-in for a failed capture)" in n for n in fast.report.search["notes"])
 
 
 # ---- the baseline ----------------------------------------------------------------------------------

@@ -272,6 +272,63 @@ def test_cuda_graphs_capture_a_graph_per_input_shape_up_to_a_limit(monkeypatch):
         runner(x=torch.zeros(1, 16))
 
 
+class _ClampsWhenNotFinite(nn.Module):
+    """What transformers' BART encoder layer does in fp16: a Python `if` on a GPU tensor."""
+
+    def forward(self, x):
+        if not torch.isfinite(x).all():  # the host waits for the device here
+            x = x.clamp(-1e4, 1e4)
+        return x * 2
+
+
+def test_a_failed_capture_names_the_first_error_and_its_line():
+    from agnitra.transforms.cudagraphs import _capture_failure
+
+    def forward():
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    try:
+        try:
+            forward()
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture")  # noqa: B904 - as torch's capture_end raises it
+    except RuntimeError as exc:
+        said = str(_capture_failure(exc))
+    assert "operation not permitted when stream is capturing at test_transforms_runtime.py:" in said and "raise RuntimeError" in said
+    assert "previous error" not in said
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_forward_that_synchronises_is_not_captured_on_the_gpu():
+    """In a process of its own: a failed capture leaves CUDA's random-number generator in capture
+    mode for the rest of the process (the next torch.randn on the GPU raises), which is why the
+    process is marked spoiled and a search's worker is replaced."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from agnitra.device import spoiled\n"
+        "from agnitra.errors import NotApplicable\n"
+        "from agnitra.transforms.cudagraphs import CudaGraphRunner\n"
+        "class Clamps(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        if not torch.isfinite(x).all():\n"
+        "            x = x.clamp(-1e4, 1e4)\n"
+        "        return x * 2\n"
+        "try:\n"
+        "    CudaGraphRunner(Clamps().cuda(), (torch.ones(4, device='cuda'),), torch.device('cuda'))\n"
+        "except NotApplicable as exc:\n"
+        "    print('NOT APPLICABLE:', exc)\n"
+        "print('SPOILED:', spoiled())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "NOT APPLICABLE: the forward could not be captured as a CUDA graph: " in done.stdout, done.stdout + done.stderr
+    assert "capturing at <string>:7 " in done.stdout or "capturing at <string>:7" in done.stdout
+    assert "SPOILED: a CUDA-graph capture failed" in done.stdout
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graphs_replay_each_captured_shape_exactly():

@@ -31,3 +31,19 @@ def resolve_device(requested: str | None = None) -> torch.device:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+_SPOILED: list[str] = []  # why this process's device state can no longer be trusted
+
+
+def mark_spoiled(reason: str) -> None:
+    """Say that this process's device state is damaged for whatever runs next in it (a failed
+    CUDA-graph capture leaves CUDA's random-number generator in capture mode): a worker that sees
+    it exits once its call has answered, and the next call gets a fresh one."""
+    if reason not in _SPOILED:
+        _SPOILED.append(reason)
+
+
+def spoiled() -> str:
+    """Why this process's device state is damaged ('' if it is not)."""
+    return "; ".join(_SPOILED)

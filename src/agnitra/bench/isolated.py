@@ -28,11 +28,13 @@ from typing import Any, Callable
 
 import torch
 
+from agnitra.device import spoiled
 from agnitra.errors import AgnitraError, UserError, first_line
 from agnitra.workloads.loaders import MODEL_FILE_SUFFIXES, USER_MODULE_PREFIX
 
 Progress = Callable[[str, float], None]
 MAX_PICKLED_BYTES = 2 * 2**30  # larger models are not copied into a worker
+LEAVING_S = 10.0  # how long a worker that said it leaves is waited for before it is killed
 
 
 class WorkerTimeout(AgnitraError):
@@ -150,10 +152,13 @@ class Worker:
         self.start_s = 0.0  # how long the last start took (loading the model there): a restart's cost
         self.started_at = 0.0  # time.time() of the last start: what it wrote since is its
         self.busy = False  # a call (or the start) in flight
+        self.leaving = ""  # why the worker said, answering its last call, that it exits
+        self.restarted_because: list[str] = []  # why fresh workers were started for that reason
 
     def ensure_started(self, timeout: float) -> None:
         """Start the worker (load the model there) unless it runs; a start past `timeout` is a
         WorkerTimeout. Callers start it before timing a call, so loading is not the call's time."""
+        self._forget_exited()
         if self.process is None:
             self._start(time.monotonic() + max(0.0, timeout))
 
@@ -161,6 +166,7 @@ class Worker:
         """fn(workload, device, *args, progress=...) in the worker, within `timeout` seconds
         counted from now (a fresh worker's start-up included, unless started before)."""
         deadline = time.monotonic() + max(0.0, timeout)
+        self._forget_exited()
         if self.process is None:
             self._start(deadline)
         import cloudpickle
@@ -172,6 +178,17 @@ class Worker:
             self.stop()
             raise WorkerCrashed(f"the worker process was gone ({exc})") from None
         return self._reply(deadline, timeout)
+
+    def _forget_exited(self) -> None:
+        """A worker that said it leaves (after a call that spoiled its device state,
+        `device.mark_spoiled`) is let go, so the next call starts a fresh one."""
+        if self.process is not None and self.leaving:
+            self.restarted_because.append(self.leaving)
+            try:
+                self.process.wait(timeout=LEAVING_S)
+            except subprocess.TimeoutExpired:
+                pass  # stop() kills it
+            self.stop()
 
     def stop(self) -> None:
         """Kill the worker and everything it started, and remove the compiled artifacts it left
@@ -186,6 +203,7 @@ class Worker:
         if self.conn is not None:
             self.conn.close()
         self.process, self.conn = None, None
+        self.leaving = ""
         if self.busy:  # killed in the middle of something: it may have been writing a compile
             from agnitra.bench.compile_cache import remove_empty_artifacts
 
@@ -241,8 +259,10 @@ class Worker:
             if kind == "progress":
                 self.progress(message[1], message[2])
             elif kind in ("result", "ready"):
+                self.leaving = message[-1] if kind == "result" else ""
                 return message[1] if kind == "result" else None
             elif kind == "error":
+                self.leaving = message[-1] if len(message) > 3 else ""
                 if starting:
                     self.stop()
                 raise WorkerError(message[1], user_error=message[2])
@@ -357,9 +377,14 @@ def worker_main(fd: int) -> None:
             return
         try:
             fn, args = cloudpickle.loads(payload)
-            conn.send(("result", fn(workload, device, *args, progress=progress)))
+            reply = ("result", fn(workload, device, *args, progress=progress))
         except BaseException as exc:  # noqa: BLE001
-            conn.send(("error", str(exc) if isinstance(exc, UserError) else first_line(exc), isinstance(exc, UserError)))
+            reply = ("error", str(exc) if isinstance(exc, UserError) else first_line(exc), isinstance(exc, UserError))
+        leaving = spoiled()  # the call damaged this process's device state: it answers, says so and exits
+        conn.send(reply + (leaving,))
+        if leaving:
+            conn.close()
+            os._exit(0)
 
 
 def _warm_imports() -> None:

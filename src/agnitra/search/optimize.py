@@ -192,6 +192,9 @@ def run_optimize(
         finalists = final_candidates(results, peers, objective)
         progress("final interleaved run: baseline, peers, finalists", 0.9)
         final, final_failure = _final(runner, device_report, peers, finalists, tolerances, budget, reserve.assembly(results))
+        restarted = getattr(runner, "restarted_because", [])
+        if restarted:
+            notes.append(f"worker: started afresh after {len(restarted)} candidate(s) that left its device state damaged ({restarted[0]})")
     search_info = {
         "strategy": strategy,
         "budget_s": budget.total_s,

@@ -11,6 +11,14 @@ Decoders get CUDA graphs through `compile` mode=reduce-overhead on their decode 
 With `compile` in a mode that captures no graphs itself (default, max-autotune-no-cudagraphs) the
 graph is captured around the compiled forward (`order` puts this wrapper outside compile's);
 the modes that capture their own (reduce-overhead, max-autotune) do not go with it.
+
+A forward that synchronises with the host (a Python `if` on a GPU tensor: transformers' BART
+encoder layers test `torch.isfinite(h).all()` in fp16) cannot be captured: the capture's first
+error and the model's line it came from are said, as not applicable, and the process is marked
+spoiled (`device.mark_spoiled`: torch leaves its CUDA random-number generator in capture mode, and
+the next random tensor on the GPU raises), so a search's worker is replaced. (A check beforehand under
+`torch.cuda.set_sync_debug_mode("error")` was tried and not kept: transformers' masks take
+another path while a stream is capturing, and gpt2 and mistral, which capture, were refused.)
 """
 
 from __future__ import annotations
@@ -18,11 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import linecache
+import os
+
 import torch
 from torch import nn
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from agnitra.errors import WorkloadError, check
+from agnitra.errors import NotApplicable, WorkloadError, check
 from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform
 from agnitra.transforms.wrappers import ModelWrapper
 
@@ -47,6 +58,31 @@ def check_tensors(given: tuple, kwargs: dict) -> None:
         raise WorkloadError("the CUDA graph takes tensors only; got " + ", ".join(type(t).__name__ for t in given))
 
 
+def _user_line(exc: BaseException) -> str:
+    """Where the exception was raised in the model's own code (the innermost frame outside torch):
+    'file.py:LINE `code`', or '' where every frame is torch's."""
+    torch_dir = os.path.dirname(torch.__file__)
+    found, tb = "", exc.__traceback__
+    while tb is not None:
+        filename = tb.tb_frame.f_code.co_filename
+        if not filename.startswith(torch_dir) and filename != __file__:
+            code = linecache.getline(filename, tb.tb_lineno).strip()
+            found = f"{os.path.basename(filename)}:{tb.tb_lineno}" + (f" `{code}`" if code else "")
+        tb = tb.tb_next
+    return found
+
+
+def _capture_failure(exc: BaseException) -> NotApplicable:
+    """A failed capture as one line: the first error (the one that invalidated the capture) and
+    the model's line it came from."""
+    first = exc
+    while isinstance(first.__context__, RuntimeError):  # torch.AcceleratorError is one
+        first = first.__context__
+    where = _user_line(first)
+    message = str(first).strip().splitlines()[0] if str(first).strip() else type(first).__name__
+    return NotApplicable(f"the forward could not be captured as a CUDA graph: {message}{' at ' + where if where else ''}")
+
+
 class _Graph:
     """One captured graph: its static input buffers and outputs."""
 
@@ -60,8 +96,14 @@ class _Graph:
                 for _ in range(warmup):
                     inner(*self.static_inputs)
             torch.cuda.current_stream().wait_stream(side)
-            with torch.cuda.graph(self.graph):
-                outputs = inner(*self.static_inputs)
+            try:
+                with torch.cuda.graph(self.graph):
+                    outputs = inner(*self.static_inputs)
+            except RuntimeError as exc:  # torch.AcceleratorError is one
+                from agnitra.device import mark_spoiled
+
+                mark_spoiled("a CUDA-graph capture failed: CUDA's random-number generator stays in capture mode in this process")
+                raise _capture_failure(exc) from exc
         self.static_outputs, self.output_spec = tree_flatten(outputs)
 
     def replay(self, args: tuple) -> Any:
