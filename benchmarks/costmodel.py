@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from agnitra.search.costmodel import load_rows  # noqa: E402
-from agnitra.search.costmodel.evaluate import leave_one_out  # noqa: E402
+from agnitra.search.costmodel.evaluate import NOISE_RATIO, leave_one_out  # noqa: E402
 from agnitra.search.costmodel.model import ENSEMBLE, PARAMS, ROUNDS  # noqa: E402
 from agnitra.telemetry.signature import software_versions  # noqa: E402
 
@@ -49,7 +49,7 @@ def main() -> None:
             device["against_targets"] = {k: _against(k, device.get(k)) for k in TARGETS}
         evaluations[by] = evaluation
         for d in evaluation["devices"]:
-            print(f"leave one {by} out, {d['device_kind']}: {d['groups']} groups, {d['rows']} rows, MAPE {d['mape']}, tau {d['kendall_tau']}, "
+            print(f"leave one {by} out, {d['device_kind']}: {d['groups']} groups, {d['rows']} rows, MAPE {d['mape']}, tau {d['kendall_tau']} ({d['kendall_tau_beyond_noise']} over pairs apart beyond the noise), "
                   f"pass accuracy {d['pass_accuracy']}, failures caught {d['failures_caught']}, top-1 regret {d['top1_regret']}", flush=True)
             print("    MAPE by measured speedup: " + ", ".join(f"{band}x {b['mape']} ({b['rows']})" for band, b in d["mape_by_speedup"].items()), flush=True)
     doc = {
@@ -59,7 +59,8 @@ def main() -> None:
         "dataset_devices": dict(Counter(r.get("device") or "" for r in rows)), "dataset_status": dict(Counter(r.get("status") or "" for r in rows)),
         "conditions": {"model": f"LightGBM, {ROUNDS} rounds, a bagged ensemble of {ENSEMBLE} for log speedup; one model each for P(pass), memory, quality error",
                        "params": PARAMS, "targets": TARGETS,
-                       "what": "each group (a workload at one size on one device, or every workload of a family) predicted by a model trained on all other rows of the datasets; MAPE over the group's recipes measured ok; Kendall's tau within each group, averaged"},
+                       "what": "each group (a workload at one size on one device, or every workload of a family) predicted by a model trained on all other rows of the datasets; MAPE over the group's recipes measured ok; Kendall's tau within each group, averaged; kendall_tau_beyond_noise: the same over the pairs whose measured speedups differ by "
+                               f"{NOISE_RATIO:.2f}x or more (closer recipes are within the measurements' noise)"},
         "evaluations": evaluations, "elapsed_s": round(time.time() - started, 1),
     }
     kinds = "-".join(sorted({d["device_kind"] for d in evaluations["workload"]["devices"]}))

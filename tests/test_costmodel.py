@@ -417,3 +417,12 @@ def test_a_lossy_recipe_that_errs_more_than_predicted_makes_the_other_lossy_reci
     tolerant = strategy_after(0.0015)  # half the predicted error: P(pass) stays the classifier's
     assert tolerant._p_pass(fp8) == pytest.approx(0.99) and 0.95 < tolerant._p_pass(int4) <= 0.97  # never above the classifier's
     assert LOG_STD > 0
+
+
+def test_tau_beyond_noise_leaves_out_the_pairs_measured_within_the_noise():
+    from agnitra.search.costmodel.evaluate import tau_beyond_noise
+
+    actual = [1.00, 1.05, 2.0, 4.0]  # the first two are 5% apart: no order between them is right
+    assert tau_beyond_noise([1.1, 1.0, 2.0, 4.0], actual) == 1.0  # wrong only within the noise
+    assert tau_beyond_noise([4.0, 2.0, 1.0, 0.5], actual) == -1.0
+    assert tau_beyond_noise([1.0, 1.0], [1.0, 1.04]) is None  # nothing apart beyond the noise
