@@ -41,3 +41,14 @@ def test_warm_start_measures_the_recommended_first_whatever_the_strategy_then_ne
         strategy.tell(candidate, _result(candidate, "passed"))
     assert asked[:2] == [space[7].recipe.key(), space[3].recipe.key()]
     assert sorted(asked) == sorted(c.recipe.key() for c in space)  # every candidate once
+
+
+def test_a_strategy_around_another_passes_on_what_the_inner_one_learned():
+    """The report's notes of what the search learned (the model's sensitivity shift) come through
+    the wrappers optimize puts around it (the recommended first, the peers observed)."""
+    from agnitra.search.strategies.random_order import RandomOrder
+    from agnitra.search.strategies.warm_start import Observed, WarmStart
+
+    inner = RandomOrder(_space(3), seed=1)
+    inner.learned_notes = lambda: ["model: lossy recipes err 5x what the cost model predicted"]
+    assert Observed([], WarmStart([], inner)).learned_notes() == ["model: lossy recipes err 5x what the cost model predicted"]

@@ -35,6 +35,9 @@ class Around(Strategy):
     def stop_note(self) -> str:
         return self.inner.stop_note()
 
+    def learned_notes(self) -> list[str]:
+        return self.inner.learned_notes()
+
     def time_left(self, seconds: float | None) -> None:
         self.inner.time_left(seconds)
 
