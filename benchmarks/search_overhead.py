@@ -1,5 +1,6 @@
 """What a search spends on the CPU besides measuring: the cost model's fit (its boosters one at a
-time, and side by side as `CostModel.fit` trains them), and a screening run of a cheap candidate
+time, and side by side as `CostModel.fit` trains them; and the retrain after a candidate, the
+store's model continued by WARM_ROUNDS trees, `CostModel.fit(base=)`), and a screening run of a cheap candidate
 in a process whose heap holds a transformers import, with that heap left to the collector and
 frozen as the worker freezes it (`bench.isolated._freeze_heap`).
 
@@ -44,6 +45,22 @@ def fit_seconds(rows: list[dict], threads: int) -> dict:
             "first_predictions": [p.to_dict() for p in fitted.predict(rows[:3])]}
 
 
+def warm_fit_seconds(rows: list[dict]) -> dict:
+    """The retrain after a candidate: rows plus a few of the searched workload's, weighted, from scratch and continued."""
+    own = [dict(r, group="this run") for r in rows[:5]]
+    weights = [1.0] * len(rows) + [5.0] * len(own)
+    base = costmodel.CostModel.fit(rows)
+    out = {}
+    for label, kwargs in (("anew", {}), ("continued", {"base": base})):
+        times = []
+        for _ in range(REPEATS):
+            started = time.perf_counter()
+            costmodel.CostModel.fit(rows + own, weights=weights, **kwargs)
+            times.append(time.perf_counter() - started)
+        out[label] = {"median_s": round(statistics.median(times), 4), "runs_s": [round(t, 4) for t in times]}
+    return {"threads": costmodel.FIT_THREADS, "rounds_anew": costmodel.ROUNDS, "rounds_continued": costmodel.WARM_ROUNDS, **out}
+
+
 def screening_seconds(frozen: bool) -> dict:
     workload, device = build("gpt2", "small"), torch.device("cpu")
     report = api.describe_device(device)
@@ -70,6 +87,7 @@ def main() -> None:
     rows = seed_rows("cpu")
     cores = os.cpu_count() or 1
     fits = [fit_seconds(rows, 1), fit_seconds(rows, max(1, min(4, cores)))]
+    retrain = warm_fit_seconds(rows)
     screens = [screening_seconds(False), screening_seconds(True)]
     out = ROOT / "benchmarks" / "results" / f"search-overhead-cpu-{dt.date.today().isoformat()}.json"
     write_result(out, "agnitra.search-overhead/1", api.describe_device(torch.device("cpu")),
@@ -77,10 +95,11 @@ def main() -> None:
                              "screening": "gpt2 small (hf_families), dynamic-int8 against eager, SearchConfig() defaults: 20 timed calls, checks on",
                              "peer": "none: these are Agnitra's own overheads, before and after"},
                  fit=fits, fit_same_predictions=fits[0]["first_predictions"] == fits[1]["first_predictions"],
-                 fit_speedup=round(fits[0]["median_s"] / fits[1]["median_s"], 3),
+                 fit_speedup=round(fits[0]["median_s"] / fits[1]["median_s"], 3), retrain=retrain,
                  screening=screens, screening_saved_s=round(screens[0]["median_s"] - screens[1]["median_s"], 4))
     for f in fits:
         print(f"fit on {len(rows)} rows, {f['threads']} thread(s): {f['median_s']:.3f} s")
+    print(f"retrain after a candidate: anew {retrain['anew']['median_s']:.3f} s, continued {retrain['continued']['median_s']:.3f} s")
     for s in screens:
         print(f"screening run, heap {s['heap']} ({s['objects_the_collector_walks']} objects): {s['median_s']:.3f} s")
     print(f"wrote {out}")

@@ -426,3 +426,37 @@ def test_tau_beyond_noise_leaves_out_the_pairs_measured_within_the_noise():
     assert tau_beyond_noise([1.1, 1.0, 2.0, 4.0], actual) == 1.0  # wrong only within the noise
     assert tau_beyond_noise([4.0, 2.0, 1.0, 0.5], actual) == -1.0
     assert tau_beyond_noise([1.0, 1.0], [1.0, 1.04]) is None  # nothing apart beyond the noise
+
+
+def test_a_base_model_continued_on_a_new_workloads_rows_learns_what_it_did_not_know():
+    """`CostModel.fit(base=)`: the store's model continued by WARM_ROUNDS trees, its vocabulary
+    kept (given the candidates' recipes at first), learns a workload where a transform it never
+    measured (channels-last) helps; its boosters are the base's trees and the new ones."""
+    from agnitra.search.costmodel.model import ROUNDS, WARM_ROUNDS
+
+    rows = _rows()
+    novel = [{"transform": "channels-last", "params": {}}]
+    base = CostModel.fit(rows, recipes=[novel])
+    assert "t:channels-last" in base.featurizer.recipe
+    workload = {"device_kind": "cpu", "batch": 8, "sig.size": 0.5, "sig.other": 0.5, "group": "this run", "status": "ok", "passed": True, "quality_error": 0.001}
+    own = [dict(workload, recipe=json.dumps(novel), speedup=3.0), dict(workload, recipe=json.dumps(_steps(["compile"])), speedup=math.exp(EFFECT["compile"](0.5)))]
+    before = base.predict_recipes(workload, [novel])[0].log_speedup
+    warm = CostModel.fit(rows + own, weights=[1.0] * len(rows) + [5.0] * len(own), base=base)
+    after = warm.predict_recipes(workload, [novel])[0].log_speedup
+    assert abs(after - math.log(3.0)) < 0.5 * abs(before - math.log(3.0))  # most of the way to what was measured
+    assert warm.speed[0].num_trees() == ROUNDS + WARM_ROUNDS and warm.featurizer is base.featurizer
+
+
+def test_errors_far_within_the_threshold_do_not_make_a_large_shift():
+    """A passing int8 predicted at 1e-7 that measured 0.005 (threshold 0.01) says the workload's
+    errors are near the threshold, not that they are 50,000 times the predictions: an fp8 recipe
+    predicted at 1e-6 stays likely to pass (both read as 1% of the threshold at least)."""
+    from agnitra.search.costmodel.model import Prediction
+    from agnitra.search.strategies.sensitivity import Sensitivity
+
+    sensitivity = Sensitivity()
+    int8, fp8 = _recipe(("int8-weight-only", {})), _recipe(("fp8", {}))
+    passed = CandidateResult(int8.recipe.name, {}, int8.recipe.key(), 1.0, "ok", speedup=2.0, correctness=Correctness("rel_error", 0.005, True, 0.01))
+    sensitivity.learn(int8, passed, Prediction(0.5, 0.05, 0.99, quality_error=1e-7))
+    assert sensitivity.pass_probability(fp8, Prediction(0.5, 0.05, 0.99, quality_error=1e-6)) > 0.8
+    assert sensitivity.pass_probability(fp8, Prediction(0.5, 0.05, 0.99, quality_error=0.003)) < 0.01  # predicted near int8's measured error already

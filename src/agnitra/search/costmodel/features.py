@@ -27,11 +27,13 @@ class Featurizer:
     comparisons: list[str] = field(default_factory=list)
 
     @classmethod
-    def fit(cls, rows: list[dict]) -> "Featurizer":
+    def fit(cls, rows: list[dict], recipes: list[list[dict]] | None = None) -> "Featurizer":
+        """The vocabulary of the rows, and of `recipes` (steps) besides: a search's candidates,
+        so that a model continued on their measurements (`CostModel.fit(base=)`) has their columns."""
         signature, hotspots, device = (sorted({k[len(p):] for r in rows for k, v in r.items() if k.startswith(p) and v is not None}) for p in (SIG, HOT, DEV))
         recipe: dict[str, None] = {}
-        for r in rows:
-            for name in recipe_tokens(steps_of(r)):
+        for steps in [steps_of(r) for r in rows] + list(recipes or []):
+            for name in recipe_tokens(steps):
                 recipe.setdefault(name, None)
         comparisons = sorted({r["comparison"] for r in rows if r.get("comparison")})
         return cls(signature, device, sorted(recipe), hotspots, comparisons)

@@ -42,6 +42,12 @@ ROUNDS = 150
 # its worker process, which holds the other cores' work, waits (1160 CPU rows, 2 cores: 0.57 -> 0.33 s,
 # search-overhead-cpu-2026-11-27.json)
 FIT_THREADS = max(1, min(4, os.cpu_count() or 1))
+# trees added to a base model's (`CostModel.fit(base=)`): a search's retrain after each candidate
+# continues the model trained on the store instead of training ROUNDS trees anew (1165 CPU rows,
+# 2 cores: 0.335 -> 0.120 s, search-overhead-cpu-2026-11-27-warm.json; replayed, measurements to the
+# best 2.51 -> 2.27 CPU, 1.46 either way CUDA, search-replay-cpu-cuda-workload-2026-11-27-warm.json)
+WARM_ROUNDS = 20
+WARM_LEARNING_RATE = 0.2  # the continued trees' step: 20 of them at 0.05 learned a third of what a fresh fit learns from one measurement
 
 
 @dataclass
@@ -76,11 +82,15 @@ class CostModel:
     notes: list[str] = field(default_factory=list)
 
     @classmethod
-    def fit(cls, rows: list[dict], weights: list[float] | None = None, seed: int = 0) -> "CostModel":
+    def fit(cls, rows: list[dict], weights: list[float] | None = None, seed: int = 0, base: "CostModel | None" = None,
+            recipes: list[list[dict]] | None = None) -> "CostModel":
         """Train on dataset rows (`costmodel.dataset`); `weights` count some rows more (the
-        workload being searched, as its measurements arrive)."""
+        workload being searched, as its measurements arrive). With `base`, each of its boosters is
+        continued by WARM_ROUNDS trees on these rows (its vocabulary kept) instead of ROUNDS trees
+        trained anew: a search's retrain after each candidate. `recipes`: steps whose vocabulary
+        the model gets besides the rows' (the candidates a search may continue it on)."""
         lgb = lightgbm()
-        featurizer = Featurizer.fit(rows)
+        featurizer = base.featurizer if base is not None else Featurizer.fit(rows, recipes)
         x = featurizer.transform(rows)
         w = np.asarray(weights if weights is not None else [1.0] * len(rows), dtype=np.float64)
         model = cls(featurizer, info={"rows": len(rows), "device_kinds": sorted({r.get("device_kind") or "" for r in rows}),
@@ -89,19 +99,27 @@ class CostModel:
         unchecked = featurizer.without_checks(x)
         with ThreadPoolExecutor(max_workers=FIT_THREADS) as pool:  # the boosters train side by side (LightGBM releases the GIL)
 
-            def train(mask, y, objective: str, seed_offset: int = 0, bagging: bool = True, checks: bool = False) -> Future:
+            def train(mask, y, objective: str, seed_offset: int = 0, bagging: bool = True, checks: bool = False, start=None) -> Future:
                 params = dict(PARAMS, objective=objective, seed=seed + seed_offset, bagging_seed=seed + seed_offset, feature_fraction_seed=seed + seed_offset)
                 if not bagging:
                     params.update(bagging_fraction=1.0, bagging_freq=0)
                 data = lgb.Dataset((x if checks else unchecked)[mask], label=y, weight=w[mask], free_raw_data=True, params={"verbose": -1, "min_data_in_bin": 1})
+                if start is not None:  # the base's booster, continued
+                    return pool.submit(lgb.train, dict(params, learning_rate=WARM_LEARNING_RATE), data, num_boost_round=WARM_ROUNDS, init_model=start, keep_training_booster=False)
                 return pool.submit(lgb.train, params, data, num_boost_round=ROUNDS)
+
+            def base_of(name: str, index: int | None = None):
+                booster = getattr(base, name, None) if base is not None else None
+                if isinstance(booster, list):
+                    return booster[index] if index is not None and index < len(booster) else None
+                return booster
 
             speed_mask = np.array([timed(r) for r in rows], dtype=bool)
             model.info["speed_rows"] = int(speed_mask.sum())
             speed: list[Future] = []
             if speed_mask.sum() >= MIN_ROWS:
                 y = np.log([r["speedup"] for r, m in zip(rows, speed_mask) if m])
-                speed = [train(speed_mask, y, "regression", i) for i in range(ENSEMBLE)]
+                speed = [train(speed_mask, y, "regression", i, start=base_of("speed", i)) for i in range(ENSEMBLE)]
             else:
                 model.notes.append(f"speed: {int(speed_mask.sum())} measured rows (fewer than {MIN_ROWS}): the prior is predicted")
             others: dict[str, Future] = {}
@@ -109,22 +127,22 @@ class CostModel:
             labels = np.array([1.0 if r.get("passed") else 0.0 for r, m in zip(rows, pass_mask) if m])
             model.info["pass_rows"] = int(pass_mask.sum())
             if pass_mask.sum() >= MIN_ROWS and 0 < labels.sum() < len(labels):
-                others["passing"] = train(pass_mask, labels, "binary", bagging=False, checks=True)
+                others["passing"] = train(pass_mask, labels, "binary", bagging=False, checks=True, start=base_of("passing"))
             elif len(labels):
                 model.pass_constant = float(labels.mean())
                 model.notes.append(f"pass: {len(labels)} rows of one class or fewer than {MIN_ROWS}: P(pass) = {model.pass_constant:.2f} everywhere")
             memory_mask = np.array([bool(r.get("model_bytes") and r.get("baseline_model_bytes")) for r in rows], dtype=bool)
             if memory_mask.sum() >= MIN_ROWS:
                 y = np.log([r["model_bytes"] / r["baseline_model_bytes"] for r, m in zip(rows, memory_mask) if m])
-                others["memory"] = train(memory_mask, y, "regression", bagging=False)
+                others["memory"] = train(memory_mask, y, "regression", bagging=False, start=base_of("memory"))
             quality_mask = np.array([r.get("quality_error") is not None and r.get("status") == "ok" for r in rows], dtype=bool)
             if quality_mask.sum() >= MIN_ROWS:
                 y = np.log10([r["quality_error"] + QUALITY_FLOOR for r, m in zip(rows, quality_mask) if m])
-                others["quality"] = train(quality_mask, y, "regression", bagging=False, checks=True)
+                others["quality"] = train(quality_mask, y, "regression", bagging=False, checks=True, start=base_of("quality"))
             setup = [_setup_s(r) for r in rows]
             setup_mask = np.array([v is not None for v in setup], dtype=bool)
             if setup_mask.sum() >= MIN_ROWS:
-                others["setup"] = train(setup_mask, np.log1p([v for v in setup if v is not None]), "regression", bagging=False)
+                others["setup"] = train(setup_mask, np.log1p([v for v in setup if v is not None]), "regression", bagging=False, start=base_of("setup"))
             model.speed = [future.result() for future in speed]
             for name, future in others.items():
                 setattr(model, name, future.result())

@@ -10,7 +10,9 @@ once no likelier candidate is left), an uncertain candidate
 with a chance of a large win early, a long compile only when it promises more, and one unlikely
 to finish in the time the budget leaves it (`time_left`) only when it promises that much more.
 The search stops once no open candidate is expected to gain STOP_GAIN (`stop_note` says so). Each tell adds the measurement to the training rows, counted
-OWN_WEIGHT times (it is the very workload being searched), and retrains (active learning). With
+OWN_WEIGHT times (it is the very workload being searched), and retrains (active learning): the
+store's model, trained once more at the first tell with every candidate's vocabulary, continued by
+a few trees on all the rows (`CostModel.fit(base=)`), not trained anew after each candidate. With
 too few stored measurements it orders by the transforms' priors, and says so.
 
 The uncertainty is the ensemble's spread, which shrinks as recipes of the same transforms are
@@ -71,6 +73,7 @@ class ModelGuided(Strategy):
         self.measured_mine = 0  # candidates this strategy asked for and was told of (the peers' runs are told, not asked)
         self.misses: list[float] = []  # measured minus predicted log speedup, on this workload, before each was learned
         self.model = model
+        self.base = None  # the store's rows' model that each retrain continues (`_retrain`)
         self.rows = list(rows or [])  # the training rows the model came from
         self.own: list[dict] = []  # this workload's measurements, as rows
         self.workload_row = dict(workload_row or {})
@@ -177,20 +180,26 @@ class ModelGuided(Strategy):
     # ---- the model ------------------------------------------------------------------------------
 
     def _retrain(self) -> None:
+        """The model again with this workload's measurements: the store's model (with every
+        candidate's vocabulary, trained once at the first retrain) continued by a few trees on
+        the store's rows and this run's (`CostModel.fit(base=)`), not trained anew each time."""
         from agnitra.search.costmodel import CostModel
 
         if not self.rows and len(self.own) < 2:
             return
         rows = self.rows + self.own
+        weights = [1.0] * len(self.rows) + [OWN_WEIGHT] * len(self.own)
         try:
-            self.model = CostModel.fit(rows, weights=[1.0] * len(self.rows) + [OWN_WEIGHT] * len(self.own))
+            if self.rows and self.base is None:
+                self.base = CostModel.fit(self.rows, recipes=[_steps(c) for c in self.space])
+            self.model = CostModel.fit(rows, weights=weights, base=self.base)
         except UserError:
             return  # attach said there is no cost model
         self._predict_all(keep_asked=True)
 
     def _predict_all(self, keep_asked: bool = False) -> None:
         pending = [c for c in self.space if not (keep_asked and c.recipe.key() in self.asked)]
-        recipes = [[{"transform": s.transform, "params": dict(s.params)} for s in c.recipe.steps] for c in pending]
+        recipes = [_steps(c) for c in pending]
         for candidate, prediction in zip(pending, self.model.predict_recipes(self.workload_row, recipes)):
             self.predictions[candidate.recipe.key()] = prediction
 
@@ -255,6 +264,10 @@ def _p_finish(seconds: float, left: float | None) -> float:
     if not left:
         return 1.0
     return _normal_cdf(math.log(left / seconds) / SETUP_LOG_STD)
+
+
+def _steps(candidate: Candidate) -> list[dict]:
+    return [{"transform": s.transform, "params": dict(s.params)} for s in candidate.recipe.steps]
 
 
 def _transforms_of(candidate: Candidate) -> frozenset[str]:

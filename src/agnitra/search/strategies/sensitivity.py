@@ -29,6 +29,7 @@ from agnitra.search.space import Candidate
 from agnitra.transforms.base import get_transform
 
 LOG_STD = 0.3  # how far a shifted predicted error is off, in log10 (a factor of 2)
+FAR_BELOW = 0.01  # errors under this share of the threshold count as this share (`_log`)
 
 
 def is_lossy(candidate: Candidate) -> bool:
@@ -54,7 +55,7 @@ class Sensitivity:
         if predicted is None or predicted.quality_error is None:
             return
         measured = quality_error(correctness.metric, correctness.value)
-        self.shifts.append(_log(measured) - _log(predicted.quality_error))
+        self.shifts.append(self._log(measured) - self._log(predicted.quality_error))
 
     def pass_probability(self, candidate: Candidate, predicted: Prediction | None) -> float | None:
         """P(the candidate's error, shifted as this workload's were, stays within the threshold);
@@ -62,8 +63,8 @@ class Sensitivity:
         if not self.shifts or not self.threshold or predicted is None or predicted.quality_error is None or not self.lossy(candidate):
             return None
         spread = statistics.pstdev(self.shifts) if len(self.shifts) > 1 else 0.0
-        expected = _log(predicted.quality_error) + statistics.fmean(self.shifts)
-        return _normal_cdf((_log(self.threshold) - expected) / math.hypot(LOG_STD, spread))
+        expected = self._log(predicted.quality_error) + statistics.fmean(self.shifts)
+        return _normal_cdf((self._log(self.threshold) - expected) / math.hypot(LOG_STD, spread))
 
     def lossy(self, candidate: Candidate) -> bool:
         key = candidate.recipe.key()
@@ -71,14 +72,19 @@ class Sensitivity:
             self._lossy[key] = is_lossy(candidate)
         return self._lossy[key]
 
+    def _log(self, error: float) -> float:
+        """log10 of an error, floored at FAR_BELOW of the threshold: ratios between errors far
+        within it are noise (a recipe predicted at 1e-7 that measured 0.005 says little about one
+        predicted at 0.003)."""
+        floor = self.threshold * FAR_BELOW if self.threshold else QUALITY_FLOOR
+        return math.log10(max(error, floor))
+
     def describe(self) -> str:
         if not self.shifts:
             return ""
         return f"lossy recipes err {10 ** statistics.fmean(self.shifts):.2g}x what the cost model predicted on this workload ({len(self.shifts)} verified)"
 
 
-def _log(error: float) -> float:
-    return math.log10(max(error, 0.0) + QUALITY_FLOOR)
 
 
 def _normal_cdf(z: float) -> float:
