@@ -64,7 +64,7 @@ class Sensitivity:
             return None
         spread = statistics.pstdev(self.shifts) if len(self.shifts) > 1 else 0.0
         expected = self._log(predicted.quality_error) + statistics.fmean(self.shifts)
-        return _normal_cdf((self._log(self.threshold) - expected) / math.hypot(LOG_STD, spread))
+        return statistics.NormalDist().cdf((self._log(self.threshold) - expected) / math.hypot(LOG_STD, spread))
 
     def lossy(self, candidate: Candidate) -> bool:
         key = candidate.recipe.key()
@@ -83,9 +83,3 @@ class Sensitivity:
         if not self.shifts:
             return ""
         return f"lossy recipes err {10 ** statistics.fmean(self.shifts):.2g}x what the cost model predicted on this workload ({len(self.shifts)} verified)"
-
-
-
-
-def _normal_cdf(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
