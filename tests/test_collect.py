@@ -133,3 +133,31 @@ def test_collect_keeps_going_past_a_workload_that_cannot_be_built(capsys):
     collected = api.collect([PlanEntry("gen:mlp-w32"), PlanEntry("zoo:nothing")], device="cpu", sample=1, budget_per_workload="10s")
     assert [c.report for c in collected] == [None, None]
     assert "not a generated workload name" in collected[0].error and "no zoo workload named 'nothing'" in collected[1].error
+
+
+def test_collect_measures_the_named_recipes_in_their_order_on_every_workload(tmp_path, capsys):
+    """--recipes replaces the designed sample: each named recipe, with its parameters' defaults
+    filled in as the search's own candidates have them, on each workload, in the order given."""
+    dataset = tmp_path / "d.csv"
+    code = main(["collect", "gen:mlp-w32-d1", "gen:mlp-w48-d1", "--batch", "2", "--device", "cpu", "--budget-per-workload", "60s",
+                 "--recipes", "threads(count=1) ; int8-weight-only(min_features=8)", "--dataset", str(dataset), "--json"])
+    assert code == 0, capsys.readouterr().err
+    rows = list(csv.DictReader(dataset.open()))
+    by_workload: dict[str, list[list[dict]]] = {}
+    for r in rows:
+        by_workload.setdefault(r["workload"], []).append(json.loads(r["recipe"]))
+    assert sorted(by_workload) == ["mlp-w32-d1", "mlp-w48-d1"]
+    for recipes in by_workload.values():
+        assert [[s["transform"] for s in r] for r in recipes] == [["threads"], ["int8-weight-only"]]
+        assert recipes[0][0]["params"] == {"count": 1} and recipes[1][0]["params"] == {"min_features": 8, "skip": ""}  # the default filled in
+
+
+@pytest.mark.parametrize("recipes, said", [
+    (" ; ", "--recipes names no recipe"),
+    ("compile(mode=fastest)", "compile"),
+    ("no-such-transform", "no-such-transform"),
+])
+def test_a_bad_named_recipe_is_one_line_before_anything_is_measured(recipes, said, capsys):
+    assert main(["collect", "gen:mlp-w32-d1", "--device", "cpu", "--recipes", recipes]) == 2
+    err = capsys.readouterr().err.strip()
+    assert said in err and "Traceback" not in err and len(err.splitlines()) == 1, err

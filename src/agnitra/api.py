@@ -230,20 +230,24 @@ def collect(
     dataset: str | Path | None = None,
     progress: Progress | None = None,
     settings: Settings | None = None,
+    recipes: Sequence[str] | None = None,
 ):
     """Measure a designed sample of recipes on each workload (`search.collect.PlanEntry`s, or
-    model specs), record each workload's run in the store, and write the dataset (every stored
-    measurement with its features) to `dataset` if given. A workload that cannot be built or
+    model specs), or the named `recipes` (inline or recipe.json paths) on every one, record each
+    workload's run in the store, and write the dataset (every stored measurement with its
+    features) to `dataset` if given. A workload that cannot be built or
     measured is kept with its reason and the others go on. Returns the collected workloads."""
     from agnitra.bench.isolated import workload_source
     from agnitra.search.budget import Budget
     from agnitra.search.collect import CollectedWorkload, PlanEntry, collect_workload
+    from agnitra.transforms.recipe import Recipe
 
     arguments.count("--sample", sample)
     per_workload_s = parse_duration(budget_per_workload, "--budget-per-workload")
     timeout_s = parse_duration(candidate_timeout, "--candidate-timeout")
     plan = [e if isinstance(e, PlanEntry) else PlanEntry(str(e)) for e in entries]
     _check_transform_names(SearchSettings(transforms=transforms))
+    named = [Recipe.load_or_parse(text) for text in recipes or ()]  # a bad recipe: one line, before anything is measured
     if not plan:
         raise UserError("nothing to collect: name model specs, or use --plan")
     collected = []
@@ -258,7 +262,7 @@ def collect(
             source, _reason = workload_source(entry.spec, options, workload, dev)
             done.report = collect_workload(workload, dev, describe_device(dev, settings), sample=sample, budget=clock, seed=seed + i,
                                            source=source, tolerances=Tolerances(), candidate_timeout_s=timeout_s,
-                                           transforms=list(transforms) if transforms else None, progress=say)
+                                           transforms=list(transforms) if transforms else None, recipes=named or None, progress=say)
         except UserError as exc:
             done.error = str(exc)
             continue

@@ -289,6 +289,7 @@ def collect(
     candidate_timeout: str = typer.Option("90s", "--candidate-timeout", help="one recipe's run, past which it is stopped"),
     seed: int = typer.Option(0, "--seed", help="the designed sample's and the generated names' seed"),
     transforms: Optional[str] = typer.Option(None, "--transforms", help="comma-separated: sample recipes of these transforms only"),
+    recipes: Optional[str] = typer.Option(None, "--recipes", help="';'-separated recipes measured on every workload, in this order, instead of a sample ('compile + cuda-graphs; fuse-projections')"),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="write the dataset (the store's recipe measurements with features) here after collecting"),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -302,7 +303,7 @@ def collect(
         entries = _api().collect_plan(device=device, generated=generated, seed=seed, part=plan_part, families=_names(families), zoo=not no_zoo) if plan else []
         entries += _api().collect_entries(specs or [], batch or [], tokens)
         collected = _api().collect(entries, device=device, sample=sample, budget_per_workload=budget, candidate_timeout=candidate_timeout, seed=seed,
-                                  transforms=_names(transforms), dataset=dataset, progress=progress)
+                                  transforms=_names(transforms), dataset=dataset, progress=progress, recipes=_recipe_texts(recipes))
     if as_json:
         _print_json([{"workload": c.entry.label(), "error": c.error, "search": c.report.search if c.report else None, "verdict": c.report.verdict if c.report else ""} for c in collected])
         return
@@ -318,6 +319,16 @@ def collect(
     _show(table)
     if dataset is not None:
         out.print(f"dataset written to {dataset}")
+
+
+def _recipe_texts(text: str | None) -> list[str]:
+    """--recipes: recipes separated by ';'."""
+    if text is None:
+        return []
+    parts = [p.strip() for p in text.split(";")]
+    if not any(parts):
+        raise UserError("--recipes names no recipe; separate recipes with ';', e.g. --recipes 'compile + cuda-graphs; fuse-projections'")
+    return [p for p in parts if p]
 
 
 @store_app.command("info")

@@ -5,6 +5,9 @@ it is measured the way the search measures candidates (each in its own short int
 against the baseline, in a worker process): one recipe of every set of transforms first (each
 policy once, in a seeded order), then the other single-step settings, then multi-step recipes
 drawn at random (seeded), until the sample size or the workload's share of the time is reached.
+Named recipes (`--recipes`) replace the sample: each is measured on every workload, in the order
+given, so a combination the sample seldom draws (a compile mode with CUDA graphs around it) is
+seen everywhere it is wanted.
 Nothing is skipped because something else failed: failures are data too (the cost model learns
 which recipes fail verification). There is
 no final run and no answer; each workload's measurements become one run of kind `collect` in
@@ -94,13 +97,15 @@ class InOrder(Strategy):
 
 def collect_workload(
     workload: Workload, device: torch.device, device_report: DeviceReport, *, sample: int, budget: Budget, seed: int,
-    source: WorkloadSource | None, tolerances: Tolerances, candidate_timeout_s: float, transforms: list[str] | None = None, progress=None,
+    source: WorkloadSource | None, tolerances: Tolerances, candidate_timeout_s: float, transforms: list[str] | None = None,
+    recipes: list[Recipe] | None = None, progress=None,
 ) -> OptimizeReport:
-    """One workload's designed sample, measured; the report records it as a collect run."""
+    """One workload's designed sample (or the named `recipes`, in their order), measured; the
+    report records it as a collect run."""
     notes: list[str] = []
     op_kinds, signature = graph_facts(workload, notes)
     space, skipped = recipe_space(TransformContext(workload, device, op_kinds=op_kinds), allowed=set(transforms) if transforms else None)
-    chosen = designed_sample(space, sample, seed)
+    chosen = [Candidate(r, 1.0) for r in recipes] if recipes else designed_sample(space, sample, seed)
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances), lossy_part_first=False)  # every recipe timed: the speed model's data
     runner = Worker(source, progress) if source is not None else InProcess(workload, device, progress)
     with runner:
@@ -116,7 +121,7 @@ def collect_workload(
         "isolation": "worker process" if source is not None else "in-process",
     }
     passed = sum(r.passed for r in outcome.results)
-    verdict = f"collected {len(outcome.results)} of {len(chosen)} sampled recipes ({passed} passed verification) from a space of {len(space)}"
+    verdict = f"collected {len(outcome.results)} of {len(chosen)} {'named' if recipes else 'sampled'} recipes ({passed} passed verification) from a space of {len(space)}"
     return OptimizeReport(probe, "latency", None, Recipe().to_dict(), 1.0, outcome.results, pareto_front(outcome.results), info, verdict)
 
 
