@@ -260,6 +260,32 @@ def test_the_model_learns_setup_time_and_trades_a_slow_compile_against_its_gain(
     assert [s.transform for s in strategy.ask().recipe.steps] == ["int8-weight-only"]  # nearly the gain, in a fraction of the time
 
 
+def test_what_compiles_took_here_against_their_prediction_moves_the_other_compiles_setup():
+    """Setup predicted from other models (2 s for a compile, 12 s for a tuning one) while this
+    workload's first compile took 20 s: every recipe with a compiler or runtime step is expected
+    to take as much more (the miss in log1p seconds), a recipe without one is not; a tuning
+    compile that then no longer fits the time left is not asked for."""
+    rng = random.Random(5)
+    rows = []
+    for w in range(16):
+        for names, speedup, setup in ((["compile"], 1.30, 2.0), (["compile", "int8-weight-only"], 1.32, 12.0), (["int8-weight-only"], 1.05, 0.5)):
+            rows.append(dict(_row(w, rng.random(), names, rng), speedup=speedup * math.exp(rng.gauss(0, 0.005)), setup_s=setup))
+    model = CostModel.fit(rows)
+    space = [Candidate(Recipe(tuple(Step(s["transform"], s["params"]) for s in _steps(names))), 1.0) for names in (["compile"], ["compile", "int8-weight-only"], ["int8-weight-only"])]
+    compiled, tuned, cheap = space
+    strategy = ModelGuided(space, model=model, rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": 0.5, "sig.other": 0.5})
+    predicted = {c.recipe.name: strategy.predictions[c.recipe.key()].setup_s for c in space}
+    assert strategy._setup_s(tuned, strategy.predictions[tuned.recipe.key()]) == pytest.approx(predicted[tuned.recipe.name])  # nothing measured here yet
+    took = math.expm1(math.log1p(predicted[compiled.recipe.name]) + math.log(10.0))  # 10x the prediction in log1p seconds
+    strategy.tell(compiled, CandidateResult(compiled.recipe.name, compiled.recipe.to_dict(), compiled.recipe.key(), 1.0, "ok", speedup=1.3, setup_s=took,
+                                            correctness=Correctness("rel_error", 0.001, True, 0.01)))
+    assert strategy.setup_misses == [pytest.approx(math.log(10.0))]
+    moved = strategy._setup_s(tuned, strategy.predictions[tuned.recipe.key()])
+    assert moved == pytest.approx(math.expm1(math.log1p(strategy.predictions[tuned.recipe.key()].setup_s) + math.log(10.0)))
+    assert moved > 5 * predicted[tuned.recipe.name]
+    assert strategy._setup_s(cheap, strategy.predictions[cheap.recipe.key()]) == pytest.approx(strategy.predictions[cheap.recipe.key()].setup_s)  # no runtime step
+
+
 def test_one_workload_under_many_recipes_predicts_as_row_by_row():
     rows = _rows()
     model = CostModel.fit(rows)

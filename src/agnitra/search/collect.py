@@ -24,7 +24,8 @@ import torch
 from agnitra.bench.isolated import InProcess, Worker, WorkloadSource
 from agnitra.results import DeviceReport, OptimizeReport
 from agnitra.search.budget import Budget
-from agnitra.search.optimize import graph_facts, measure_baseline, with_hotspots
+from agnitra.search.optimize import baseline_median, graph_facts, measure_baseline, with_hotspots
+from agnitra.search.reference import ReferenceBaseline
 from agnitra.search.space import Candidate, recipe_space
 from agnitra.search.strategies.base import Strategy
 from agnitra.search.tuner import SearchConfig, pareto_front, screening_tolerances, search
@@ -110,7 +111,10 @@ def collect_workload(
     runner = Worker(source, progress) if source is not None else InProcess(workload, device, progress)
     with runner:
         probe = measure_baseline(runner, device_report, config, budget)
-        outcome = search(InOrder(chosen), runner, device_report, config, budget, lambda results: FINISH_S, progress=progress)
+        reference = ReferenceBaseline.for_device(device)
+        if reference is not None:
+            reference.add(baseline_median(probe))
+        outcome = search(InOrder(chosen), runner, device_report, config, budget, lambda results: FINISH_S, progress=progress, reference=reference)
     if signature is not None:  # the screening run skips it; the store names the workload by it
         probe.workload["signature"] = signature
         with_hotspots(probe, signature)

@@ -25,6 +25,7 @@ from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
 from agnitra.search.budget import Budget
+from agnitra.search.reference import ReferenceBaseline
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate, recipe_space
 from agnitra.search.costmodel.context import workload_row
@@ -88,6 +89,12 @@ def rank(results: list[CandidateResult], objective: str) -> list[CandidateResult
     if objective == "memory":
         return sorted(fast, key=lambda r: (own_memory_bytes(r), -(r.speedup or 0)))
     return sorted(fast, key=lambda r: -(r.speedup or 0))
+
+
+def baseline_median(probe: BenchReport) -> float | None:
+    """The probe's baseline median (None where it was not timed)."""
+    base = probe.variants[0] if probe.variants else None
+    return base.latency_ms.median if base is not None and base.status == "ok" and base.latency_ms else None
 
 
 def _score(v: VariantResult, objective: str) -> float:
@@ -181,12 +188,16 @@ def run_optimize(
             notes = [n.replace(" measured first: ", " left to the cost model, which learned from them: ", 1) if n.startswith("warm start:") else n for n in notes]
         elif first:
             searcher = WarmStart(first, searcher)
-        observed = peer_observations(measured, space)
+        reference = ReferenceBaseline.for_device(device)
+        if reference is not None:
+            for baseline_ms in [baseline_median(probe), *measured.peer_baseline_ms.values()]:
+                reference.add(baseline_ms)
+        observed = [(c, reference.rescale(r) if reference else r) for c, r in peer_observations(measured, space)]
         if observed:
             searcher = Observed(observed, searcher)
             notes.append("the peers' runs were the search's first measurements (not measured again): "
                          + "; ".join(f"{c.recipe.name} {r.speedup:.2f}x" for c, r in observed))
-        outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress)
+        outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress, reference)
         notes += outcome.notes
         results = outcome.results
         finalists = final_candidates(results, peers, objective)

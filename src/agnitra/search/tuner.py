@@ -24,6 +24,7 @@ from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, own_memory_bytes
 from agnitra.search.budget import Budget
+from agnitra.search.reference import ReferenceBaseline
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import Strategy
@@ -195,11 +196,14 @@ def search(
     folder: RunFolder | None = None,
     done: dict[str, CandidateResult] | None = None,
     progress: Callable[[str, float], None] | None = None,
+    reference: ReferenceBaseline | None = None,
 ) -> SearchOutcome:
     """Ask, measure, tell, until the strategy is done or the budget, less what the rest of the
     run needs (`reserve(results so far)`), is spent. A candidate whose limit is the budget's edge
     gets less where the reserve says (`reserve.if_stopped`) what the rest needs if it is stopped
-    there: a fresh worker, with the finalists' compiles cold."""
+    there: a fresh worker, with the finalists' compiles cold. With a `reference` (on a GPU), each
+    speedup is taken against the median of the baselines measured so far, and at the end every
+    result's against the median of them all (`search.reference`)."""
     progress = progress or (lambda message, fraction: None)
     done = done or {}
     outcome = SearchOutcome([])
@@ -238,9 +242,16 @@ def search(
                 result.predicted = prediction
             if folder is not None:
                 folder.append(result)
+        if reference is not None:
+            reference.add(result.baseline_ms)
+            reference.rescale(result)
         outcome.results.append(result)
         strategy.tell(candidate, result)
     outcome.notes.extend(strategy.learned_notes())
+    if reference is not None:
+        for result in outcome.results:  # the finalists ranked on one scale
+            reference.rescale(result)
+        outcome.notes.extend([reference.note()] if reference.note() else [])
     return outcome
 
 

@@ -26,6 +26,13 @@ failed verification, or the step a failed setup names, makes every recipe with t
 likely to pass, and its other settings somewhat less; a timeout sets the seconds expected of
 recipes with its steps to at least the limit it ran past. A recipe with the step that passes
 clears the suspicion.
+
+The setup model is calibrated on this workload too: what each built recipe with a compiler or
+runtime step (the peers' compiles first) took to set up, against what the model predicted, moves
+the prediction of every other such recipe by the mean of those misses (in log1p seconds, the setup
+model's own scale). The store's compiles ran on other, smaller models and often warm caches: on a
+cold H200 the held-out transformers' compiles took 5-10x the predicted, and the modes that tune
+their kernels (max-autotune-no-cudagraphs, predicted 11-14 s) were asked for and ran past 40 s.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from agnitra.errors import UserError
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
-from agnitra.search.strategies.evidence import RunEvidence
+from agnitra.search.strategies.evidence import RUNTIME_STAGES, RunEvidence
 from agnitra.search.strategies.sensitivity import Sensitivity
 
 OWN_WEIGHT = 5.0
@@ -72,6 +79,7 @@ class ModelGuided(Strategy):
         self.stopped = ""  # why the search stopped before its space was spent
         self.measured_mine = 0  # candidates this strategy asked for and was told of (the peers' runs are told, not asked)
         self.misses: list[float] = []  # measured minus predicted log speedup, on this workload, before each was learned
+        self.setup_misses: list[float] = []  # measured minus predicted log1p setup seconds of recipes with a runtime step, here
         self.model = model
         self.base = None  # the store's rows' model that each retrain continues (`_retrain`)
         self.rows = list(rows or [])  # the training rows the model came from
@@ -130,6 +138,7 @@ class ModelGuided(Strategy):
         self.sensitivity.learn(candidate, result, self.predictions.get(candidate.recipe.key()))
         self.measured_mine += candidate.recipe.key() in self.asked
         self._learn_miss(candidate, result)
+        self._learn_setup_miss(candidate, result)
         self.measured_sets[_transforms_of(candidate)] += 1
         speedup = getattr(result, "speedup", None)
         passed = bool(getattr(result, "passed", False))
@@ -208,6 +217,22 @@ class ModelGuided(Strategy):
         if p is not None and speedup and getattr(result, "status", "") == "ok" and self.model is not None and self.model.speed:
             self.misses.append(math.log(speedup) - p.log_speedup)
 
+    def _learn_setup_miss(self, candidate: Candidate, result: Any) -> None:
+        """A built recipe with a compiler or runtime step: how far its setup was from the prediction."""
+        p, setup_s = self.predictions.get(candidate.recipe.key()), getattr(result, "setup_s", None)
+        if (p is None or p.setup_s is None or not setup_s or getattr(result, "status", "") != "ok" or getattr(result, "speedup", None) is None
+                or not _has_runtime_step(candidate)):
+            return
+        self.setup_misses.append(math.log1p(setup_s) - math.log1p(max(p.setup_s, 0.0)))
+
+    def _setup_s(self, candidate: Candidate, p) -> float:
+        """The predicted setup seconds, moved by this workload's setup misses where the recipe has
+        a compiler or runtime step."""
+        predicted = max(p.setup_s or 0.0, 0.0)
+        if not self.setup_misses or not _has_runtime_step(candidate):
+            return predicted
+        return math.expm1(math.log1p(predicted) + sum(self.setup_misses) / len(self.setup_misses))
+
     def _miss_std(self) -> float:
         """How far the model's predictions missed on this workload so far (root mean square): its
         uncertainty here is at least that, however closely its trees agree."""
@@ -244,7 +269,7 @@ class ModelGuided(Strategy):
             return -math.inf
         improvement = self._improvement(candidate)
         p_pass = self._p_pass(candidate) if p_pass is None else p_pass
-        seconds = MEASURE_S + max(p.setup_s or 0.0, self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
+        seconds = MEASURE_S + max(self._setup_s(candidate, p), self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
         return _p_finish(seconds, self.seconds_left) * (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
 
     def _improvement(self, candidate: Candidate, stopping: bool = False) -> float:
@@ -268,6 +293,12 @@ def _p_finish(seconds: float, left: float | None) -> float:
 
 def _steps(candidate: Candidate) -> list[dict]:
     return [{"transform": s.transform, "params": dict(s.params)} for s in candidate.recipe.steps]
+
+
+def _has_runtime_step(candidate: Candidate) -> bool:
+    from agnitra.transforms.base import get_transform
+
+    return any(get_transform(step.transform).stage in RUNTIME_STAGES for step in candidate.recipe.steps)
 
 
 def _transforms_of(candidate: Candidate) -> frozenset[str]:

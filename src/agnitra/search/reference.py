@@ -1,0 +1,62 @@
+"""The baseline a search's speedups are taken against, on a GPU: one reference for every run.
+
+Each candidate is screened in a short interleaved run beside the baseline, and its speedup is
+that run's baseline median over its own. On the CPU the pairing is what makes the ratio fair:
+shared load slows both alike. On a GPU it is not: the eager baseline of a small model is bound by
+the host (Python, the allocator, Inductor's compile workers) and its median moved 1.5-1.9x from
+one run to the next in one process (`baseline-spread-*-nvidia-h100-*.json`), while a CUDA-graph
+replay's held within 3% (`screen-agreement-nvidia-h100-*.json`). Ratios from different runs were
+then on different scales: on a held-out distilbert (H200, 2026-11-27) compile(reduce-overhead)
+screened at 5.66x and fuse-projections + cuda-graphs at 9.25x, while the final run, both beside one
+baseline, had them at 7.9x and 5.4x; the search took the second for the better, stopped looking,
+and lost to the peer.
+
+So on a GPU, every speedup of a search is its candidate's median against the median of all the
+baseline medians measured so far in that search (the probe, the peers' runs, each candidate's
+run): a steadier estimate of the same baseline, the same for every candidate. The run's own
+baseline median stays on the result (`baseline_ms`), and the report says which reference was used.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from agnitra.results import CandidateResult
+
+
+@dataclass
+class ReferenceBaseline:
+    """The baseline medians of a search's runs, and the speedups taken against their median."""
+
+    medians: list[float] = field(default_factory=list)
+
+    @classmethod
+    def for_device(cls, device: torch.device) -> "ReferenceBaseline | None":
+        """A reference on a GPU; None on the CPU, where each run's own baseline is the fair one."""
+        return cls() if device.type == "cuda" else None
+
+    def add(self, baseline_ms: float | None) -> None:
+        if baseline_ms and baseline_ms > 0:
+            self.medians.append(float(baseline_ms))
+
+    @property
+    def reference_ms(self) -> float | None:
+        return statistics.median(self.medians) if self.medians else None
+
+    def rescale(self, result: CandidateResult) -> CandidateResult:
+        """The result's speedup against the reference (its run's own baseline kept in `baseline_ms`)."""
+        reference = self.reference_ms
+        if reference and result.speedup and result.latency_ms is not None and result.latency_ms.median > 0:
+            result.speedup = reference / result.latency_ms.median
+        return result
+
+    def note(self) -> str:
+        """What the report says of it."""
+        if not self.medians:
+            return ""
+        return (f"screened speedups are against the median of {len(self.medians)} baseline run(s), {self.reference_ms:.3f} ms "
+                f"(they ranged {min(self.medians):.3f}-{max(self.medians):.3f} ms), not each run's own: on a GPU the eager baseline's "
+                "time moves from run to run while a compiled or graph-replayed candidate's does not")
