@@ -30,7 +30,7 @@ def seed_enabled() -> bool:
 def seed_rows(device_kind: str | None) -> list[dict]:
     """The seed's rows of this kind of device (all kinds for None), typed as dataset rows, each
     run its own group; [] where the seed is turned off."""
-    from agnitra.search.costmodel.dataset import typed_row, with_comparison
+    from agnitra.search.costmodel.dataset import on_one_scale, typed_row, with_comparison
 
     if not seed_enabled():
         return []
@@ -40,7 +40,7 @@ def seed_rows(device_kind: str | None) -> list[dict]:
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise UserError(f"the cost model's seed ({SEED_FILE}) cannot be read: {exc}; reinstall agnitra, or set {ENV}=0") from None
     rows = [typed_row(raw, origin=f"seed:{raw.get(DATASET_COLUMN, '')}") for raw in csv.DictReader(io.StringIO(text, newline=""))]
-    return with_comparison([r for r in rows if device_kind is None or r.get("device_kind") == device_kind])
+    return on_one_scale(with_comparison([r for r in rows if device_kind is None or r.get("device_kind") == device_kind]))
 
 
 def describe(rows: list[dict]) -> str:
