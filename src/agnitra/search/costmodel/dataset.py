@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from agnitra.errors import UserError
+from agnitra.search.costmodel.features import steps_of
 from agnitra.search.reference import replays_a_graph
 
 NUMERIC = ("params", "batch", "median_ms", "baseline_ms", "speedup", "model_bytes", "baseline_model_bytes", "peak_memory_bytes", "quality_value", "quality_error", "setup_s")
@@ -57,7 +58,7 @@ def on_one_scale(rows: list[dict]) -> list[dict]:
             baselines.setdefault(r.get("group") or "", []).append(r["baseline_ms"])
     for r in rows:
         run = baselines.get(r.get("group") or "")
-        if run and r.get("device_kind") == "cuda" and r.get("speedup") and r.get("median_ms") and replays_a_graph(_steps(r)):
+        if run and r.get("device_kind") == "cuda" and r.get("speedup") and r.get("median_ms") and replays_a_graph(steps_of(r)):
             r["speedup"] = statistics.median(run) / r["median_ms"]
     return rows
 
@@ -77,16 +78,6 @@ def with_comparison(rows: list[dict]) -> list[dict]:
         if not r.get("comparison"):
             r["comparison"] = by_group.get(r.get("group") or "")
     return rows
-
-
-def _steps(row: dict) -> list[dict]:
-    steps = row.get("steps")
-    if steps is None:
-        try:
-            steps = json.loads(row.get("recipe") or "[]")
-        except (TypeError, json.JSONDecodeError):
-            return []
-    return steps if isinstance(steps, list) else []
 
 
 def typed_row(raw: dict, origin: str) -> dict:

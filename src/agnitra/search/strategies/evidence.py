@@ -22,6 +22,11 @@ SAME_TRANSFORM_PASS = 0.6  # per failure of the transform with other parameters 
 RUNTIME_STAGES = ("runtime", "backend")  # compile, CUDA graphs, threads, ONNX Runtime: their setup is this workload's
 
 
+def has_runtime_step(candidate: Candidate) -> bool:
+    """Whether the recipe has a compiler or runtime step (its setup is this workload's)."""
+    return any(get_transform(step.transform).stage in RUNTIME_STAGES for step in candidate.recipe.steps)
+
+
 class RunEvidence:
     """What this run's own failures say about the steps of recipes not yet measured."""
 

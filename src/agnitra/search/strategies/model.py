@@ -45,7 +45,7 @@ from agnitra.errors import UserError
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
-from agnitra.search.strategies.evidence import RUNTIME_STAGES, RunEvidence
+from agnitra.search.strategies.evidence import RunEvidence, has_runtime_step
 from agnitra.search.strategies.sensitivity import Sensitivity
 
 OWN_WEIGHT = 5.0
@@ -221,7 +221,7 @@ class ModelGuided(Strategy):
         """A built recipe with a compiler or runtime step: how far its setup was from the prediction."""
         p, setup_s = self.predictions.get(candidate.recipe.key()), getattr(result, "setup_s", None)
         if (p is None or p.setup_s is None or not setup_s or getattr(result, "status", "") != "ok" or getattr(result, "speedup", None) is None
-                or not _has_runtime_step(candidate)):
+                or not has_runtime_step(candidate)):
             return
         self.setup_misses.append(math.log1p(setup_s) - math.log1p(max(p.setup_s, 0.0)))
 
@@ -229,7 +229,7 @@ class ModelGuided(Strategy):
         """The predicted setup seconds, moved by this workload's setup misses where the recipe has
         a compiler or runtime step."""
         predicted = max(p.setup_s or 0.0, 0.0)
-        if not self.setup_misses or not _has_runtime_step(candidate):
+        if not self.setup_misses or not has_runtime_step(candidate):
             return predicted
         return math.expm1(math.log1p(predicted) + sum(self.setup_misses) / len(self.setup_misses))
 
@@ -293,12 +293,6 @@ def _p_finish(seconds: float, left: float | None) -> float:
 
 def _steps(candidate: Candidate) -> list[dict]:
     return [{"transform": s.transform, "params": dict(s.params)} for s in candidate.recipe.steps]
-
-
-def _has_runtime_step(candidate: Candidate) -> bool:
-    from agnitra.transforms.base import get_transform
-
-    return any(get_transform(step.transform).stage in RUNTIME_STAGES for step in candidate.recipe.steps)
 
 
 def _transforms_of(candidate: Candidate) -> frozenset[str]:
