@@ -113,7 +113,7 @@ def collect_workload(
         probe = measure_baseline(runner, device_report, config, budget)
         reference = ReferenceBaseline.for_device(device)
         if reference is not None:
-            reference.add(baseline_median(probe))
+            reference.add(baseline_median(probe.variants))
         outcome = search(InOrder(chosen), runner, device_report, config, budget, lambda results: FINISH_S, progress=progress, reference=reference)
     if signature is not None:  # the screening run skips it; the store names the workload by it
         probe.workload["signature"] = signature

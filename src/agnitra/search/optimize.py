@@ -91,9 +91,9 @@ def rank(results: list[CandidateResult], objective: str) -> list[CandidateResult
     return sorted(fast, key=lambda r: -(r.speedup or 0))
 
 
-def baseline_median(probe: BenchReport) -> float | None:
-    """The probe's baseline median (None where it was not timed)."""
-    base = probe.variants[0] if probe.variants else None
+def baseline_median(variants: list[VariantResult]) -> float | None:
+    """The median of a run's baseline, its first variant (None where it was not timed)."""
+    base = variants[0] if variants else None
     return base.latency_ms.median if base is not None and base.status == "ok" and base.latency_ms else None
 
 
@@ -190,7 +190,7 @@ def run_optimize(
             searcher = WarmStart(first, searcher)
         reference = ReferenceBaseline.for_device(device)
         if reference is not None:
-            for baseline_ms in [baseline_median(probe), *measured.peer_baseline_ms.values()]:
+            for baseline_ms in [baseline_median(probe.variants), *measured.peer_baseline_ms.values()]:
                 reference.add(baseline_ms)
         observed = [(c, reference.rescale(r) if reference else r) for c, r in peer_observations(measured, space)]
         if observed:
@@ -363,8 +363,7 @@ def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budg
         except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
             left_out.append(f"{peer} (measuring it {exc}; raise --budget to compare it)")
             continue
-        baseline, runs = runs[0], runs[1:]
-        measured.add_peer_run(budget.elapsed() - started, runs, baseline.latency_ms.median if baseline.status == "ok" and baseline.latency_ms else None)
+        measured.add_peer_run(budget.elapsed() - started, runs[1:], baseline_median(runs))
         left_out += [f"{v.name} ({v.reason})" for v in runs if v.status != "ok"]
     return measured, f"peers left out of the final run: {'; '.join(left_out)}" if left_out else ""
 

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from statistics import NormalDist
 from typing import Any
 
 from agnitra.errors import UserError
@@ -66,6 +67,7 @@ MIN_P_PASS = 0.5
 # best on 97% (CPU) and 95% (CUDA) of them, after a third and a quarter of their recipes; 1% stopped
 # short on 10% (CPU)
 STOP_GAIN = 0.002
+STANDARD_NORMAL = NormalDist()
 SETUP_LOG_STD = 0.5  # how far a predicted setup time is off, in log seconds (a factor of about 1.6)
 
 
@@ -144,7 +146,7 @@ class ModelGuided(Strategy):
         passed = bool(getattr(result, "passed", False))
         if passed and speedup:
             self.best_log_speedup = max(self.best_log_speedup, math.log(speedup))
-        row = dict(self.workload_row, recipe=None, steps=[{"transform": s.transform, "params": dict(s.params)} for s in candidate.recipe.steps],
+        row = dict(self.workload_row, recipe=None, steps=candidate.recipe.to_dict()["steps"],
                    status=getattr(result, "status", "failed"), speedup=speedup, passed=passed if getattr(result, "status", "") == "ok" else False, group="this run",
                    setup_s=getattr(result, "setup_s", None), reason=getattr(result, "reason", "") or "")
         correctness = getattr(result, "correctness", None)
@@ -200,7 +202,7 @@ class ModelGuided(Strategy):
         weights = [1.0] * len(self.rows) + [OWN_WEIGHT] * len(self.own)
         try:
             if self.rows and self.base is None:
-                self.base = CostModel.fit(self.rows, recipes=[_steps(c) for c in self.space])
+                self.base = CostModel.fit(self.rows, recipes=[c.recipe.to_dict()["steps"] for c in self.space])
             self.model = CostModel.fit(rows, weights=weights, base=self.base)
         except UserError:
             return  # attach said there is no cost model
@@ -208,7 +210,7 @@ class ModelGuided(Strategy):
 
     def _predict_all(self, keep_asked: bool = False) -> None:
         pending = [c for c in self.space if not (keep_asked and c.recipe.key() in self.asked)]
-        recipes = [_steps(c) for c in pending]
+        recipes = [c.recipe.to_dict()["steps"] for c in pending]
         for candidate, prediction in zip(pending, self.model.predict_recipes(self.workload_row, recipes)):
             self.predictions[candidate.recipe.key()] = prediction
 
@@ -279,7 +281,7 @@ class ModelGuided(Strategy):
             return 0.0
         sigma = self._spread(candidate, p, stopping)
         z = (p.log_speedup - self.best_log_speedup) / sigma
-        return sigma * (z * _normal_cdf(z) + _normal_pdf(z))
+        return sigma * (z * STANDARD_NORMAL.cdf(z) + STANDARD_NORMAL.pdf(z))
 
 
 def _p_finish(seconds: float, left: float | None) -> float:
@@ -288,20 +290,8 @@ def _p_finish(seconds: float, left: float | None) -> float:
     On a cold H100 the llama-1b search had 63 s for a candidate predicted to take 70 s."""
     if not left:
         return 1.0
-    return _normal_cdf(math.log(left / seconds) / SETUP_LOG_STD)
-
-
-def _steps(candidate: Candidate) -> list[dict]:
-    return [{"transform": s.transform, "params": dict(s.params)} for s in candidate.recipe.steps]
+    return STANDARD_NORMAL.cdf(math.log(left / seconds) / SETUP_LOG_STD)
 
 
 def _transforms_of(candidate: Candidate) -> frozenset[str]:
     return frozenset(step.transform for step in candidate.recipe.steps)
-
-
-def _normal_cdf(z: float) -> float:
-    return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
-
-
-def _normal_pdf(z: float) -> float:
-    return math.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
