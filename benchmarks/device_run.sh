@@ -14,7 +14,7 @@
 #   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
 #   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload, COLLECT_GENERATED, COLLECT_EXTRA flags, COLLECT_TIMEOUT)
 #   bash benchmarks/device_run.sh decoders [SPECS]             # structural triton-kernels GPU test, then decode-step data: zoo:tinylm and COLLECT_GENERATED gen:lm decoders (the llama preset's transforms)
-#   bash benchmarks/device_run.sh hf FAMILIES [TAG]            # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), HF_BUDGET (170s) each, HF_PEERS, each against a fresh copy of the carried store
+#   bash benchmarks/device_run.sh hf FAMILIES [TAG]            # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), HF_BUDGET (170s) each, HF_PEERS, each against a fresh copy of the carried store; HF_LANES=N: N GPUs side by side
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model), each with cold compile caches
 #   bash benchmarks/device_run.sh screen [WORKLOADS]          # screen_agreement.py: a recipe's median in the search's screening run against the final run's (default hf:mistral,hf:whisper-encoder, fp16)
 #   bash benchmarks/device_run.sh spread [WORKLOADS]          # baseline_spread.py: the eager baseline run after run, cold, after a compile, workers shut (default hf:mistral,hf:whisper-encoder)
@@ -61,10 +61,21 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       ;;
     hf)  # the held-out architectures: the cost model never saw them (the carried store holds our zoo and generated models)
       # HF_BUDGET a family (75 s left no candidate: the baseline and a cold max-autotune peer took it); HF_PEERS: the compile modes compared
-      [ -f .devstore.db ] && cp .devstore.db /tmp/store.db
-      export AGNITRA_DB_URL=sqlite:////tmp/store.db
-      timeout "${HF_LIMIT:-570}" python3 benchmarks/hf_families.py --size moderate --device cuda --dtype fp16 --strategy "${HF_STRATEGY:-model}" \
-        --families "" --optimize "${2:-all}" --budget "${HF_BUDGET:-170s}" --peers "${HF_PEERS:-compile,compile-reduce-overhead}" --runs /tmp/hf-runs --out-file "$OUT/hf-families-${3:-all}.json"
+      # HF_LANES=N on a machine of N GPUs: family i on GPU i mod N, the lanes side by side (each its own store copy, caches and
+      # run folders), merged into one result file; the families must be named (not all)
+      lanes=${HF_LANES:-1}; IFS=, read -ra fams <<< "${2:-all}"; parts=()
+      for ((i = 0; i < lanes; i++)); do
+        mine=(); for ((j = i; j < ${#fams[@]}; j += lanes)); do mine+=("${fams[j]}"); done
+        [ ${#mine[@]} -eq 0 ] && continue
+        rm -f /tmp/store-$i.db; [ -f .devstore.db ] && cp .devstore.db /tmp/store-$i.db
+        part="$OUT/hf-families-${3:-all}$([ "$lanes" -gt 1 ] && echo "-lane$i").json"; parts+=("$part")
+        CUDA_VISIBLE_DEVICES=$i AGNITRA_DB_URL=sqlite:////tmp/store-$i.db TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$i TRITON_CACHE_DIR=/tmp/triton-$i \
+          timeout "${HF_LIMIT:-570}" python3 benchmarks/hf_families.py --size moderate --device cuda --dtype fp16 --strategy "${HF_STRATEGY:-model}" \
+          --families "" --optimize "$(IFS=,; echo "${mine[*]}")" --budget "${HF_BUDGET:-170s}" --peers "${HF_PEERS:-compile,compile-reduce-overhead}" \
+          --runs /tmp/hf-runs-$i --out-file "$part" > "$OUT/log-hf-lane$i.txt" 2>&1 &
+      done
+      wait; tail -n 40 "$OUT"/log-hf-lane*.txt
+      [ ${#parts[@]} -gt 1 ] && python3 benchmarks/hf_families.py --merge "${parts[@]}" --out-file "$OUT/hf-families-${3:-all}.json"
       ;;
     strategies)  # the same case searched by enumerate and by the cost model; the store: the carried H100 collection
       [ -f .devstore.db ] && cp .devstore.db /tmp/store.db

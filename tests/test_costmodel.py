@@ -486,3 +486,53 @@ def test_errors_far_within_the_threshold_do_not_make_a_large_shift():
     sensitivity.learn(int8, passed, Prediction(0.5, 0.05, 0.99, quality_error=1e-7))
     assert sensitivity.pass_probability(fp8, Prediction(0.5, 0.05, 0.99, quality_error=1e-6)) > 0.8
     assert sensitivity.pass_probability(fp8, Prediction(0.5, 0.05, 0.99, quality_error=0.003)) < 0.01  # predicted near int8's measured error already
+
+
+def test_a_groups_first_miss_moves_the_unmeasured_groups_of_its_kind_not_the_measured_ones():
+    from agnitra.search.strategies.offsets import KIND_PRIOR, WorkloadOffsets, group_of
+
+    replayed = [{"transform": "compile", "params": {"mode": "reduce-overhead"}}]
+    replayed_twin = [{"transform": "compile", "params": {"mode": "reduce-overhead", "dynamic": True}}]
+    graphs = [{"transform": "fuse-projections", "params": {}}, {"transform": "compile", "params": {"mode": "default"}}, {"transform": "cuda-graphs", "params": {}}]
+    launched = [{"transform": "compile", "params": {"mode": "default"}}]
+    offsets = WorkloadOffsets()
+    assert offsets.offset(group_of(graphs)) == 0.0  # nothing measured here: the model's prediction stands
+    offsets.learn(group_of(replayed), 1.6)  # the peer replays a graph 5x faster than predicted
+    assert offsets.offset(group_of(graphs)) == pytest.approx(1.6 / (1 + KIND_PRIOR))  # another group of graph replays: the kind's offset
+    assert offsets.offset(group_of(replayed_twin)) == 0.0  # its own group: left to the retrained trees, which learned it
+    assert offsets.offset(group_of(launched)) == 0.0  # launched from Python: moves with the baseline, not with the graph replays
+    offsets.learn(group_of(replayed_twin), 0.4)  # a second measurement of a measured group: no new test of the model
+    assert offsets.offset(group_of(graphs)) == pytest.approx(1.6 / (1 + KIND_PRIOR))
+    offsets.learn(group_of(launched), -0.2)
+    assert offsets.offset(group_of([{"transform": "channels-last", "params": {}}])) < 0 < offsets.offset(group_of(graphs))
+
+
+def test_a_graph_replay_far_faster_than_predicted_lifts_the_other_graph_replays_above_it():
+    """The H200's held-out mistral: the store predicted compile(reduce-overhead) at 3x and
+    fuse-projections + compile(default) + cuda-graphs at 5x; the peer measured 20x. Retrained on
+    that one row the trees moved the peer's leaves, not the other's, and the search never measured
+    it. With the workload's offset every other group of graph replays moves by the kind's share of
+    the peer's miss and is asked first; a recipe launched from Python gets no offset."""
+    from agnitra.search.strategies.offsets import KIND_PRIOR
+
+    rng = random.Random(3)
+    peer_steps = [("compile", {"mode": "reduce-overhead"})]
+    own_steps = [("fuse-projections", {}), ("compile", {"mode": "default"}), ("cuda-graphs", {})]
+    launched_steps = [("channels-last", {})]
+    rows = []
+    for w in range(16):
+        size = rng.random()
+        for steps, speedup in ((peer_steps, 3.0), (own_steps, 5.0), (launched_steps, 1.1)):
+            rows.append(dict(_row(w, size, [], rng), device_kind="cuda", recipe=json.dumps([{"transform": t, "params": p} for t, p in steps]),
+                             speedup=speedup * math.exp(rng.gauss(0, 0.01))))
+    peer, own, launched = _recipe(*peer_steps), _recipe(*own_steps), _recipe(*launched_steps)
+    strategy = ModelGuided([peer, own, launched], model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cuda", "batch": 8, "sig.size": 0.5, "sig.other": 0.5})
+    before = {c.recipe.name: strategy.predictions[c.recipe.key()].speedup for c in (peer, own, launched)}
+    assert before[own.recipe.name] < 6 and before[peer.recipe.name] < 4
+    strategy.asked.add(peer.recipe.key())
+    strategy.tell(peer, CandidateResult(peer.recipe.name, peer.recipe.to_dict(), peer.recipe.key(), 1.0, "ok", speedup=20.0, correctness=Correctness("rel_error", 0.001, True, 0.01)))
+    after = {c.recipe.name: strategy.predictions[c.recipe.key()].speedup for c in (own, launched)}
+    lift = (20.0 / before[peer.recipe.name]) ** (1 / (1 + KIND_PRIOR))
+    assert lift > 2 and after[own.recipe.name] > 0.8 * before[own.recipe.name] * lift  # the retrained trees' own move aside
+    assert strategy.offsets.offset(strategy.groups[launched.recipe.key()]) == 0.0  # launched from Python: only the trees' own move
+    assert strategy.ask() is own

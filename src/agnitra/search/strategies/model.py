@@ -47,6 +47,7 @@ from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
 from agnitra.search.strategies.evidence import RunEvidence, has_runtime_step
+from agnitra.search.strategies.offsets import WorkloadOffsets, group_of
 from agnitra.search.strategies.sensitivity import Sensitivity
 
 OWN_WEIGHT = 5.0
@@ -90,6 +91,9 @@ class ModelGuided(Strategy):
         self.asked: set[str] = set()
         self.failed = FailedSteps()
         self.predictions: dict[str, Any] = {}
+        self.offsets = WorkloadOffsets()
+        self.groups: dict[str, tuple[str, frozenset[str]]] = {}  # each candidate's `group_of`, computed once
+        self.raw_log_speedup: dict[str, float] = {}  # the model's own prediction, before the offset
         self.best_log_speedup = 0.0  # the baseline
         self.measured_sets: Counter[frozenset[str]] = Counter()  # measured recipes per set of transforms
         self.evidence = RunEvidence()
@@ -141,6 +145,7 @@ class ModelGuided(Strategy):
         self.measured_mine += candidate.recipe.key() in self.asked
         self._learn_miss(candidate, result)
         self._learn_setup_miss(candidate, result)
+        self._learn_offset(candidate, result)
         self.measured_sets[_transforms_of(candidate)] += 1
         speedup = getattr(result, "speedup", None)
         passed = bool(getattr(result, "passed", False))
@@ -209,15 +214,29 @@ class ModelGuided(Strategy):
         self._predict_all(keep_asked=True)
 
     def _predict_all(self, keep_asked: bool = False) -> None:
+        """Every pending candidate's prediction, its speed moved by this workload's offset for its
+        group where its group is not measured here yet (`WorkloadOffsets`)."""
         pending = [c for c in self.space if not (keep_asked and c.recipe.key() in self.asked)]
         recipes = [c.recipe.to_dict()["steps"] for c in pending]
-        for candidate, prediction in zip(pending, self.model.predict_recipes(self.workload_row, recipes)):
-            self.predictions[candidate.recipe.key()] = prediction
+        for candidate, steps, prediction in zip(pending, recipes, self.model.predict_recipes(self.workload_row, recipes)):
+            key = candidate.recipe.key()
+            group = self.groups.setdefault(key, group_of(steps))
+            self.raw_log_speedup[key] = prediction.log_speedup
+            prediction.log_speedup += self.offsets.offset(group)
+            self.predictions[key] = prediction
 
     def _learn_miss(self, candidate: Candidate, result: Any) -> None:
         p, speedup = self.predictions.get(candidate.recipe.key()), getattr(result, "speedup", None)
         if p is not None and speedup and getattr(result, "status", "") == "ok" and self.model is not None and self.model.speed:
             self.misses.append(math.log(speedup) - p.log_speedup)
+
+    def _learn_offset(self, candidate: Candidate, result: Any) -> None:
+        """A measured recipe's group, with its miss against the model's own prediction where it
+        was timed and the model learned from the store (`WorkloadOffsets`)."""
+        key, speedup = candidate.recipe.key(), getattr(result, "speedup", None)
+        raw = self.raw_log_speedup.get(key)
+        if raw is not None and speedup and speedup > 0 and getattr(result, "status", "") == "ok" and self.learned_from_store():
+            self.offsets.learn(self.groups.get(key) or group_of(candidate.recipe.to_dict()["steps"]), math.log(speedup) - raw)
 
     def _learn_setup_miss(self, candidate: Candidate, result: Any) -> None:
         """A built recipe with a compiler or runtime step: how far its setup was from the prediction."""
