@@ -222,6 +222,27 @@ def test_candidate_past_its_timeout_is_killed_and_recorded(tmp_path):
     assert not _workers_of(os.getpid())  # every worker stopped with the run
 
 
+def test_a_killed_worker_that_does_not_exit_does_not_stall_the_search(tmp_path, monkeypatch):
+    """A worker inside a GPU driver call does not die when killed until the driver returns: the
+    search waits KILLED_EXIT_S for it, then goes on with a fresh worker, and the report says so.
+    (Stand-in: the wait for the killed worker runs out.)"""
+    from agnitra.bench import isolated
+
+    real_wait = subprocess.Popen.wait
+
+    def stuck_wait(self, timeout=None):
+        if timeout == isolated.KILLED_EXIT_S:
+            real_wait(self)  # reaped here, reported as if it had not exited
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return real_wait(self, timeout=timeout)
+
+    monkeypatch.setattr(subprocess.Popen, "wait", stuck_wait)
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-sleep", "safety-identity"], budget="60s", candidate_timeout="2s", peers=[], out=tmp_path)
+    by_name = {c.name: c for c in fast.report.candidates}
+    assert by_name["safety-sleep"].status == "timeout" and by_name["safety-identity"].status == "ok"
+    assert any("killed worker process(es) had not exited 30 s later" in n and "the search went on with a fresh one" in n for n in fast.report.search["notes"])
+
+
 def test_a_stopped_candidate_leaves_no_empty_artifact_in_the_compile_cache(tmp_path, monkeypatch):
     """An empty compiled artifact in Inductor's cache makes every later compile of that entry
     fail ('file too short'), in any process; the one a stopped worker left is removed."""

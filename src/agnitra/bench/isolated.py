@@ -35,6 +35,9 @@ from agnitra.workloads.loaders import MODEL_FILE_SUFFIXES, USER_MODULE_PREFIX
 Progress = Callable[[str, float], None]
 MAX_PICKLED_BYTES = 2 * 2**30  # larger models are not copied into a worker
 LEAVING_S = 10.0  # how long a worker that said it leaves is waited for before it is killed
+# how long a killed worker is waited for: a process inside a GPU driver call cannot die until the
+# driver returns, and an unbounded wait for it would hold the whole search there
+KILLED_EXIT_S = 30.0
 
 
 class WorkerTimeout(AgnitraError):
@@ -154,6 +157,7 @@ class Worker:
         self.busy = False  # a call (or the start) in flight
         self.leaving = ""  # why the worker said, answering its last call, that it exits
         self.restarted_because: list[str] = []  # why fresh workers were started for that reason
+        self.left_behind: list[int] = []  # killed workers that had not exited KILLED_EXIT_S later (their pids)
 
     def ensure_started(self, timeout: float) -> None:
         """Start the worker (load the model there) unless it runs; a start past `timeout` is a
@@ -199,7 +203,10 @@ class Worker:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        self.process.wait()
+        try:
+            self.process.wait(timeout=KILLED_EXIT_S)
+        except subprocess.TimeoutExpired:  # left to the system: the search goes on with a fresh worker
+            self.left_behind.append(self.process.pid)
         if self.conn is not None:
             self.conn.close()
         self.process, self.conn = None, None

@@ -19,7 +19,7 @@ import torch
 
 from agnitra.bench.harness import BenchConfig, Harness
 from agnitra.bench.heldout import baseline_problem
-from agnitra.bench.isolated import InProcess, Worker, WorkerCrashed, WorkerError, WorkerTimeout, WorkloadSource
+from agnitra.bench.isolated import KILLED_EXIT_S, InProcess, Worker, WorkerCrashed, WorkerError, WorkerTimeout, WorkloadSource
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import UserError, first_line
@@ -206,6 +206,10 @@ def run_optimize(
         restarted = getattr(runner, "restarted_because", [])
         if restarted:
             notes.append(f"worker: started afresh after {len(restarted)} candidate(s) that left its device state damaged ({restarted[0]})")
+        left_behind = getattr(runner, "left_behind", [])
+        if left_behind:
+            notes.append(f"worker: {len(left_behind)} killed worker process(es) had not exited {KILLED_EXIT_S:.0f} s later (pid {', '.join(map(str, left_behind))}; "
+                         "a process inside a GPU driver call cannot die until it returns); the search went on with a fresh one")
     search_info = {
         "strategy": strategy,
         "budget_s": budget.total_s,
