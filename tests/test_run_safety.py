@@ -360,6 +360,37 @@ def test_a_model_that_cannot_travel_runs_in_process_and_says_so(tmp_path):
     assert any("stopped only between Python steps" in note for note in fast.report.search["notes"])
 
 
+def _weight_normed() -> nn.Module:
+    from torch.nn.utils.parametrizations import weight_norm
+
+    torch.manual_seed(0)
+    conv = weight_norm(nn.Conv1d(4, 4, 3, padding=1), dim=2)  # as wav2vec2's positional convolution
+    return nn.Sequential(weight_norm(nn.Linear(4, 4)), nn.Unflatten(1, (4, 1)), conv, nn.Flatten())
+
+
+def test_a_parametrized_model_travels_to_a_worker_with_the_same_tensors_and_outputs(tmp_path):
+    """torch refuses to pickle parametrized modules (weight norm: wav2vec2, vocoders); such a
+    model ran its candidates in process, where a time limit cannot stop a compile. It travels
+    now: the same class, the same original tensors and parametrizations, the same outputs."""
+    from torch.nn.utils import parametrize
+
+    from agnitra.bench.isolated import WorkloadSource, workload_source
+    from agnitra.workloads.base import Workload
+
+    model, x = _weight_normed().eval(), torch.randn(3, 4)
+    source, why_not = workload_source(model, {}, Workload("wn", model, (x,), TaskKind.ENCODER), torch.device("cpu"))
+    assert source is not None and source.pickled, why_not
+    copy, _ = WorkloadSource.load(source)
+    travelled = copy.model
+    assert parametrize.is_parametrized(travelled[0], "weight") and parametrize.is_parametrized(travelled[2], "weight")
+    assert [n for n, _ in travelled.named_parameters()] == [n for n, _ in model.named_parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(travelled.parameters(), model.parameters()))
+    assert torch.equal(travelled(x), model(x))
+    fast = agnitra.optimize(model, (x,), device="cpu", transforms=["safety-identity"], budget="60s", peers=[], out=tmp_path)
+    assert fast.report.search["isolation"].startswith("worker"), fast.report.search["isolation"]
+    assert parametrize.is_parametrized(model[0], "weight")  # the user's model untouched
+
+
 # ---- killed, then resumed --------------------------------------------------------------------------
 
 PLUGIN = textwrap.dedent(

@@ -90,7 +90,7 @@ def workload_source(model: Any, load_options: dict[str, Any], workload, device: 
     if size > MAX_PICKLED_BYTES:
         return None, f"the model ({size / 2**30:.1f} GiB) is too large to copy into a worker process"
     try:
-        pickled = _cloudpickle().dumps(workload)
+        pickled = _dumps(workload)
     except Exception as exc:  # noqa: BLE001 - whatever the model holds that cannot be pickled
         return None, f"the model cannot be copied into a worker process ({first_line(exc)})"
     return WorkloadSource(str(device), pickled=pickled, extras=extras), ""
@@ -119,6 +119,53 @@ def _cloudpickle():
         if name.startswith(USER_MODULE_PREFIX):
             cloudpickle.register_pickle_by_value(module)
     return cloudpickle
+
+
+def _dumps(obj: Any) -> bytes:
+    """cloudpickle's bytes of `obj`, with parametrized modules (weight norm, spectral norm, ...)
+    as they are: torch refuses to pickle them ("only supported through state_dict()"), so a
+    user's wav2vec2 ran its candidates in process, where a time limit stops a candidate only
+    between Python steps (H200, 2026-11-27: one ran five minutes past its limit). Such a module
+    travels as its own class, its state (the ParametrizationLists with their original tensors and
+    parametrizations included) and the names of its parametrized tensors; the worker gives it the
+    same parametrized class and properties again (`_set_parametrized_state`): the same tensors,
+    the same forward."""
+    import io
+
+    cloudpickle = _cloudpickle()
+    buffer = io.BytesIO()
+    _parametrized_pickler_class()(buffer, protocol=cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+    return buffer.getvalue()
+
+
+def _parametrized_pickler_class() -> type:
+    """cloudpickle's Pickler, reducing parametrized modules as `_dumps` says (made on first use:
+    cloudpickle is imported only when a model travels)."""
+    import cloudpickle
+    from torch.nn.utils import parametrize
+
+    class ParametrizedPickler(cloudpickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, torch.nn.Module) and parametrize.is_parametrized(obj) and hasattr(parametrize, "_inject_new_class"):
+                plain = type(obj).__bases__[0]  # the class register_parametrization derived the module's from
+                return _new_module, (plain,), (dict(obj.__dict__), list(obj.parametrizations.keys())), None, None, _set_parametrized_state
+            return super().reducer_override(obj)
+
+    return ParametrizedPickler
+
+
+def _new_module(cls: type) -> torch.nn.Module:
+    return cls.__new__(cls)
+
+
+def _set_parametrized_state(module: torch.nn.Module, state: tuple[dict, list[str]]) -> None:
+    from torch.nn.utils import parametrize
+
+    attributes, names = state
+    module.__dict__.update(attributes)
+    parametrize._inject_new_class(module)
+    for name in names:
+        parametrize._inject_property(module, name)
 
 
 def _module_of(entry: Any) -> str:
