@@ -27,6 +27,12 @@ likely to pass, and its other settings somewhat less; a timeout sets the seconds
 recipes with its steps to at least the limit it ran past. A recipe with the step that passes
 clears the suspicion.
 
+What a measurement says of the workload itself also reaches recipes unlike it (`WorkloadOffsets`):
+the first measurement of each group (a CUDA-graph replay or a Python launch, and its set of
+transforms) moves the predicted speed of the groups of its kind not yet measured here by what it
+missed, shrunk by half; the retrained trees move only the measured recipes' leaves, and a peer's
+graph replay 5x faster than predicted left the other graph replays where they were.
+
 The setup model is calibrated on this workload too: what each built recipe with a compiler or
 runtime step (the peers' compiles first) took to set up, against what the model predicted, moves
 the prediction of every other such recipe by the mean of those misses (in log1p seconds, the setup
@@ -47,7 +53,7 @@ from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
 from agnitra.search.strategies.evidence import RunEvidence, has_runtime_step
-from agnitra.search.strategies.offsets import WorkloadOffsets, group_of
+from agnitra.search.strategies.offsets import Group, WorkloadOffsets, group_of
 from agnitra.search.strategies.sensitivity import Sensitivity
 
 OWN_WEIGHT = 5.0
@@ -92,7 +98,7 @@ class ModelGuided(Strategy):
         self.failed = FailedSteps()
         self.predictions: dict[str, Any] = {}
         self.offsets = WorkloadOffsets()
-        self.groups: dict[str, tuple[str, frozenset[str]]] = {}  # each candidate's `group_of`, computed once
+        self.groups: dict[str, Group] = {}  # each candidate's `group_of`, computed once
         self.raw_log_speedup: dict[str, float] = {}  # the model's own prediction, before the offset
         self.best_log_speedup = 0.0  # the baseline
         self.measured_sets: Counter[frozenset[str]] = Counter()  # measured recipes per set of transforms
