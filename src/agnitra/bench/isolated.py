@@ -125,7 +125,8 @@ def _dumps(obj: Any) -> bytes:
     """cloudpickle's bytes of `obj`, with parametrized modules (weight norm, spectral norm, ...)
     as they are: torch refuses to pickle them ("only supported through state_dict()"), so a
     user's wav2vec2 ran its candidates in process, where a time limit stops a candidate only
-    between Python steps (H200, 2026-11-27: one ran five minutes past its limit). Such a module
+    between Python steps (H200, 2026-11-27: its search printed nothing for five minutes after a
+    candidate started, until the run's own limit). Such a module
     travels as its own class, its state (the ParametrizationLists with their original tensors and
     parametrizations included) and the names of its parametrized tensors; the worker gives it the
     same parametrized class and properties again (`_set_parametrized_state`): the same tensors,

@@ -226,7 +226,7 @@ class ModelGuided(Strategy):
         recipes = [c.recipe.to_dict()["steps"] for c in pending]
         for candidate, steps, prediction in zip(pending, recipes, self.model.predict_recipes(self.workload_row, recipes)):
             key = candidate.recipe.key()
-            group = self.groups.setdefault(key, group_of(steps))
+            group = self.groups.get(key) or self.groups.setdefault(key, group_of(steps))
             self.raw_log_speedup[key] = prediction.log_speedup
             prediction.log_speedup += self.offsets.offset(group)
             self.predictions[key] = prediction
