@@ -242,7 +242,7 @@ class ModelGuided(Strategy):
         key, speedup = candidate.recipe.key(), getattr(result, "speedup", None)
         raw = self.raw_log_speedup.get(key)
         if raw is not None and speedup and speedup > 0 and getattr(result, "status", "") == "ok" and self.learned_from_store():
-            self.offsets.learn(self.groups.get(key) or group_of(candidate.recipe.to_dict()["steps"]), math.log(speedup) - raw)
+            self.offsets.learn(self.groups[key], math.log(speedup) - raw)  # predicted, so grouped (`_predict_all`)
 
     def _learn_setup_miss(self, candidate: Candidate, result: Any) -> None:
         """A built recipe with a compiler or runtime step: how far its setup was from the prediction."""
