@@ -386,7 +386,7 @@ def optimize_row(name: str, size: str, device: str, budget: str, out: Path, tran
     slots = candidate_slots(events, len(report.candidates), ended)
     candidates = []
     for i, c in enumerate(report.candidates):
-        row = {"name": c.name, "status": c.status, "passed": c.passed, "reason": (c.reason or "")[:200], "setup_s": c.setup_s, "eval_s": c.eval_s,
+        row = {"name": c.name, "status": c.status, "passed": c.passed, "reason": (c.reason or "")[:200], "setup_s": c.setup_s, "build_s": c.build_s, "eval_s": c.eval_s,
                "slot_s": slots[i] if slots else None, "speedup": c.speedup, "predicted": c.predicted,
                "quality_error": quality_error(c.correctness.metric, c.correctness.value) if c.correctness and c.correctness.value is not None else None}
         candidates.append(dict(row, outcome=outcome(row)))
@@ -399,7 +399,7 @@ def optimize_row(name: str, size: str, device: str, budget: str, out: Path, tran
     best = min(peers, key=lambda v: v["median_ms"]) if peers else None
     headline = versus_peers(report)
     notes = report.search.get("notes", [])
-    search = {k: report.search.get(k) for k in ("strategy", "budget_s", "elapsed_s", "space_size", "evaluated", "unmeasured", "worker_starts", "finalists")}
+    search = {k: report.search.get(k) for k in ("strategy", "budget_s", "elapsed_s", "space_size", "evaluated", "unmeasured", "worker_starts", "finalists", "time_s", "reserved_for_final_s")}
     return {"family": name, "size": size, "status": "ok", "dtype": options.get("dtype", "fp32 (as built)"), "budget": budget, "transforms": transforms or "all",
             "wall_s": round(ended - started, 1), **search, **headline, **versus_compile(report),
             "best_passing_peer": best and best["name"], "best_passing_peer_ms": best and best["median_ms"],

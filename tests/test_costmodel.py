@@ -324,6 +324,8 @@ def test_a_failure_in_this_run_makes_recipes_with_the_same_lossy_step_unlikely_t
     reason = "setup: PatchError: cuda-graphs(warmup=3): AcceleratorError: CUDA error: operation failed during capture"
     evidence.learn(_recipe(("fuse-projections", {}), graphs), _failed(_recipe(("fuse-projections", {}), graphs), "failed", reason))
     assert evidence.pass_factor(_recipe(graphs)) == pytest.approx(SAME_STEP_PASS) and evidence.pass_factor(_recipe(("fuse-projections", {}))) == 1.0
+    evidence.learn(_recipe(("fuse-projections", {}), graphs), _failed(_recipe(("fuse-projections", {}), graphs), "skipped", "cuda-graphs(warmup=3): the forward could not be captured"))
+    assert evidence.pass_factor(_recipe(graphs)) == pytest.approx(SAME_STEP_PASS**2) and evidence.pass_factor(_recipe(("fuse-projections", {}))) == 1.0
     evidence.learn(_recipe(g64, compiled), _failed(_recipe(g64, compiled), "timeout", "ran past its time limit of 66 s (the call); stopped"))
     assert evidence.least_seconds(_recipe(g64)) == 66.0 and evidence.least_seconds(_recipe(("fuse-projections", {}))) == 0.0
 
@@ -367,6 +369,11 @@ def test_a_step_that_failed_on_its_own_blocks_its_recipes_whatever_its_stage():
     assert not blocked.allows(_recipe(fused, graphs)) and blocked.allows(_recipe(fused)) and blocked.allows(_recipe(("cuda-graphs", {"warmup": 5})))
     blocked.learn(_recipe(("compile", {})), _failed(_recipe(("compile", {})), "timeout", "ran past its time limit of 30 s"))
     assert blocked.allows(_recipe(fused, ("compile", {})))  # a timeout blocks nothing
+    # bart on the GPU: the pair was refused by its runtime step, which the reason names
+    beside = FailedSteps()
+    refused = "cuda-graphs(warmup=3): the forward could not be captured as a CUDA graph: CUDA error: operation not permitted when stream is capturing"
+    beside.learn(_recipe(fused, graphs), _failed(_recipe(fused, graphs), "skipped", refused))
+    assert not beside.allows(_recipe(("compile", {}), graphs)) and beside.allows(_recipe(fused, ("compile", {"mode": "reduce-overhead"})))
 
 
 def test_a_transform_not_yet_measured_on_this_workload_is_more_uncertain():

@@ -56,6 +56,7 @@ _register("test-crash", _boom)
 _register("test-double", _scale_weights)
 _register("test-lossy-double", _scale_weights, lossy=True)
 _register("test-lossy-same", lambda model: model, lossy=True)
+_register("test-slow-build", lambda model: time.sleep(0.3) or model)
 BUILT: list[str] = []  # what test-runtime-after was applied to, test by test
 _register("test-runtime-after", lambda model: BUILT.append("built") or model, stage="runtime")
 
@@ -403,6 +404,44 @@ def test_a_candidate_at_the_budgets_edge_leaves_room_for_a_cold_final_run():
     limits.clear()
     search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=10.0), Budget(100.0), Reserve())
     assert limits == [10, 10]  # a candidate's own limit well inside the budget: unchanged
+
+
+def test_the_report_says_where_the_budget_went(tmp_path):
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["test-slow-build"], peers=[], budget="60s", out=tmp_path)
+    search = fast.report.search
+    assert list(search["time_s"]) == ["loading", "original model", "peers", "search", "final run", "answer"]
+    assert sum(search["time_s"].values()) == pytest.approx(search["elapsed_s"], abs=0.5)
+    built = next(c for c in fast.report.candidates if c.name == "test-slow-build")
+    assert 0.3 <= built.build_s <= built.setup_s  # building it, of its whole setup
+    note = next(n for n in search["notes"] if n.startswith("time: loading "))
+    assert f"the search kept {search['reserved_for_final_s']:.1f} s for the final run and the answer" in note and note.endswith("s of the 60 s budget not used")
+    assert search["reserved_for_final_s"] >= 0.3  # building the answer again takes about what building it took
+
+
+def test_the_final_reserve_counts_a_worker_start_only_where_none_is_up_and_the_answers_build():
+    """tinylm on the CPU (60 s): a flat 5 s for building the answer, which took 0.1 s, and a
+    worker restart counted when the worker was up, left 21 s of the budget unused."""
+    from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
+    from agnitra.search.budget import Budget
+    from agnitra.search.optimize import ANSWER_S, COLD_EVAL, SAFETY, FinalReserve, MeasuredRuns
+
+    latency = Latency(median=1.0, p95=1.1, min=0.9, mean=1.0, samples=30)
+    measured = MeasuredRuns(4.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.1)])
+
+    def done(name: str, build_s: float | None, setup_s: float) -> CandidateResult:
+        return CandidateResult(name, {"steps": []}, name, 1.0, "ok", latency_ms=Latency(median=0.5, p95=0.6, min=0.4, mean=0.5, samples=30), baseline_ms=1.0,
+                               speedup=2.0, correctness=Correctness("rel_error", 1e-7, True, 1e-3), setup_s=setup_s, build_s=build_s, eval_s=setup_s + 1.0)
+
+    up = [True]
+    reserve = FinalReserve(measured, Budget(60.0), gpu=False, restart_s=20.0, running=lambda: up[0])
+    lazy = [done("compile", 0.02, 12.0)]  # compiled at its first call: its build is quick
+    assert reserve.assembly(lazy) == pytest.approx(ANSWER_S + COLD_EVAL * 0.02)
+    assert reserve.assembly([done("graphs", 9.0, 12.0)]) == pytest.approx(ANSWER_S + COLD_EVAL * 9.0)  # captured (and compiled) as it is built
+    assert reserve.assembly([done("resumed", None, 12.0)]) == pytest.approx(ANSWER_S + COLD_EVAL * 12.0)  # not recorded apart: its whole setup
+    warm = reserve(lazy)
+    up[0] = False  # the last candidate was stopped: the final run starts a worker
+    assert reserve(lazy) == pytest.approx(warm + SAFETY * 20.0)
+    assert reserve.if_stopped(lazy) > reserve(lazy)
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe", "nsga2", "auto"])

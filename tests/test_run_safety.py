@@ -78,6 +78,17 @@ for _name in ("safety-fail-a", "safety-fail-b", "safety-fail-c"):
 _register("safety-identity", lambda model: model)
 
 
+def _not_here(model):
+    from agnitra.errors import NotApplicable
+
+    raise NotApplicable("the forward could not be captured (a stand-in for one that synchronises)")
+
+
+if "safety-not-here" not in TRANSFORMS:  # a runtime step that finds, as it is applied, that it does not apply
+    register_transform(type("Safety_not_here", (Transform,), {"name": "safety-not-here", "stage": "runtime", "description": "test transform",
+                                                              "apply": lambda self, model, ctx, params: _not_here(model)}))
+
+
 def _mlp(name="mlp", width=16) -> Workload:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(width, 32), nn.ReLU(), nn.Linear(32, 4)).eval()
@@ -258,6 +269,18 @@ def test_a_stopped_candidate_leaves_no_empty_artifact_in_the_compile_cache(tmp_p
     assert [c.status for c in fast.report.candidates] == ["timeout"]
     assert not (cache / "ab" / "cabc.main.so").exists()
     assert (cache / "ab" / "cabc.main.so.lock").exists() and older.exists()
+
+
+def test_a_step_that_does_not_apply_is_blamed_not_the_steps_beside_it(tmp_path):
+    """bart on the GPU: 'fuse-projections + cuda-graphs' failed to capture, and the search blocked
+    fuse-projections (the module step) and went on asking for cuda-graphs. The reason now names the
+    step that refused; that step is blocked, the other is measured."""
+    fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-identity", "safety-not-here"], budget="60s", peers=[], out=tmp_path)
+    by_name = {c.name: c for c in fast.report.candidates}
+    refused = [c for c in fast.report.candidates if "safety-not-here" in c.name]
+    assert len(refused) == 1 and refused[0].status == "skipped"
+    assert refused[0].reason.startswith("safety-not-here: the forward could not be captured"), refused[0].reason
+    assert by_name["safety-identity"].status == "ok"
 
 
 def test_a_one_second_timeout_does_not_end_the_run(tmp_path, capsys):

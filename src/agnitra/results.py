@@ -81,6 +81,7 @@ class VariantResult:
     roofline_fraction: float | None = None
     correctness: Correctness | None = None
     setup_s: float | None = None  # build/compile/export time before the first timed run
+    build_s: float | None = None  # of setup_s, building the variant (a lazy compile runs later, at the warm-up)
     decode: DecodeStats | None = None
     power_w: float | None = None  # mean board power during the energy pass (NVML)
     utilization: float | None = None  # mean GPU utilisation in percent (0-100) during the energy pass
@@ -211,6 +212,7 @@ class CandidateResult:
     model_bytes: int | None = None  # the candidate model's own weights and buffers on the device
     correctness: Correctness | None = None
     setup_s: float | None = None
+    build_s: float | None = None  # of setup_s, building the recipe: what building the answer takes again
     eval_s: float | None = None
     speedup_interval: list[float] | None = None  # [low, high] of the speedup in its own run
     faster_beyond_noise: bool | None = None  # the interval's low end above 1: a real win

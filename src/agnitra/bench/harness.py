@@ -180,6 +180,7 @@ class Harness:
             t0 = time.perf_counter()
             try:
                 run.prepared = variant.prepare(self.workload, self.device)
+                run.result.build_s = round(time.perf_counter() - t0, 3)
                 if self.decoder:
                     p = run.prepared
                     model = p.model if p.model is not None else self.workload.model

@@ -207,6 +207,11 @@ class Worker:
         self.restarted_because: list[str] = []  # why fresh workers were started for that reason
         self.left_behind: list[int] = []  # killed workers that had not exited KILLED_EXIT_S later (their pids)
 
+    @property
+    def running(self) -> bool:
+        """Whether a worker is up that the next call will use (not one that said it leaves)."""
+        return self.process is not None and not self.leaving
+
     def ensure_started(self, timeout: float) -> None:
         """Start the worker (load the model there) unless it runs; a start past `timeout` is a
         WorkerTimeout. Callers start it before timing a call, so loading is not the call's time."""
@@ -338,6 +343,7 @@ class InProcess:
         self.progress = progress or (lambda message, fraction: None)
         self.starts = 0
         self.start_s = 0.0
+        self.running = True  # this process: never to start again
 
     def call(self, fn: Callable, *args: Any, timeout: float) -> Any:
         with alarm(timeout):

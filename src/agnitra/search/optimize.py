@@ -54,7 +54,11 @@ WARM_EVAL = 0.35  # a setup in the final run against the search's (caches warm; 
 COLD_EVAL = 0.8
 ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
 DECODER_ENERGY_S = 3.0  # a decoder's energy pass generates (llama-1b decode, H100: 1.2-2.8 s)
-ASSEMBLY_S = 5.0  # building the answer here and writing the reports
+# building the answer here: writing the reports, and building the recipe again in this process, as a
+# fresh worker would (COLD_EVAL of what building it took in the search, `build_s`: a lazy compile
+# waits for the first call; an export, or a CUDA-graph capture, which compiles, does not). A flat
+# 5 s was 50x what tinylm's answer took (CPU, 60 s budget: 21 s of it unused).
+ANSWER_S = 1.0
 SAFETY = 1.3
 HOTSPOT_RUNS, HOTSPOT_WARMUP = 3, 1  # the profiled run of the original model that times its hotspots
 
@@ -172,16 +176,20 @@ def run_optimize(
     runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
     if setup.source is None:
         notes.append(f"candidates ran in this process, not in a worker: {setup.in_process_reason}; a candidate past its time limit is stopped only between Python steps")
+    budget.mark("loading")
     with runner:
         progress("measuring the original model", 0.02)
         probe_started = budget.elapsed()
         probe = measure_baseline(runner, device_report, config, budget)
         probe_s = budget.elapsed() - probe_started
+        budget.mark("original model")
         progress("measuring the peers", 0.05)
         measured, peer_note = _probe_peers(runner, device_report, config, budget, peers, MeasuredRuns(probe_s, probe.variants))
+        budget.mark("peers")
         peers = [v.name for v in measured.peers if v.status == "ok"]
         notes += [peer_note] if peer_note else []
-        reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s, decoder=workload.decoder is not None)
+        reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s, decoder=workload.decoder is not None,
+                               running=lambda: runner.running)
         searcher = get_strategy(strategy)(space)
         notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
         if first and searcher.learned_from_store():  # the cost model learned from those measurements: its order, not theirs
@@ -200,9 +208,12 @@ def run_optimize(
         outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress, reference)
         notes += outcome.notes
         results = outcome.results
+        budget.mark("search")
+        reserved_s = reserve(results)  # what the search left for the final run and the answer
         finalists = final_candidates(results, peers, objective)
         progress("final interleaved run: baseline, peers, finalists", 0.9)
         final, final_failure = _final(runner, device_report, peers, finalists, tolerances, budget, reserve.assembly(results))
+        budget.mark("final run")
         restarted = getattr(runner, "restarted_because", [])
         if restarted:
             notes.append(f"worker: started afresh after {len(restarted)} candidate(s) that left its device state damaged ({restarted[0]})")
@@ -224,6 +235,7 @@ def run_optimize(
         "worker_starts": runner.starts,
         "peers": list(peers),
         "finalists": [r.name for r in finalists],
+        "reserved_for_final_s": round(reserved_s, 1),
         "notes": notes,
     }
     if final is None:
@@ -320,8 +332,20 @@ def _warm_started(space: list, signature: dict | None, device: torch.device, not
 
 
 def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> OptimizeResult:
+    budget.mark("answer")
     report.search["elapsed_s"] = round(budget.elapsed(), 1)
+    report.search["time_s"] = dict(budget.phases)
+    report.search["notes"].append(_time_note(budget, report.search.get("reserved_for_final_s")))
     return result
+
+
+def _time_note(budget: Budget, reserved_s: float | None) -> str:
+    """Where the budget went, in one line: each stage's seconds, what the search left for the
+    final run and the answer against what they took, and what was not used."""
+    stages = ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in budget.phases.items())
+    after = budget.phases.get("final run", 0.0) + budget.phases.get("answer", 0.0)
+    kept = f"; the search kept {reserved_s:.1f} s for the final run and the answer, which took {after:.1f} s" if reserved_s is not None else ""
+    return f"time: {stages}{kept}; {max(0.0, budget.remaining()):.1f} s of the {budget.total_s:.0f} s budget not used"
 
 
 def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> BenchReport:
@@ -410,34 +434,40 @@ class FinalReserve:
     compile on the H100, 0.18 on the CPU). The final run's own time limit is what keeps the
     budget; this estimate only spares it from being cut short."""
 
-    def __init__(self, measured: MeasuredRuns, budget: Budget, gpu: bool, restart_s: float = 0.0, decoder: bool = False) -> None:
+    def __init__(self, measured: MeasuredRuns, budget: Budget, gpu: bool, restart_s: float = 0.0, decoder: bool = False,
+                 running: Callable[[], bool] | None = None) -> None:
         self.share_s = (DECODER_FINAL_SHARE_SCALE if decoder else FINAL_SHARE_SCALE) * measured.per_variant_s()
         self.peers = [v for v in measured.peers if v.status == "ok"]
         self.peer_setup_s = WARM_EVAL * sum(v.setup_s or 0.0 for v in self.peers)
         self.budget = budget
         self.energy_s = (DECODER_ENERGY_S if decoder else ENERGY_S) if gpu else 0.0
         self.restart_s = restart_s  # a candidate cut short at the reserve's edge leaves a worker to start again
+        # whether the worker is up now: a final run after a stopped (or spoiled) candidate starts a
+        # fresh one, one after a finished candidate does not (None: not known, a restart counted)
+        self.running = running
 
     def __call__(self, results: list[CandidateResult]) -> float:
         finalists = final_candidates(results, [v.name for v in self.peers], "latency")
-        return self._estimate(results, finalists, cold=_stopped_since(results, finalists))
+        restart = self.running is None or not self.running()
+        return self._estimate(results, finalists, cold=_stopped_since(results, finalists), restart=restart)
 
     def if_stopped(self, results: list[CandidateResult]) -> float:
         """What the rest of the run needs if the next candidate is stopped at its limit: a fresh
         worker, where the finalists' compiles find only the disk caches warm."""
-        return self._estimate(results, final_candidates(results, [v.name for v in self.peers], "latency"), cold=True)
+        return self._estimate(results, final_candidates(results, [v.name for v in self.peers], "latency"), cold=True, restart=True)
 
-    def _estimate(self, results: list[CandidateResult], finalists: list[CandidateResult], cold: bool) -> float:
+    def _estimate(self, results: list[CandidateResult], finalists: list[CandidateResult], cold: bool, restart: bool) -> float:
         variants = 1 + len(self.peers) + len(finalists)
         factor = COLD_EVAL if cold else WARM_EVAL
         finalists_s = sum(max(0.0, factor * (r.eval_s or 0.0) - self.share_s) for r in finalists)  # beyond their share
-        estimate = self.restart_s + (self.share_s + self.energy_s) * variants + self.peer_setup_s + finalists_s + self.assembly(results)
+        estimate = (self.restart_s if restart else 0.0) + (self.share_s + self.energy_s) * variants + self.peer_setup_s + finalists_s + self.assembly(results)
         return max(RESERVE_FLOOR * self.budget.total_s, SAFETY * estimate)
 
     def assembly(self, results: list[CandidateResult]) -> float:
-        """Building the chosen recipe here: compiling is lazy (the first call pays), an export is not."""
-        exports = [r.setup_s or 0.0 for r in rank(results, "latency")[:FINALISTS] if _has_step(r, "onnxruntime")]
-        return ASSEMBLY_S + max(exports or [0.0])
+        """Building the chosen recipe here: COLD_EVAL of what building the slowest finalist took in
+        the search (of its whole setup where that was not recorded apart)."""
+        builds = [r.build_s if r.build_s is not None else (r.setup_s or 0.0) for r in rank(results, "latency")[:FINALISTS]]
+        return ANSWER_S + COLD_EVAL * max(builds, default=0.0)
 
 
 def _stopped_since(results: list[CandidateResult], finalists: list[CandidateResult]) -> bool:
@@ -482,10 +512,6 @@ def final_candidates(results: list[CandidateResult], peers: list[str], objective
     wins, its recipe is the answer)."""
     in_peers = {_peer_recipe_key(peer) for peer in peers}
     return [r for r in rank(results, objective) if r.key not in in_peers][:FINALISTS]
-
-
-def _has_step(result: CandidateResult, transform: str) -> bool:
-    return any(step["transform"] == transform for step in result.recipe.get("steps", []))
 
 
 def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, assembly_s: float) -> tuple[FinalRun | None, str]:

@@ -101,7 +101,7 @@ def evaluate(candidate: Candidate, workload: Workload, device: torch.device, dev
     base, cand = report.variants
     result.status, result.reason = cand.status, cand.reason
     result.latency_ms, result.peak_memory_bytes, result.correctness, result.setup_s = cand.latency_ms, cand.peak_memory_bytes, cand.correctness, cand.setup_s
-    result.model_bytes = cand.model_bytes
+    result.model_bytes, result.build_s = cand.model_bytes, cand.build_s
     if base.status != "ok":
         # nothing to compare against: never a pass, whatever the candidate did
         result.status, result.reason, result.correctness = "failed", f"the baseline failed in this candidate's run ({base.reason})", None

@@ -20,7 +20,7 @@ from typing import Any
 
 from torch import nn
 
-from agnitra.errors import AgnitraError, UserError, first_line
+from agnitra.errors import AgnitraError, NotApplicable, UserError, first_line
 from agnitra.transforms.base import TransformContext, get_transform
 from agnitra.transforms.recipe import Recipe
 from agnitra.workloads.model_copy import independent_copy
@@ -33,6 +33,16 @@ class PatchError(AgnitraError):
 
     def __init__(self, step: str, exc: BaseException) -> None:
         super().__init__(f"{step}: {first_line(exc)}")
+        self.step = step
+
+
+class StepNotApplicable(NotApplicable):
+    """A step found, as it was applied, that it does not apply to this model (a CUDA graph that
+    cannot be captured around a forward that synchronises); the message names the step, so a
+    search blames it and not the recipe's other steps."""
+
+    def __init__(self, step: str, exc: NotApplicable) -> None:
+        super().__init__(f"{step}: {exc}")
         self.step = step
 
 
@@ -83,6 +93,8 @@ def apply_recipe(recipe: Recipe, ctx: TransformContext) -> Patched:
             params = transform.parse_params(step.params)
             patched.model = transform.apply(patched.model, ctx, params)
             patched.notes.extend(transform.notes(ctx, params))
+        except NotApplicable as exc:
+            raise StepNotApplicable(step.label(), exc) from exc
         except (UserError, AgnitraError):
             raise
         except Exception as exc:  # noqa: BLE001 - any failure drops the copy and names the step

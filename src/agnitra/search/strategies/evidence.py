@@ -15,6 +15,7 @@ from typing import Any
 
 from agnitra.search.costmodel.model import timeout_limit
 from agnitra.search.space import Candidate
+from agnitra.search.strategies.blocking import step_named
 from agnitra.transforms.base import get_transform
 
 SAME_STEP_PASS = 0.15  # P(pass) kept per failure of the very step (transform and parameters) in this run
@@ -53,8 +54,9 @@ class RunEvidence:
             return
         if status == "ok":  # measured, failed verification: its lossy steps are the suspects
             suspects = [s for s in steps if get_transform(s.transform).lossy(dict(s.params))]
-        else:  # failed to set up or run: the step its error names, if it names one
-            suspects = [s for s in steps if f"PatchError: {s.label()}:" in reason]
+        else:  # failed to set up or run, or found not applicable: the step its reason names, if it names one
+            named = step_named(reason, steps)
+            suspects = [named] if named is not None else []
         for step in suspects:
             self.failed_steps[step.label()] += 1
             self.failed_transforms[step.transform] += 1
