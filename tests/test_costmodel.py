@@ -452,6 +452,20 @@ def test_a_lossy_recipe_that_errs_more_than_predicted_makes_the_other_lossy_reci
     assert LOG_STD > 0
 
 
+def test_repeatability_is_how_far_one_recipes_measurements_differ_and_how_many_pairs_are_closer_than_the_noise():
+    from agnitra.search.costmodel.evaluate import repeatability
+
+    def row(recipe, speedup, workload="w", kind="cpu"):
+        return {"device_kind": kind, "device": "d", "source": workload, "batch": 1, "recipe": recipe, "status": "ok", "speedup": speedup}
+
+    rows = [row("a", 1.0), row("a", 1.2), row("b", 1.15), row("c", 2.0), row("a", 9.0, kind="cuda"), row("a", 1.0, workload="other")]
+    said = repeatability(rows, "cpu")
+    assert said["repeated_recipes"] == 1  # a on w; a on the other workload once
+    assert said["repeat_ape_mean"] == pytest.approx((0.2 / 1.2 + 0.2 / 1.0) / 2, abs=1e-4)
+    assert said["pairs_within_noise"] == pytest.approx(1 / 3, abs=1e-4)  # a (median 1.1) and b (1.15) of w's three pairs
+    assert repeatability(rows, "cuda")["repeat_ape_mean"] is None
+
+
 def test_tau_beyond_noise_leaves_out_the_pairs_measured_within_the_noise():
     from agnitra.search.costmodel.evaluate import tau_beyond_noise
 

@@ -138,6 +138,35 @@ def _device_score(kind: str, groups: list[dict]) -> DeviceScore:
     )
 
 
+def repeatability(rows: list[dict], device_kind: str) -> dict:
+    """How far the measurements themselves repeat, on one kind of device: over the recipes measured
+    more than once on one workload and device, the absolute percentage error of taking one of its
+    measured speedups for another (the MAPE a model that knew each recipe's true speedup could not
+    beat, against single measurements); and the share of the pairs of recipes of a workload measured
+    closer than NOISE_RATIO, which no ranking orders right but by chance."""
+    measured = [r for r in rows if r.get("device_kind") == device_kind and timed(r)]
+    same: dict[tuple, list[float]] = defaultdict(list)
+    for r in measured:
+        same[(group_key(r, "workload"), r.get("device"), r.get("recipe"))].append(float(r["speedup"]))
+    errors = [abs(a - b) / b for speedups in same.values() for i, a in enumerate(speedups) for j, b in enumerate(speedups) if i != j]
+    by_group: dict[str, set[float]] = defaultdict(set)
+    for (group, _device, _recipe), speedups in same.items():
+        by_group[group].add(float(np.median(speedups)))
+    close = total = 0
+    for speedups in by_group.values():
+        values = sorted(speedups)
+        for i in range(len(values)):
+            for j in range(i + 1, len(values)):
+                total += 1
+                close += values[j] < NOISE_RATIO * values[i]
+    return {
+        "repeated_recipes": sum(1 for speedups in same.values() if len(speedups) > 1),
+        "repeat_ape_mean": round(float(np.mean(errors)), 4) if errors else None,
+        "repeat_ape_median": round(float(np.median(errors)), 4) if errors else None,
+        "pairs_within_noise": round(close / total, 4) if total else None,
+    }
+
+
 def _by_band(actual: list[float], ape: list[float]) -> dict[str, dict]:
     """MAPE within bands of the measured speedup: a recipe 30x slower than the baseline predicted
     5x slower weighs as much in the MAPE as a 10% error on the recipe a search would keep."""
