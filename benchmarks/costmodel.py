@@ -29,6 +29,7 @@ from agnitra.search.costmodel.model import ENSEMBLE, PARAMS, ROUNDS  # noqa: E40
 from agnitra.telemetry.signature import software_versions  # noqa: E402
 
 TARGETS = {"mape": 0.10, "kendall_tau": 0.8}
+FINISH_LIMIT_S = 45.0  # the limit a finished setup is scored against (the stored timeouts ran past 4-60 s)
 
 
 def main() -> None:
@@ -54,6 +55,11 @@ def main() -> None:
                   f"pass accuracy {d['pass_accuracy']}, failures caught {d['failures_caught']}, top-1 regret {d['top1_regret']}", flush=True)
             print("    MAPE by measured speedup: " + ", ".join(f"{band}x {b['mape']} ({b['rows']})" for band, b in d["mape_by_speedup"].items()), flush=True)
             print(f"    why: {d['why']['said']}", flush=True)
+    finish = finish_calibration(rows)
+    for kind, classes in finish.items():
+        for cls, score in classes.items():
+            print(f"P(setup finishes within its limit), leave one workload out, {kind} {cls}: {score['rows']} rows, Brier {score['brier_setup_model']} "
+                  f"from the setup model's spread, {score['brier_with_class_finish_times']} with its class's stored setups and timeouts", flush=True)
     doc = {
         "schema": "agnitra.costmodel-eval/1", "date": dt.date.today().isoformat(), "command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
         "versions": software_versions(), "datasets": [Path(p).name for p in paths], "features_left_out": args.without,
@@ -63,12 +69,57 @@ def main() -> None:
                        "params": PARAMS, "targets": TARGETS,
                        "what": "each group (a workload at one size on one device, or every workload of a family) predicted by a model trained on all other rows of the datasets; MAPE over the group's recipes measured ok; Kendall's tau within each group, averaged; kendall_tau_beyond_noise: the same over the pairs whose measured speedups differ by "
                                f"{NOISE_RATIO:.2f}x or more (closer recipes are within the measurements' noise)"},
-        "evaluations": evaluations, "elapsed_s": round(time.time() - started, 1),
+        "evaluations": evaluations, "finish_within_limit": finish, "elapsed_s": round(time.time() - started, 1),
     }
     kinds = "-".join(sorted({d["device_kind"] for d in evaluations["workload"]["devices"]}))
     out = Path(args.out_file) if args.out_file else ROOT / "benchmarks" / "results" / f"costmodel-{kinds}-{dt.date.today().isoformat()}.json"
     out.write_text(json.dumps(doc, indent=2))
     print(f"wrote {out}")
+
+
+def finish_calibration(rows: list[dict]) -> dict:
+    """How well the search's chance that a recipe's setup finishes within its limit is calibrated on
+    workloads left out: the Brier score of 'finished within L' (L: the limit a timeout ran past, or
+    FINISH_LIMIT_S for a setup that finished within it), from the setup model's prediction and
+    spread alone (`model._p_finish`) and at most its class's stored setups and timeouts
+    (`finish.FinishTimes`), for compiles that tune their kernels and the rest."""
+    from collections import defaultdict
+
+    from agnitra.search.costmodel import CostModel
+    from agnitra.search.costmodel.evaluate import group_key
+    from agnitra.search.costmodel.features import steps_of
+    from agnitra.search.costmodel.model import timeout_limit
+    from agnitra.search.strategies.finish import FinishTimes, setup_class
+    from agnitra.search.strategies.model import MEASURE_S, _p_finish
+
+    scores: dict = defaultdict(lambda: defaultdict(lambda: [0, 0.0, 0.0]))
+    for kind in sorted({r.get("device_kind") for r in rows if r.get("device_kind")}):
+        mine = [r for r in rows if r.get("device_kind") == kind]
+        groups = defaultdict(list)
+        for r in mine:
+            groups[group_key(r, "workload")].append(r)
+        for key, members in groups.items():
+            training = [r for r in mine if group_key(r, "workload") != key]
+            model, finish_times = CostModel.fit(training), FinishTimes(training)
+            for row, predicted in zip(members, model.predict(members)):
+                cls = setup_class(steps_of(row))
+                if cls is None or predicted.setup_s is None:
+                    continue
+                if row.get("status") == "timeout" and timeout_limit(row.get("reason") or ""):
+                    limit, finished = timeout_limit(row.get("reason") or ""), 0.0
+                elif row.get("status") == "ok" and row.get("setup_s") and row["setup_s"] <= FINISH_LIMIT_S:
+                    limit, finished = FINISH_LIMIT_S, 1.0
+                else:
+                    continue
+                alone = _p_finish(MEASURE_S + max(predicted.setup_s, 0.0), limit)
+                by_class = finish_times.p_finish(cls, limit - MEASURE_S)
+                with_class = alone if by_class is None else min(alone, by_class)
+                score = scores[kind]["tuning compiles" if "max-autotune" in cls else "other compiles"]
+                score[0] += 1
+                score[1] += (alone - finished) ** 2
+                score[2] += (with_class - finished) ** 2
+    return {kind: {cls: {"rows": n, "brier_setup_model": round(a / n, 4), "brier_with_class_finish_times": round(b / n, 4)} for cls, (n, a, b) in classes.items()}
+            for kind, classes in scores.items()}
 
 
 def _why(rows: list[dict], device: dict) -> dict:

@@ -452,6 +452,40 @@ def test_a_lossy_recipe_that_errs_more_than_predicted_makes_the_other_lossy_reci
     assert LOG_STD > 0
 
 
+def test_a_class_whose_stored_setups_mostly_ran_past_their_limits_is_unlikely_to_finish():
+    """The shipped CUDA rows: most compiles that tune their kernels ran past their limits. A
+    timeout is a setup censored at its limit; the class's chance of finishing is at most their
+    Kaplan-Meier estimate, whatever the setup model predicts."""
+    import json
+
+    from agnitra.search.strategies.finish import MIN_FINISH, FinishTimes, setup_class
+
+    def row(mode, status, seconds):
+        steps = [{"transform": "compile", "params": {"mode": mode}}]
+        return {"recipe": json.dumps(steps), "status": status, "setup_s": seconds if status == "ok" else None,
+                "reason": f"ran past its time limit of {seconds:.0f} s (the call); stopped" if status == "timeout" else ""}
+
+    tuning = [row("max-autotune", "ok", 20.0)] * 2 + [row("max-autotune", "timeout", 30.0)] * 10
+    plain = [row("default", "ok", 3.0)] * 12
+    few = [row("reduce-overhead", "timeout", 30.0)] * 3
+    lost = [row("max-autotune-no-cudagraphs", "timeout", 40.0)] * 10
+    times = FinishTimes(tuning + plain + few + lost)
+    assert setup_class([{"transform": "compile", "params": {"mode": "max-autotune"}}]) == "compile:max-autotune"
+    assert times.p_finish("compile:max-autotune", 10.0) == MIN_FINISH  # none finished that soon
+    assert times.p_finish("compile:max-autotune", 50.0) == pytest.approx(2 / 12)
+    assert times.p_finish("compile:default", 10.0) == pytest.approx(1.0)
+    assert times.p_finish("compile:reduce-overhead", 50.0) is None and times.p_finish(None, 50.0) is None  # too few; no compile
+    assert times.p_finish("compile:max-autotune-no-cudagraphs", 50.0) == MIN_FINISH  # never finished: still asked, last
+
+    strategy = ModelGuided([_recipe(("compile", {"mode": "max-autotune"})), _recipe(("compile", {"mode": "default"}))], rows=tuning + plain)
+    strategy.time_left(55.0)
+    tuned, default = strategy.space
+    assert strategy._p_finish(tuned, 10.0) == pytest.approx(2 / 12)  # the setup model alone: 0.99
+    assert strategy._p_finish(default, 10.0) > 0.95
+    strategy.tell(tuned, _failed(tuned, "timeout", "ran past its time limit of 55 s (the call); stopped"))
+    assert strategy._p_finish(tuned, 10.0) < 2 / 12  # this workload's own timeout joins the class
+
+
 def test_repeatability_is_how_far_one_recipes_measurements_differ_and_how_many_pairs_are_closer_than_the_noise():
     from agnitra.search.costmodel.evaluate import repeatability
 

@@ -8,7 +8,8 @@ times its probability of passing, per second it is expected to take (its predict
 compile or an export, plus MEASURE_S): a likely failure is measured late (below MIN_P_PASS, only
 once no likelier candidate is left), an uncertain candidate
 with a chance of a large win early, a long compile only when it promises more, and one unlikely
-to finish in the time the budget leaves it (`time_left`) only when it promises that much more.
+to finish in the time the budget leaves it (`time_left`; at most as likely as its class's stored
+setups and timeouts say, `FinishTimes`) only when it promises that much more.
 The search stops once no open candidate is expected to gain STOP_GAIN (`stop_note` says so). Each tell adds the measurement to the training rows, counted
 OWN_WEIGHT times (it is the very workload being searched), and retrains (active learning): the
 store's model, trained once more at the first tell with every candidate's vocabulary, continued by
@@ -53,6 +54,7 @@ from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.blocking import FailedSteps
 from agnitra.search.strategies.evidence import RunEvidence, has_runtime_step
+from agnitra.search.strategies.finish import FinishTimes, setup_class
 from agnitra.search.strategies.offsets import Group, WorkloadOffsets, group_of
 from agnitra.search.strategies.sensitivity import Sensitivity
 
@@ -92,6 +94,7 @@ class ModelGuided(Strategy):
         self.model = model
         self.base = None  # the store's rows' model that each retrain continues (`_retrain`)
         self.rows = list(rows or [])  # the training rows the model came from
+        self.finish_times = FinishTimes(self.rows)  # per setup class, the chance a setup finishes in t s
         self.own: list[dict] = []  # this workload's measurements, as rows
         self.workload_row = dict(workload_row or {})
         self.asked: set[str] = set()
@@ -99,6 +102,7 @@ class ModelGuided(Strategy):
         self.predictions: dict[str, Any] = {}
         self.offsets = WorkloadOffsets()
         self.groups: dict[str, Group] = {}  # each candidate's `group_of`, computed once
+        self.setup_classes: dict[str, str | None] = {}  # each candidate's `setup_class`, computed once
         self.raw_log_speedup: dict[str, float] = {}  # the model's own prediction, before the offset
         self.best_log_speedup = 0.0  # the baseline
         self.measured_sets: Counter[frozenset[str]] = Counter()  # measured recipes per set of transforms
@@ -125,6 +129,7 @@ class ModelGuided(Strategy):
         if model is None:
             return [f"model: {why_not}; {priors} until this run's own measurements train it"]
         self.rows, self.model = rows, model
+        self.finish_times = FinishTimes(rows)
         self._predict_all()
         measured, groups = sum(1 for r in rows if r.get("status") == "ok" and r.get("speedup")), len({r.get("group") for r in rows})
         return [f"model: cost model trained on {measured} measurements of {groups} stored run(s) on {kind}; retrained after each candidate"] + [f"model: {n}" for n in self.model.notes]
@@ -166,6 +171,8 @@ class ModelGuided(Strategy):
 
             row["quality_error"] = quality_error(correctness.metric, correctness.value)
         self.own.append(row)
+        if row["status"] == "timeout" or (row["status"] == "ok" and row["setup_s"]):
+            self.finish_times = FinishTimes(self.rows + self.own)  # this workload's own setups and timeouts too
         self._retrain()
 
     def learned_notes(self) -> list[str]:
@@ -227,6 +234,7 @@ class ModelGuided(Strategy):
         for candidate, steps, prediction in zip(pending, recipes, self.model.predict_recipes(self.workload_row, recipes)):
             key = candidate.recipe.key()
             group = self.groups.get(key) or self.groups.setdefault(key, group_of(steps))
+            self.setup_classes.setdefault(key, setup_class(steps))
             self.raw_log_speedup[key] = prediction.log_speedup
             prediction.log_speedup += self.offsets.offset(group)
             self.predictions[key] = prediction
@@ -297,7 +305,20 @@ class ModelGuided(Strategy):
         improvement = self._improvement(candidate)
         p_pass = self._p_pass(candidate) if p_pass is None else p_pass
         seconds = MEASURE_S + max(self._setup_s(candidate, p), self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
-        return _p_finish(seconds, self.seconds_left) * (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
+        return self._p_finish(candidate, seconds) * (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
+
+    def _p_finish(self, candidate: Candidate, seconds: float) -> float:
+        """The chance the candidate finishes in the time it may take: from its predicted seconds
+        (`_p_finish`), and at most what the stored setups and timeouts of its class say
+        (`FinishTimes`: the compiles that tune their kernels mostly ran past their limits on a GPU)."""
+        p = _p_finish(seconds, self.seconds_left)
+        if not self.seconds_left:
+            return p
+        key = candidate.recipe.key()
+        if key not in self.setup_classes:
+            self.setup_classes[key] = setup_class(candidate.recipe.to_dict()["steps"])
+        by_class = self.finish_times.p_finish(self.setup_classes[key], self.seconds_left - MEASURE_S)
+        return p if by_class is None else min(p, by_class)
 
     def _improvement(self, candidate: Candidate, stopping: bool = False) -> float:
         """Expected improvement of the candidate's log speedup over the best correct one so far."""
