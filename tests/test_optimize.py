@@ -246,7 +246,7 @@ def test_memory_objective_ranks_by_the_candidates_own_weights():
     """A run's peak holds the baseline's tensors too, so a candidate sharing them all (nothing new
     allocated) would look smallest by peak; the memory objective ranks by the model's own weights."""
     from agnitra.results import CandidateResult, Correctness
-    from agnitra.search.optimize import rank
+    from agnitra.search.ranking import rank
 
     ok = Correctness(metric="logits", value=40.0, passed=True)
     shared = CandidateResult("bf16 compile", {}, "a", 1.0, "ok", speedup=1.5, peak_memory_bytes=2_300, model_bytes=2_200, correctness=ok)
@@ -274,7 +274,8 @@ def test_a_peer_that_runs_out_of_time_leaves_the_others_compared():
     from agnitra.bench.isolated import WorkerTimeout
     from agnitra.results import VariantResult
     from agnitra.search.budget import Budget
-    from agnitra.search.optimize import MeasuredRuns, _probe_peers
+    from agnitra.search.final_reserve import MeasuredRuns
+    from agnitra.search.optimize import _probe_peers
 
     class Runner:
         def __init__(self):
@@ -295,7 +296,8 @@ def test_a_peer_that_runs_out_of_time_leaves_the_others_compared():
 
 def test_a_peer_that_is_a_recipe_of_the_space_is_told_to_the_strategy_and_not_measured_again():
     from agnitra.results import Correctness, Latency, VariantResult
-    from agnitra.search.optimize import MeasuredRuns, peer_observations
+    from agnitra.search.final_reserve import MeasuredRuns
+    from agnitra.search.optimize import peer_observations
     from agnitra.search.space import Candidate
     from agnitra.search.strategies.enumerate import Enumerate
     from agnitra.search.strategies.warm_start import Observed
@@ -332,7 +334,7 @@ def test_a_decoders_final_run_reserve_holds_what_its_final_run_took():
     then needed about 125 s and, with a forward model's reserve, was stopped 5 s short."""
     from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
     from agnitra.search.budget import Budget
-    from agnitra.search.optimize import FinalReserve, MeasuredRuns
+    from agnitra.search.final_reserve import FinalReserve, MeasuredRuns
 
     latency = Latency(median=1.25, p95=1.3, min=1.2, mean=1.26, samples=254)
     measured = MeasuredRuns(40.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=3.0)])
@@ -352,7 +354,7 @@ def test_after_a_stopped_candidate_the_final_run_is_reserved_for_cold_compiles()
     compiles cold; the limit of one at the budget's edge keeps that much back beforehand."""
     from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
     from agnitra.search.budget import Budget
-    from agnitra.search.optimize import FinalReserve, MeasuredRuns
+    from agnitra.search.final_reserve import FinalReserve, MeasuredRuns
 
     latency = Latency(median=1.2, p95=1.3, min=1.1, mean=1.2, samples=30)
     measured = MeasuredRuns(5.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.5)])
@@ -423,7 +425,7 @@ def test_the_final_reserve_counts_a_worker_start_only_where_none_is_up_and_the_a
     worker restart counted when the worker was up, left 21 s of the budget unused."""
     from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
     from agnitra.search.budget import Budget
-    from agnitra.search.optimize import ANSWER_S, COLD_EVAL, SAFETY, FinalReserve, MeasuredRuns
+    from agnitra.search.final_reserve import ANSWER_S, COLD_EVAL, SAFETY, FinalReserve, MeasuredRuns
 
     latency = Latency(median=1.0, p95=1.1, min=0.9, mean=1.0, samples=30)
     measured = MeasuredRuns(4.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.1)])

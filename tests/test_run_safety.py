@@ -485,13 +485,13 @@ def test_an_export_that_froze_a_branch_is_not_the_answer(tmp_path):
 
 def test_verdict_compares_with_the_best_correct_peer_and_names_a_faster_wrong_one():
     from agnitra.results import BenchReport, Correctness, Latency, VariantResult
-    from agnitra.search.optimize import _win_verdict
+    from agnitra.search.verdict import win_verdict
 
     def variant(name, ms, passed=True, interval=None):
         return VariantResult(name, "ok", latency_ms=Latency(ms, ms, ms, ms, 50), correctness=Correctness("cosine", 0.999, passed, 0.99), speedup_interval=interval)
 
     bench = BenchReport({}, None, {}, [variant("eager", 18.0), variant("compile", 16.0), variant("onnxruntime-int8", 5.0, passed=False), variant("ours", 6.0, interval=[2.9, 3.1])])
-    line = _win_verdict(bench, bench.variants[3], ["compile", "onnxruntime-int8"])
+    line = win_verdict(bench, bench.variants[3], ["compile", "onnxruntime-int8"])
     assert line.startswith("ours: 3.00x (2.90-3.10) faster than the baseline (18.000 -> 6.000 ms), 2.67x faster than the best peer, compile (16.000 ms)")
     assert "onnxruntime-int8 was faster (5.000 ms) but failed verification" in line
 
@@ -500,16 +500,16 @@ def test_verdict_when_a_peer_wins_says_how_close_the_search_came():
     """A peer that wins is the answer; the line says so and gives the best recipe the search found,
     and never claims that no peer finished (bert-base b1 on the H100: compile reduce-overhead won)."""
     from agnitra.results import BenchReport, Correctness, Latency, VariantResult
-    from agnitra.search.optimize import _win_verdict
+    from agnitra.search.verdict import win_verdict
 
     def variant(name, ms, passed=True):
         return VariantResult(name, "ok", latency_ms=Latency(ms, ms, ms, ms, 50), correctness=Correctness("rel_error", 0.0017, passed, 0.01))
 
     bench = BenchReport({}, None, {}, [variant("eager", 4.663), variant("compile-reduce-overhead", 0.573), variant("ours", 0.618), variant("ours-wrong", 0.5, passed=False)])
-    line = _win_verdict(bench, bench.variants[1], ["compile-reduce-overhead"])
+    line = win_verdict(bench, bench.variants[1], ["compile-reduce-overhead"])
     assert "no peer" not in line and "no other peer" not in line
     assert line.endswith("(the peer 'compile-reduce-overhead' won the final run: its recipe is the answer; the best recipe the search found, ours, ran at 0.618 ms (0.93x its speed))")
-    two_peers = _win_verdict(bench, bench.variants[1], ["compile-reduce-overhead", "compile-max-autotune"])
+    two_peers = win_verdict(bench, bench.variants[1], ["compile-reduce-overhead", "compile-max-autotune"])
     assert ", no other peer finished with correct outputs" in two_peers
 
 

@@ -11,7 +11,6 @@ final run cannot finish in time, the original model is the answer and the verdic
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -23,8 +22,10 @@ from agnitra.bench.isolated import KILLED_EXIT_S, InProcess, Worker, WorkerCrash
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import UserError, first_line
-from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult, own_memory_bytes
+from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult
 from agnitra.search.budget import Budget
+from agnitra.search.final_reserve import FinalReserve, MeasuredRuns
+from agnitra.search.ranking import beats_baseline, final_candidates, peer_recipe_key, score
 from agnitra.search.reference import ReferenceBaseline
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate, recipe_space
@@ -32,38 +33,14 @@ from agnitra.search.costmodel.context import workload_row
 from agnitra.search.strategies.base import SearchContext, get_strategy
 from agnitra.search.strategies.warm_start import Observed, WarmStart
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, screening_tolerances, search
+from agnitra.search.verdict import best_searched, common_failure, nothing_helped, win_verdict
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
 
-FINALISTS = 2
-MIN_GAIN = 1.0  # without a noise verdict, the answer must beat the baseline's median in the final run
 BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search
 PEER_SHARE = 0.4  # of the budget left after the baseline, for measuring the peers
-# the final-run reserve (FinalReserve)
-# of the budget, kept for the final run at least, whatever the estimate. At 0.1, on twelve held-out
-# families (CPU, 2 min each, 2026-11-27) the floor decided 10 of 12 reserves (12 s), and the final
-# run and the answer took 1.6-6.3 s of them; where the estimate was above it (14.6, 14.7 s), they took
-# 11.6 and 10.6 s
-RESERVE_FLOOR = 0.05
-FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-length run's (50 timed calls vs 20, the checks the same)
-# a decoder's: 5 timed generations vs 2, and every checked position vs one window (llama-1b decode,
-# H100: 26 s a variant against a peer run's 7.8 s; with 1.5 the final run was stopped 5 s short)
-DECODER_FINAL_SHARE_SCALE = 3.0
-WARM_EVAL = 0.35  # a setup in the final run against the search's (caches warm; H100 llama-1b: 0.2-0.27, MiniLM CPU: 0.18)
-# the same in a worker started after the finalists were measured (a candidate stopped at its limit):
-# only the disk caches are warm, and an ONNX export is redone (CPU, bart: two 18 s compiles did not
-# fit the 27 s left and the original model was returned)
-COLD_EVAL = 0.8
-ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
-DECODER_ENERGY_S = 3.0  # a decoder's energy pass generates (llama-1b decode, H100: 1.2-2.8 s)
-# building the answer here: writing the reports, and building the recipe again in this process, as a
-# fresh worker would (COLD_EVAL of what building it took in the search, `build_s`: a lazy compile
-# waits for the first call; an export, or a CUDA-graph capture, which compiles, does not). A flat
-# 5 s was 50x what tinylm's answer took (CPU, 60 s budget: 21 s of it unused).
-ANSWER_S = 1.0
-SAFETY = 1.3
 HOTSPOT_RUNS, HOTSPOT_WARMUP = 3, 1  # the profiled run of the original model that times its hotspots
 
 
@@ -83,35 +60,10 @@ class FinalRun:
     recipes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def beats_baseline(result: CandidateResult | VariantResult, speedup: float | None) -> bool:
-    """Faster than the baseline beyond the measured noise of its run (where that could be
-    judged), else by its medians."""
-    if result.faster_beyond_noise is not None:
-        return result.faster_beyond_noise
-    return speedup is not None and speedup > MIN_GAIN
-
-
-def rank(results: list[CandidateResult], objective: str) -> list[CandidateResult]:
-    """Passing candidates that beat the baseline, best first for the objective."""
-    fast = [r for r in results if r.passed and r.speedup is not None and beats_baseline(r, r.speedup)]
-    if objective == "memory":
-        return sorted(fast, key=lambda r: (own_memory_bytes(r), -(r.speedup or 0)))
-    return sorted(fast, key=lambda r: -(r.speedup or 0))
-
-
 def baseline_median(variants: list[VariantResult]) -> float | None:
     """The median of a run's baseline, its first variant (None where it was not timed)."""
     base = variants[0] if variants else None
     return base.latency_ms.median if base is not None and base.status == "ok" and base.latency_ms else None
-
-
-def _score(v: VariantResult, objective: str) -> float:
-    """Lower is better."""
-    if objective == "memory":
-        return float(own_memory_bytes(v))
-    if objective == "energy" and v.energy_j_per_item is not None:
-        return v.energy_j_per_item
-    return v.latency_ms.median
 
 
 # ---- the worker's side -----------------------------------------------------------------------------
@@ -245,19 +197,19 @@ def run_optimize(
     if final is None:
         bench = with_hotspots(probe, signature)
         bench.notes.append(f"final run: {final_failure}")
-        verdict = f"the final run did not finish ({final_failure}); the original model is returned" + _best_searched(finalists) + _common_failure(results)
+        verdict = f"the final run did not finish ({final_failure}); the original model is returned" + best_searched(finalists) + common_failure(results)
         report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
         return _finish(report, budget, OptimizeResult(workload.model, Recipe(), report))
     bench = with_hotspots(final.bench, signature)
     chosen = _choose(bench, list(final.recipes), objective)
     if chosen is None:
-        verdict = _nothing_helped(results, finalists, bench) + _common_failure(results)
+        verdict = nothing_helped(results, finalists, bench) + common_failure(results)
         report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
         return _finish(report, budget, OptimizeResult(workload.model, Recipe(), report))
     recipe = Recipe.from_dict(final.recipes[chosen.name])
     baseline = bench.variants[0]
     speedup = baseline.latency_ms.median / chosen.latency_ms.median
-    verdict = _win_verdict(bench, chosen, peers, results)
+    verdict = win_verdict(bench, chosen, peers, results)
     report = OptimizeReport(bench, objective, chosen.name, recipe.to_dict(), speedup, results, pareto_front(results), search_info, verdict)
     progress("building the answer", 0.97)
     prepared = RecipeVariant(recipe, name=chosen.name).prepare(workload, device)  # as the worker built what it verified
@@ -400,98 +352,6 @@ def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budg
     return measured, f"peers left out of the final run: {'; '.join(left_out)}" if left_out else ""
 
 
-@dataclass
-class MeasuredRuns:
-    """The runs before the search, as the final run will repeat them: the baseline alone, and
-    each peer's run beside the baseline; their wall time and variants."""
-
-    baseline_s: float
-    baseline: list[VariantResult]
-    peers_s: float = 0.0  # the peers' runs that finished, together
-    peers: list[VariantResult] = field(default_factory=list)
-    peer_runs: int = 0
-    peer_baseline_ms: dict[str, float] = field(default_factory=dict)  # each peer's run: the baseline's median
-
-    def add_peer_run(self, seconds: float, peers: list[VariantResult], baseline_ms: float | None = None) -> None:
-        self.peers_s += seconds
-        self.peers += peers
-        self.peer_runs += 1
-        if baseline_ms:
-            self.peer_baseline_ms.update({v.name: baseline_ms for v in peers})
-
-    def per_variant_s(self) -> float:
-        """A variant's share of a run, setups aside: choosing held-out inputs, timing, checks."""
-        if self.peers:
-            rest = self.peers_s - sum(v.setup_s or 0.0 for v in self.peers)
-            return max(0.0, rest) / (self.peer_runs + len(self.peers))  # each run timed the baseline too
-        return max(0.0, self.baseline_s - sum(v.setup_s or 0.0 for v in self.baseline))
-
-
-class FinalReserve:
-    """How much of the budget the rest of the run needs, from what has been measured so far:
-    the final run and building the answer here. Called before each candidate.
-
-    The final run repeats the baseline-and-peers run with the finalists added: each variant costs
-    its share of that run's work besides setups (held-out inputs, timing, checks), scaled up for
-    the final run's longer timing, and WARM_EVAL of its setup (peers) or of its whole search run
-    (finalists), since compilers find their caches warm by then (measured: 0.2-0.27 of a cold
-    compile on the H100, 0.18 on the CPU). The final run's own time limit is what keeps the
-    budget; this estimate only spares it from being cut short."""
-
-    def __init__(self, measured: MeasuredRuns, budget: Budget, gpu: bool, restart_s: float = 0.0, decoder: bool = False,
-                 running: Callable[[], bool] | None = None) -> None:
-        self.share_s = (DECODER_FINAL_SHARE_SCALE if decoder else FINAL_SHARE_SCALE) * measured.per_variant_s()
-        self.peers = [v for v in measured.peers if v.status == "ok"]
-        self.peer_setup_s = WARM_EVAL * sum(v.setup_s or 0.0 for v in self.peers)
-        self.budget = budget
-        self.energy_s = (DECODER_ENERGY_S if decoder else ENERGY_S) if gpu else 0.0
-        self.restart_s = restart_s  # a candidate cut short at the reserve's edge leaves a worker to start again
-        # whether the worker is up now: a final run after a stopped (or spoiled) candidate starts a
-        # fresh one, one after a finished candidate does not (None: not known, a restart counted)
-        self.running = running
-
-    def __call__(self, results: list[CandidateResult]) -> float:
-        finalists = final_candidates(results, [v.name for v in self.peers], "latency")
-        restart = self.running is None or not self.running()
-        return self._estimate(results, finalists, cold=_stopped_since(results, finalists), restart=restart)
-
-    def if_stopped(self, results: list[CandidateResult]) -> float:
-        """What the rest of the run needs if the next candidate is stopped at its limit: a fresh
-        worker, where the finalists' compiles find only the disk caches warm."""
-        return self._estimate(results, final_candidates(results, [v.name for v in self.peers], "latency"), cold=True, restart=True)
-
-    def _estimate(self, results: list[CandidateResult], finalists: list[CandidateResult], cold: bool, restart: bool) -> float:
-        variants = 1 + len(self.peers) + len(finalists)
-        factor = COLD_EVAL if cold else WARM_EVAL
-        finalists_s = sum(max(0.0, factor * (r.eval_s or 0.0) - self.share_s) for r in finalists)  # beyond their share
-        estimate = (self.restart_s if restart else 0.0) + (self.share_s + self.energy_s) * variants + self.peer_setup_s + finalists_s + self.assembly(results)
-        return max(RESERVE_FLOOR * self.budget.total_s, SAFETY * estimate)
-
-    def assembly(self, results: list[CandidateResult]) -> float:
-        """Building the chosen recipe here: COLD_EVAL of what building the slowest finalist took in
-        the search (of its whole setup where that was not recorded apart)."""
-        builds = [r.build_s if r.build_s is not None else (r.setup_s or 0.0) for r in rank(results, "latency")[:FINALISTS]]
-        return ANSWER_S + COLD_EVAL * max(builds, default=0.0)
-
-
-def _stopped_since(results: list[CandidateResult], finalists: list[CandidateResult]) -> bool:
-    """Whether a candidate was stopped (its worker killed) after a finalist was measured."""
-    keys = {r.key for r in finalists}
-    first = min((i for i, r in enumerate(results) if r.key in keys), default=len(results))
-    return any(r.status == "timeout" for r in results[first + 1:])
-
-
-def _peer_recipe_key(peer: str) -> str | None:
-    """The recipe key of a peer that is a recipe (the compile modes), else None."""
-    from agnitra.bench.variants import get_variant
-
-    try:
-        variant = get_variant(peer)
-    except Exception:  # noqa: BLE001 - an unknown peer is refused elsewhere
-        return None
-    return variant.recipe.key() if isinstance(variant, RecipeVariant) else None
-
-
 def peer_observations(measured: MeasuredRuns, space: list[Candidate]) -> list[tuple[Candidate, CandidateResult]]:
     """The peers' runs as the search's first measurements: a peer that is a recipe of the space
     (a compile mode) was measured beside the baseline as a candidate is; the strategy is told its
@@ -499,7 +359,7 @@ def peer_observations(measured: MeasuredRuns, space: list[Candidate]) -> list[tu
     by_key = {c.recipe.key(): c for c in space}
     observed = []
     for peer in measured.peers:
-        candidate, baseline_ms = by_key.get(_peer_recipe_key(peer.name)), measured.peer_baseline_ms.get(peer.name)
+        candidate, baseline_ms = by_key.get(peer_recipe_key(peer.name)), measured.peer_baseline_ms.get(peer.name)
         if candidate is None or peer.status != "ok" or peer.latency_ms is None or not baseline_ms:
             continue
         recipe = candidate.recipe
@@ -508,14 +368,6 @@ def peer_observations(measured: MeasuredRuns, space: list[Candidate]) -> list[tu
             speedup=baseline_ms / peer.latency_ms.median, peak_memory_bytes=peer.peak_memory_bytes, model_bytes=peer.model_bytes, correctness=peer.correctness,
             setup_s=peer.setup_s, speedup_interval=peer.speedup_interval, faster_beyond_noise=peer.faster_beyond_noise)))
     return observed
-
-
-def final_candidates(results: list[CandidateResult], peers: list[str], objective: str) -> list[CandidateResult]:
-    """The best candidates for the final run, leaving out a recipe a peer already runs there
-    (`compile-max-autotune` is `compile(mode=max-autotune)`: the peer stands for it, and if it
-    wins, its recipe is the answer)."""
-    in_peers = {_peer_recipe_key(peer) for peer in peers}
-    return [r for r in rank(results, objective) if r.key not in in_peers][:FINALISTS]
 
 
 def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, assembly_s: float) -> tuple[FinalRun | None, str]:
@@ -539,110 +391,8 @@ def _choose(bench: BenchReport, names: list[str], objective: str) -> VariantResu
             continue
         if baseline.status != "ok" or not beats_baseline(v, baseline.latency_ms.median / v.latency_ms.median):
             continue  # never slower than the baseline, nor equal within the noise
-        if best is None or _score(v, objective) < _score(best, objective):
+        if best is None or score(v, objective) < score(best, objective):
             best = v
     return best
 
 
-def _win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult] | None = None) -> str:
-    """One line: the answer against the baseline and against the best peer of the same run."""
-    baseline = bench.variants[0]
-    base_ms, ms = baseline.latency_ms.median, chosen.latency_ms.median
-    c = chosen.correctness
-    value = "" if c.value is None else f" {c.value:+.2%} (held-out)" if c.metric == "perplexity" else f" {c.value:.6g}"
-    interval = f" ({chosen.speedup_interval[0]:.2f}-{chosen.speedup_interval[1]:.2f})" if chosen.speedup_interval else ""
-    line = f"{chosen.name}: {base_ms / ms:.2f}x{interval} faster than the baseline ({base_ms:.3f} -> {ms:.3f} ms)"
-    line += _against_peers(bench, chosen, peers)
-    line += f"; {c.metric}{value} within tolerance"
-    if chosen.name in peers:
-        line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer{_best_own(bench, chosen, peers, results or [])})"
-    return line
-
-
-def _best_own(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult]) -> str:
-    """When a peer won: how close the best of the recipes the search found came to it."""
-    own = [v for v in bench.variants[1:] if v.name not in peers and v.status == "ok" and v.latency_ms and v.correctness is not None and v.correctness.passed]
-    if not own:
-        ranked = rank(results, "latency")
-        if ranked and ranked[0].key in {_peer_recipe_key(peer) for peer in peers}:  # so no finalist of its own
-            return f"; the best recipe the search found, {ranked[0].name} ({ranked[0].speedup:.2f}x in its own run), is a peer's own recipe"
-        if ranked:
-            return "; the recipes the search found did not finish with correct outputs in the final run"
-        passed = sum(r.passed for r in results)
-        return "; none of the recipes the search found finished with correct outputs" if not passed else f"; none of the {passed} recipe(s) of the search that passed beat the baseline beyond the noise"
-    best = min(own, key=lambda v: v.latency_ms.median)
-    return f"; the best recipe the search found, {best.name}, ran at {best.latency_ms.median:.3f} ms ({chosen.latency_ms.median / best.latency_ms.median:.2f}x its speed)"
-
-
-def _against_peers(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
-    ran = [v for v in bench.variants if v.name in peers and v.name != chosen.name and v.status == "ok" and v.latency_ms]
-    measured = [v for v in ran if v.correctness is None or v.correctness.passed]
-    faster_but_wrong = [v for v in ran if v not in measured and v.latency_ms.median < chosen.latency_ms.median]
-    wrong = "".join(f"; {v.name} was faster ({v.latency_ms.median:.3f} ms) but failed verification" for v in faster_but_wrong)
-    if not measured:
-        if chosen.name in peers:  # a peer is the answer
-            return (", no other peer finished with correct outputs" if len(peers) > 1 else "") + wrong
-        return (", no peer measured" if not peers else ", no peer finished with correct outputs") + wrong
-    best = min(measured, key=lambda v: v.latency_ms.median)
-    ratio = best.latency_ms.median / chosen.latency_ms.median
-    if ratio >= 1:
-        return f", {ratio:.2f}x faster than the best peer, {best.name} ({best.latency_ms.median:.3f} ms)" + wrong
-    return f", {ratio:.2f}x the speed of the best peer, {best.name} ({best.latency_ms.median:.3f} ms), which is faster but not a recipe Agnitra can return" + wrong
-
-
-def _nothing_helped(results: list[CandidateResult], finalists: list[CandidateResult], bench: BenchReport) -> str:
-    if not results:
-        return "no candidate was measured (nothing applicable, or no budget); the original model is returned"
-    if not finalists:
-        passing = sum(r.passed for r in results)
-        return f"none of {len(results)} candidates beat the baseline beyond the noise with correct outputs ({passing} passed verification); the original model is returned"
-    said = [_final_said(bench, r.name) for r in finalists]
-    return f"the best candidates did not beat the baseline in the final interleaved run ({'; '.join(s for s in said if s)}); the original model is returned"
-
-
-def _final_said(bench: BenchReport, name: str) -> str:
-    """How a finalist fared in the final run, in a few words."""
-    v = next((v for v in bench.variants if v.name == name), None)
-    if v is None or v.status != "ok":
-        return f"{name}: {v.reason if v else 'not run'}"
-    if v.correctness is not None and not v.correctness.passed:
-        return f"{name}: failed verification"
-    speedup = bench.variants[0].latency_ms.median / v.latency_ms.median if bench.variants[0].latency_ms else None
-    interval = f" ({v.speedup_interval[0]:.2f}-{v.speedup_interval[1]:.2f})" if v.speedup_interval else ""
-    return f"{name}: {speedup:.2f}x{interval}, not beyond the noise" if speedup else name
-
-
-def _best_searched(finalists: list[CandidateResult]) -> str:
-    if not finalists:
-        return ""
-    best = finalists[0]
-    return f"; the best candidate in its own search run was {best.name} at {best.speedup:.2f}x: raise --budget to confirm it"
-
-
-def failure_reason(result: CandidateResult) -> str | None:
-    """Why a candidate did not pass, reduced to the error itself (without the step it hit)."""
-    if result.passed:
-        return None
-    if result.status != "ok":
-        text = result.reason or result.status
-    elif result.correctness is not None:
-        details = result.correctness.details or {}
-        text = details.get("error") or details.get("failed") or f"{result.correctness.metric} {result.correctness.value} outside the tolerance {result.correctness.threshold}"
-    else:
-        return None
-    parts = [p for p in str(text).split(": ") if p]
-    for i in reversed(range(len(parts) - 1)):  # the innermost error: 'setup: PatchError: step: RuntimeError: ...'
-        if parts[i].endswith(("Error", "Exception", "Timeout")):
-            return ": ".join(parts[i:])
-    return str(text)
-
-
-def _common_failure(results: list[CandidateResult]) -> str:
-    """When most candidates failed for one reason, that reason: a user fixes one thing."""
-    reasons = [r for r in (failure_reason(c) for c in results) if r]
-    if len(reasons) < 2:
-        return ""
-    reason, count = Counter(reasons).most_common(1)[0]
-    if count * 2 < len(results):
-        return ""
-    return f"; {count} of {len(results)} candidates failed with: {reason}"

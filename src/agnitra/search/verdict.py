@@ -1,0 +1,113 @@
+"""The verdict of an optimize run, in one line: the answer against the baseline and the best peer,
+or why the original model is returned, and the failure most candidates shared."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from agnitra.results import BenchReport, CandidateResult, VariantResult
+from agnitra.search.ranking import peer_recipe_key, rank
+
+
+def win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult] | None = None) -> str:
+    """One line: the answer against the baseline and against the best peer of the same run."""
+    baseline = bench.variants[0]
+    base_ms, ms = baseline.latency_ms.median, chosen.latency_ms.median
+    c = chosen.correctness
+    value = "" if c.value is None else f" {c.value:+.2%} (held-out)" if c.metric == "perplexity" else f" {c.value:.6g}"
+    interval = f" ({chosen.speedup_interval[0]:.2f}-{chosen.speedup_interval[1]:.2f})" if chosen.speedup_interval else ""
+    line = f"{chosen.name}: {base_ms / ms:.2f}x{interval} faster than the baseline ({base_ms:.3f} -> {ms:.3f} ms)"
+    line += _against_peers(bench, chosen, peers)
+    line += f"; {c.metric}{value} within tolerance"
+    if chosen.name in peers:
+        line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer{_best_own(bench, chosen, peers, results or [])})"
+    return line
+
+
+def _best_own(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult]) -> str:
+    """When a peer won: how close the best of the recipes the search found came to it."""
+    own = [v for v in bench.variants[1:] if v.name not in peers and v.status == "ok" and v.latency_ms and v.correctness is not None and v.correctness.passed]
+    if not own:
+        ranked = rank(results, "latency")
+        if ranked and ranked[0].key in {peer_recipe_key(peer) for peer in peers}:  # so no finalist of its own
+            return f"; the best recipe the search found, {ranked[0].name} ({ranked[0].speedup:.2f}x in its own run), is a peer's own recipe"
+        if ranked:
+            return "; the recipes the search found did not finish with correct outputs in the final run"
+        passed = sum(r.passed for r in results)
+        return "; none of the recipes the search found finished with correct outputs" if not passed else f"; none of the {passed} recipe(s) of the search that passed beat the baseline beyond the noise"
+    best = min(own, key=lambda v: v.latency_ms.median)
+    return f"; the best recipe the search found, {best.name}, ran at {best.latency_ms.median:.3f} ms ({chosen.latency_ms.median / best.latency_ms.median:.2f}x its speed)"
+
+
+def _against_peers(bench: BenchReport, chosen: VariantResult, peers: list[str]) -> str:
+    ran = [v for v in bench.variants if v.name in peers and v.name != chosen.name and v.status == "ok" and v.latency_ms]
+    measured = [v for v in ran if v.correctness is None or v.correctness.passed]
+    faster_but_wrong = [v for v in ran if v not in measured and v.latency_ms.median < chosen.latency_ms.median]
+    wrong = "".join(f"; {v.name} was faster ({v.latency_ms.median:.3f} ms) but failed verification" for v in faster_but_wrong)
+    if not measured:
+        if chosen.name in peers:  # a peer is the answer
+            return (", no other peer finished with correct outputs" if len(peers) > 1 else "") + wrong
+        return (", no peer measured" if not peers else ", no peer finished with correct outputs") + wrong
+    best = min(measured, key=lambda v: v.latency_ms.median)
+    ratio = best.latency_ms.median / chosen.latency_ms.median
+    if ratio >= 1:
+        return f", {ratio:.2f}x faster than the best peer, {best.name} ({best.latency_ms.median:.3f} ms)" + wrong
+    return f", {ratio:.2f}x the speed of the best peer, {best.name} ({best.latency_ms.median:.3f} ms), which is faster but not a recipe Agnitra can return" + wrong
+
+
+def nothing_helped(results: list[CandidateResult], finalists: list[CandidateResult], bench: BenchReport) -> str:
+    if not results:
+        return "no candidate was measured (nothing applicable, or no budget); the original model is returned"
+    if not finalists:
+        passing = sum(r.passed for r in results)
+        return f"none of {len(results)} candidates beat the baseline beyond the noise with correct outputs ({passing} passed verification); the original model is returned"
+    said = [_final_said(bench, r.name) for r in finalists]
+    return f"the best candidates did not beat the baseline in the final interleaved run ({'; '.join(s for s in said if s)}); the original model is returned"
+
+
+def _final_said(bench: BenchReport, name: str) -> str:
+    """How a finalist fared in the final run, in a few words."""
+    v = next((v for v in bench.variants if v.name == name), None)
+    if v is None or v.status != "ok":
+        return f"{name}: {v.reason if v else 'not run'}"
+    if v.correctness is not None and not v.correctness.passed:
+        return f"{name}: failed verification"
+    speedup = bench.variants[0].latency_ms.median / v.latency_ms.median if bench.variants[0].latency_ms else None
+    interval = f" ({v.speedup_interval[0]:.2f}-{v.speedup_interval[1]:.2f})" if v.speedup_interval else ""
+    return f"{name}: {speedup:.2f}x{interval}, not beyond the noise" if speedup else name
+
+
+def best_searched(finalists: list[CandidateResult]) -> str:
+    if not finalists:
+        return ""
+    best = finalists[0]
+    return f"; the best candidate in its own search run was {best.name} at {best.speedup:.2f}x: raise --budget to confirm it"
+
+
+def failure_reason(result: CandidateResult) -> str | None:
+    """Why a candidate did not pass, reduced to the error itself (without the step it hit)."""
+    if result.passed:
+        return None
+    if result.status != "ok":
+        text = result.reason or result.status
+    elif result.correctness is not None:
+        details = result.correctness.details or {}
+        text = details.get("error") or details.get("failed") or f"{result.correctness.metric} {result.correctness.value} outside the tolerance {result.correctness.threshold}"
+    else:
+        return None
+    parts = [p for p in str(text).split(": ") if p]
+    for i in reversed(range(len(parts) - 1)):  # the innermost error: 'setup: PatchError: step: RuntimeError: ...'
+        if parts[i].endswith(("Error", "Exception", "Timeout")):
+            return ": ".join(parts[i:])
+    return str(text)
+
+
+def common_failure(results: list[CandidateResult]) -> str:
+    """When most candidates failed for one reason, that reason: a user fixes one thing."""
+    reasons = [r for r in (failure_reason(c) for c in results) if r]
+    if len(reasons) < 2:
+        return ""
+    reason, count = Counter(reasons).most_common(1)[0]
+    if count * 2 < len(results):
+        return ""
+    return f"; {count} of {len(results)} candidates failed with: {reason}"
