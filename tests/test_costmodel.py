@@ -484,6 +484,20 @@ def test_a_class_whose_stored_setups_mostly_ran_past_their_limits_is_unlikely_to
     assert strategy._p_finish(default, 10.0) > 0.95
     strategy.tell(tuned, _failed(tuned, "timeout", "ran past its time limit of 55 s (the call); stopped"))
     assert strategy._p_finish(tuned, 10.0) < 2 / 12  # this workload's own timeout joins the class
+    assert any(n.startswith("model: the stored setups and timeouts give compile:max-autotune 0.15 as the chance to set up within 60 s") for n in strategy.learned_notes())
+
+
+def test_a_candidates_prediction_says_its_chance_to_finish_in_the_time_it_was_given():
+    rows = _rows()
+    strategy = ModelGuided(_space(), model=CostModel.fit(rows), rows=rows, workload_row={"device_kind": "cpu", "batch": 8, "sig.size": 0.5, "sig.other": 0.5})
+    candidate = strategy.ask()
+    assert "p_finish" not in strategy.predicted(candidate)  # no time limit known: nothing to say
+    strategy.time_left(4.0)
+    said = strategy.predicted(candidate)
+    assert 0.0 < said["p_finish"] < 0.5  # 4 s: a run alone takes MEASURE_S (5 s)
+    from agnitra.report.console_units import predicted_cell
+
+    assert predicted_cell(said).endswith(f", P(finish) {said['p_finish']:.2f}")  # the report's candidate table says it
 
 
 def test_repeatability_is_how_far_one_recipes_measurements_differ_and_how_many_pairs_are_closer_than_the_noise():

@@ -29,8 +29,10 @@ def candidate_cells(c: CandidateResult) -> list[str]:
 
 def predicted_cell(predicted: dict | None) -> str:
     """What the cost model expected of a candidate before it was measured: speedup (x/÷ its
-    spread) and the probability that it passes verification."""
+    spread), the probability that it passes verification, and where its time was limited, the
+    probability that it finishes in that time."""
     if not predicted:
         return ""
     spread = math.exp(predicted.get("log_speedup_std") or 0.0)
-    return f"{predicted['speedup']:.2f}x (x/÷{spread:.2f}), P(pass) {predicted['p_pass']:.2f}"
+    finish = f", P(finish) {predicted['p_finish']:.2f}" if predicted.get("p_finish") is not None else ""
+    return f"{predicted['speedup']:.2f}x (x/÷{spread:.2f}), P(pass) {predicted['p_pass']:.2f}{finish}"

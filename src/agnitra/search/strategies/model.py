@@ -78,6 +78,7 @@ MIN_P_PASS = 0.5
 STOP_GAIN = 0.002
 STANDARD_NORMAL = NormalDist()
 SETUP_LOG_STD = 0.5  # how far a predicted setup time is off, in log seconds (a factor of about 1.6)
+FINISH_NOTE_S = 60.0  # the report says which setup classes are unlikely to finish within this
 
 
 @register_strategy
@@ -177,7 +178,12 @@ class ModelGuided(Strategy):
 
     def learned_notes(self) -> list[str]:
         said = self.sensitivity.describe()
-        return [f"model: {said}; the other lossy recipes' P(pass) was shifted by it"] if said else []
+        notes = [f"model: {said}; the other lossy recipes' P(pass) was shifted by it"] if said else []
+        unlikely = {cls: p for cls, p in self.finish_times.describe(FINISH_NOTE_S).items() if p < 0.5}
+        if unlikely:
+            notes.append(f"model: the stored setups and timeouts give {', '.join(f'{cls} {p:.2f}' for cls, p in unlikely.items())} as the chance to set up "
+                         f"within {FINISH_NOTE_S:.0f} s: such recipes were asked for only where they promised that much more")
+        return notes
 
     def learned_from_store(self) -> bool:
         return bool(self.rows) and self.model is not None and bool(self.model.speed)
@@ -204,7 +210,12 @@ class ModelGuided(Strategy):
         if self.model is None or not self.model.speed:
             return None  # the prior, not a prediction
         prediction = self.predictions.get(candidate.recipe.key())
-        return prediction.to_dict() if prediction is not None else None
+        if prediction is None:
+            return None
+        said = prediction.to_dict()
+        if self.seconds_left:  # the chance it finishes in the time it was given, which weighed its turn
+            said["p_finish"] = round(self._p_finish(candidate, MEASURE_S + max(self._setup_s(candidate, prediction), self.evidence.least_seconds(candidate))), 4)
+        return said
 
     # ---- the model ------------------------------------------------------------------------------
 
