@@ -172,6 +172,17 @@ def test_threads_sets_the_count_during_the_call_and_restores_it(two_threads):
     assert torch.get_num_threads() == two_threads
 
 
+def test_threads_inside_a_whole_traced_graph_leaves_the_count_to_its_caller(two_threads):
+    """A decoder's compiled decode step is traced whole (fullgraph): the wrapper's thread calls
+    cannot be traced there ('torch.* op returned non-Tensor' failed every compile + threads recipe
+    of tinylm), so inside a trace it calls the model as it is."""
+    workload = Workload("probe", nn.Linear(4, 4), (torch.zeros(2, 4),), "generic")
+    patched = _apply(workload, ("threads", {"count": 1}))
+    compiled = torch.compile(lambda x: patched.model(x) * 2, fullgraph=True, backend="eager")
+    assert torch.allclose(compiled(torch.ones(2, 4)), patched.model(torch.ones(2, 4)) * 2)
+    assert torch.get_num_threads() == two_threads
+
+
 def test_threads_restores_the_count_after_an_exception(two_threads):
     workload = Workload("probe", ThreadProbe(fail=True), (torch.zeros(2),), "generic")
     patched = _apply(workload, ("threads", {"count": 1}))

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from agnitra.errors import check
-from agnitra.transforms.base import Choice, Transform, TransformContext, register_transform
+from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform
 from agnitra.transforms.wrappers import ModelWrapper
 
 
@@ -55,6 +55,8 @@ class ThreadsWrapper(ModelWrapper):
         self.count = count
 
     def forward(self, *args, **kwargs):
+        if torch.compiler.is_compiling():  # inside a traced whole graph (a decoder's compiled step): the caller's count holds
+            return self.inner(*args, **kwargs)
         previous = torch.get_num_threads()
         if previous != self.count:
             torch.set_num_threads(self.count)
@@ -88,6 +90,11 @@ class Threads(Transform):
         if cores >= 2:
             out.append(Choice(self.name, (("count", 1),), 0.8))
         return out
+
+    def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
+        if ctx.decoder and any(s.transform == "compile" for s in others):
+            return "a decoder's compiled decode step is traced whole (fullgraph): the thread count cannot be set inside it"
+        return None
 
     def check(self, ctx: TransformContext, params) -> None:
         check(params.count >= 0, f"threads count must be 0 (physical cores) or more, not {params.count}")
