@@ -214,7 +214,7 @@ class ModelGuided(Strategy):
             return None
         said = prediction.to_dict()
         if self.seconds_left:  # the chance it finishes in the time it was given, which weighed its turn
-            said["p_finish"] = round(self._p_finish(candidate, MEASURE_S + max(self._setup_s(candidate, prediction), self.evidence.least_seconds(candidate))), 4)
+            said["p_finish"] = round(self._p_finish(candidate, self._seconds(candidate, prediction)), 4)
         return said
 
     # ---- the model ------------------------------------------------------------------------------
@@ -315,8 +315,13 @@ class ModelGuided(Strategy):
             return -math.inf
         improvement = self._improvement(candidate)
         p_pass = self._p_pass(candidate) if p_pass is None else p_pass
-        seconds = MEASURE_S + max(self._setup_s(candidate, p), self.evidence.least_seconds(candidate))  # per second of the budget: a long compile must promise more
+        seconds = self._seconds(candidate, p)  # per second of the budget: a long compile must promise more
         return self._p_finish(candidate, seconds) * (p_pass * improvement + EPSILON * p_pass * p.log_speedup) / seconds
+
+    def _seconds(self, candidate: Candidate, p) -> float:
+        """The seconds the candidate is expected to take: its setup (at least what this run's
+        evidence says) and its run."""
+        return MEASURE_S + max(self._setup_s(candidate, p), self.evidence.least_seconds(candidate))
 
     def _p_finish(self, candidate: Candidate, seconds: float) -> float:
         """The chance the candidate finishes in the time it may take: from its predicted seconds
