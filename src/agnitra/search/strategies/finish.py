@@ -42,19 +42,21 @@ class FinishTimes:
     """Per setup class, the chance that a setup finishes within t seconds."""
 
     def __init__(self, rows: list[dict]) -> None:
-        finished: dict[str, list[float]] = defaultdict(list)
-        stopped: dict[str, list[float]] = defaultdict(list)
+        self.finished: dict[str, list[float]] = defaultdict(list)  # class -> setups that finished
+        self.stopped: dict[str, list[float]] = defaultdict(list)  # class -> the limits timeouts ran past
         for row in rows:
-            cls = setup_class(steps_of(row))
-            if cls is None:
-                continue
-            if row.get("status") == "ok" and row.get("setup_s"):
-                finished[cls].append(float(row["setup_s"]))
-            elif row.get("status") == "timeout" and timeout_limit(row.get("reason") or ""):
-                stopped[cls].append(float(timeout_limit(row.get("reason") or "")))
-        self.curves = {cls: _finish_curve(finished[cls], stopped[cls]) for cls in set(finished) | set(stopped)
-                       if len(finished[cls]) + len(stopped[cls]) >= MIN_CLASS_ROWS}
+            self._observe(row)
+        curves = {cls: self._curve(cls) for cls in set(self.finished) | set(self.stopped)}
+        self.curves = {cls: curve for cls, curve in curves.items() if curve is not None}
         self._known: dict[tuple[str, float], float] = {}  # (class, seconds) -> chance: asked of every candidate
+
+    def learn(self, row: dict) -> None:
+        """One more setup or timeout (this run's own): its class's estimate again."""
+        cls = self._observe(row)
+        curve = self._curve(cls) if cls is not None else None
+        if curve is not None:
+            self.curves[cls] = curve
+            self._known = {k: v for k, v in self._known.items() if k[0] != cls}
 
     def p_finish(self, cls: str | None, seconds: float) -> float | None:
         """The chance a setup of class `cls` (`setup_class`) finishes within `seconds`; None where
@@ -66,6 +68,24 @@ class FinishTimes:
         if key not in self._known:
             self._known[key] = max(MIN_FINISH, float(curve.evaluate(max(0.0, seconds))))
         return self._known[key]
+
+    def _observe(self, row: dict) -> str | None:
+        """Count a row's setup (finished) or timeout (censored at its limit) under its class."""
+        cls = setup_class(steps_of(row))
+        limit = timeout_limit(row.get("reason") or "") if row.get("status") == "timeout" else None
+        if cls is None or not (limit or (row.get("status") == "ok" and row.get("setup_s"))):
+            return None
+        if limit:
+            self.stopped[cls].append(float(limit))
+        else:
+            self.finished[cls].append(float(row["setup_s"]))
+        return cls
+
+    def _curve(self, cls: str):
+        """The class's estimate, where it has MIN_CLASS_ROWS observations (None otherwise)."""
+        if len(self.finished[cls]) + len(self.stopped[cls]) < MIN_CLASS_ROWS:
+            return None
+        return _finish_curve(self.finished[cls], self.stopped[cls])
 
     def describe(self, seconds: float) -> dict[str, float]:
         """Each class's chance of finishing within `seconds`: for notes and tests."""

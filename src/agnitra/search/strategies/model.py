@@ -172,8 +172,7 @@ class ModelGuided(Strategy):
 
             row["quality_error"] = quality_error(correctness.metric, correctness.value)
         self.own.append(row)
-        if row["status"] == "timeout" or (row["status"] == "ok" and row["setup_s"]):
-            self.finish_times = FinishTimes(self.rows + self.own)  # this workload's own setups and timeouts too
+        self.finish_times.learn(row)  # this workload's own setups and timeouts too
         self._retrain()
 
     def learned_notes(self) -> list[str]:
