@@ -81,7 +81,7 @@ def finish_calibration(rows: list[dict]) -> dict:
     """How well the search's chance that a recipe's setup finishes within its limit is calibrated on
     workloads left out: the Brier score of 'finished within L' (L: the limit a timeout ran past, or
     FINISH_LIMIT_S for a setup that finished within it), from the setup model's prediction and
-    spread alone (`model._p_finish`) and at most its class's stored setups and timeouts
+    spread alone (`model.p_finish_from_seconds`) and at most its class's stored setups and timeouts
     (`finish.FinishTimes`), for compiles that tune their kernels and the rest."""
     from collections import defaultdict
 
@@ -90,7 +90,7 @@ def finish_calibration(rows: list[dict]) -> dict:
     from agnitra.search.costmodel.features import steps_of
     from agnitra.search.costmodel.model import timeout_limit
     from agnitra.search.strategies.finish import FinishTimes, setup_class
-    from agnitra.search.strategies.model import MEASURE_S, _p_finish
+    from agnitra.search.strategies.model import MEASURE_S, p_finish_from_seconds
 
     scores: dict = defaultdict(lambda: defaultdict(lambda: [0, 0.0, 0.0]))
     for kind in sorted({r.get("device_kind") for r in rows if r.get("device_kind")}):
@@ -111,7 +111,7 @@ def finish_calibration(rows: list[dict]) -> dict:
                     limit, finished = FINISH_LIMIT_S, 1.0
                 else:
                     continue
-                alone = _p_finish(MEASURE_S + max(predicted.setup_s, 0.0), limit)
+                alone = p_finish_from_seconds(MEASURE_S + max(predicted.setup_s, 0.0), limit)
                 by_class = finish_times.p_finish(cls, limit - MEASURE_S)
                 with_class = alone if by_class is None else min(alone, by_class)
                 score = scores[kind]["tuning compiles" if "max-autotune" in cls else "other compiles"]

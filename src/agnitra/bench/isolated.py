@@ -16,6 +16,7 @@ same calls here and the report says that a timeout only stops a candidate betwee
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import signal
@@ -139,6 +140,7 @@ def _dumps(obj: Any) -> bytes:
     return buffer.getvalue()
 
 
+@functools.cache
 def _parametrized_pickler_class() -> type:
     """cloudpickle's Pickler, reducing parametrized modules as `_dumps` says (made on first use:
     cloudpickle is imported only when a model travels)."""

@@ -243,8 +243,9 @@ class ModelGuided(Strategy):
         recipes = [c.recipe.to_dict()["steps"] for c in pending]
         for candidate, steps, prediction in zip(pending, recipes, self.model.predict_recipes(self.workload_row, recipes)):
             key = candidate.recipe.key()
-            group = self.groups.get(key) or self.groups.setdefault(key, group_of(steps))
-            self.setup_classes.setdefault(key, setup_class(steps))
+            if key not in self.groups:  # once per candidate, not at every retrain
+                self.groups[key], self.setup_classes[key] = group_of(steps), setup_class(steps)
+            group = self.groups[key]
             self.raw_log_speedup[key] = prediction.log_speedup
             prediction.log_speedup += self.offsets.offset(group)
             self.predictions[key] = prediction
@@ -324,9 +325,9 @@ class ModelGuided(Strategy):
 
     def _p_finish(self, candidate: Candidate, seconds: float) -> float:
         """The chance the candidate finishes in the time it may take: from its predicted seconds
-        (`_p_finish`), and at most what the stored setups and timeouts of its class say
+        (`p_finish_from_seconds`), and at most what the stored setups and timeouts of its class say
         (`FinishTimes`: the compiles that tune their kernels mostly ran past their limits on a GPU)."""
-        p = _p_finish(seconds, self.seconds_left)
+        p = p_finish_from_seconds(seconds, self.seconds_left)
         if not self.seconds_left:
             return p
         key = candidate.recipe.key()
@@ -345,7 +346,7 @@ class ModelGuided(Strategy):
         return sigma * (z * STANDARD_NORMAL.cdf(z) + STANDARD_NORMAL.pdf(z))
 
 
-def _p_finish(seconds: float, left: float | None) -> float:
+def p_finish_from_seconds(seconds: float, left: float | None) -> float:
     """The chance a candidate expected to take `seconds` finishes in the `left` it may take
     (its predicted setup is off by SETUP_LOG_STD in log seconds); 1 where nothing is known.
     On a cold H100 the llama-1b search had 63 s for a candidate predicted to take 70 s."""
