@@ -49,9 +49,8 @@ Progress = Callable[[str, float], None]  # (message, fraction done)
 # Forward calls are timed CALLS_A_ROUND at a time, one variant after another. Each round starts on
 # an idle device, so its first call pays the host's launch time in full while the later ones overlap
 # it with the device's work: the same number of calls a round, however many runs, keeps a short
-# screening run's median the same kind of measurement as a long final run's. (It did not explain
-# why screening and final runs disagree on small host-bound GPU models: there the eager baseline
-# itself moves 2-3x between runs; benchmarks/results/screen-agreement-*.json.) Fewer calls a round
+# screening run's median the same kind of measurement as a long final run's (on small host-bound
+# GPU models the eager baseline moves between runs anyway: search/reference.py). Fewer calls a round
 # only where the runs would not make MIN_PAIRED_ROUNDS rounds.
 CALLS_A_ROUND = 5
 

@@ -29,8 +29,7 @@ Numerics: fp32 throughout, one rounding to the activation dtype at the store.
 
 On Hopper the kernels launch with programmatic dependent launch (`kernels.pdl`):
 a GEMV reads its scales and first weight tiles, then waits for the kernel before it; each lets
-the next in after its main loop. llama-1b's int8 decode on the H100: 0.804 -> 0.710 ms a token
-(bench-llama-1b-int8-pdl*.json).
+the next in after its main loop (what it gained: docs/kernels.md).
 
 Four parts (Triton's tutorial layout): kernels, host wrappers, PyTorch references, KernelSpecs
 ("decode_gemv", "decode_gemv_gated", "decode_attention"; `qkv_rope_cache` runs the GEMV kernel
@@ -155,9 +154,8 @@ def _decode_gemv_kernel(
         if NORM:
             sq += x * x
             x = x * g
-        # int8 by the integer-add trick, not the plain GEMV's prmt PTX: with it llama-1b's int8 decode took
-        # 0.956 against 0.815 ms a token on the H100 (ab-decode-layer-int8-conversion-*.json); in the sm_90 code
-        # these tiles' bytes arrive one a register and are re-packed four a register for the asm
+        # int8 by the integer-add trick, not the plain GEMV's prmt PTX (slower here: docs/kernels.md); in the
+        # sm_90 code these tiles' bytes arrive one a register and are re-packed four a register for the asm
         wa = _int8_to_f32(wa, "") if W_INT8 else wa.to(tl.float32)
         acc_a += wa * x[None, :]
         if PAIRED:

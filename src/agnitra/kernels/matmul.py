@@ -13,8 +13,7 @@ Four parts, as in Triton's tutorial 03-matrix-multiplication:
    program per SM walks the tiles in the same grouped order, A and B blocks come by TMA (tensor
    descriptors made on the device) into a software pipeline that runs across tiles. Same
    epilogue; no split-K. (Triton's warp specialization of this loop was tried and dropped: it
-   computed wrong results on the H100 under Triton 3.6:
-   benchmarks/results/tune-matmul-4096-bf16-warp-specialized-nvidia-h100-80gb-hbm3-2026-11-22.log.)
+   computed wrong results; docs/kernels.md, "Tried and not kept".)
 2. `matmul(...)`: the host wrapper (checks, allocation, grid) taking an explicit `config`.
 3. `matmul_reference(...)`: PyTorch, in the inputs' dtype (float64 for accuracy tests).
 4. `KernelSpec`s "matmul" and "matmul_bias_gelu" (nn.Linear + GELU) with the configuration space.

@@ -3,21 +3,16 @@
 Each candidate is screened in a short interleaved run beside the baseline, and its speedup is
 that run's baseline median over its own. On the CPU the pairing is what makes the ratio fair:
 shared load slows both alike. On a GPU it is not: the eager baseline of a small model is bound by
-the host (Python, the allocator, Inductor's compile workers) and its median moved 1.5-1.9x from
-one run to the next in one process (`baseline-spread-*-nvidia-h100-*.json`), while a CUDA-graph
-replay's held within 3% (`screen-agreement-nvidia-h100-*.json`). Ratios from different runs were
-then on different scales: on a held-out distilbert (H200, 2026-11-27) compile(reduce-overhead)
-screened at 5.66x and fuse-projections + cuda-graphs at 9.25x, while the final run, both beside one
-baseline, had them at 7.9x and 5.4x; the search took the second for the better, stopped looking,
-and lost to the peer.
+the host (Python, the allocator, Inductor's compile workers) and its median moves from one run to
+the next while a CUDA-graph replay's holds, so ratios from different runs are on different scales
+and can rank two replays in the wrong order (measured: docs/search.md).
 
 So on a GPU, the speedup of a candidate that replays a CUDA graph (a `cuda-graphs` step, or
 `compile` in a mode that captures one) is its median against the median of all the baseline
 medians measured so far in that search (the probe, the peers' runs, each candidate's run): a
 steadier estimate of the same baseline, the same for every such candidate. A candidate launched
 from Python keeps its own run's ratio: its time moves with the host as the baseline's does, and
-the pairing cancels that (the cost model's leave-one-workload-out on the H100/H200 data: every row
-rescaled, MAPE 19.8% -> 27.1% and tau 0.88 -> 0.77, while the top-1 regret fell 0.10 -> 0.04).
+the pairing cancels that (rescaling those too made the cost model worse: docs/search.md).
 The run's own baseline median stays on the result (`baseline_ms`), and the report says which
 reference was used.
 """

@@ -2,8 +2,8 @@
 static shapes over the static KV cache) as gpt-fast does, with coordinate-descent tuning on the
 GPU. `freezing` folds the weights into the compiled graph as constants (inference only). `pdl`
 (default on) turns on Inductor's programmatic dependent launch on Hopper and later GPUs: each
-kernel starts while the one before it ends (llama-1b bf16 decode on the H100: 1.479 -> 1.323 ms a
-token, bench-llama-1b-int4-pdl*.json); where the GPU or this torch lacks it, the report says so."""
+kernel starts while the one before it ends (a decode step's short kernels overlap); where the GPU
+or this torch lacks it, the report says so."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ class Compile(Transform):
         dynamic = {False: 1.0} if ctx.decoder else {False: 1.0, True: 0.9}  # symbolic shapes specialise less
         pdl = {True: 1.0}
         if cuda and _pdl_available(ctx.device):
-            pdl[False] = 0.9  # llama-1b bf16 decode, H100: 1.479 ms a token without PDL, 1.323 with it
+            pdl[False] = 0.9  # PDL off measured slower (docs/search.md)
         # off: Inductor's heuristic launch configurations, a shorter compile (only decoders on the GPU tune)
         tuning = {True: 1.0, False: 0.95} if cuda and ctx.decoder else {True: 1.0}
         out = []

@@ -282,8 +282,8 @@ class Int8WeightOnly(Transform):
         return True
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
-        # on the GPU Inductor fuses the dequantisation into its decode GEMVs: measured 785 tok/s vs 677 for
-        # bf16 and 748 for Agnitra's int8 kernels (llama-1b decode, H100, 2026-11-21, compile reduce-overhead)
+        # on the GPU Inductor fuses the dequantisation into its decode GEMVs, so int8 weight-only ranks
+        # high for decoders (measured: docs/search.md)
         cuda, decoder = ctx.device.type == "cuda", ctx.decoder
         prior = 2.4 if decoder and cuda else 1.6 if decoder else 1.1
         return [Choice(self.name, (), prior)] + [Choice(self.name, (("skip", head),), round(prior * 0.97, 4)) for head in head_skips(ctx)]

@@ -117,8 +117,7 @@ class TritonKernels(Transform):
             return [Choice(self.name)]  # check() says why it does not apply
         decoder = ctx.decoder
         # quantised GEMVs read 2-4x fewer bytes in decode steps; decode=true: five fused kernels a Llama
-        # layer, measured 1095 tok/s vs 804 for int8 through Inductor and 674 for bf16 (llama-1b decode,
-        # H100, 2026-11-21, compile reduce-overhead)
+        # layer, faster than int8 through Inductor (measured: docs/search.md)
         return [
             Choice(self.name, (("weights", "int8"),), 3.2 if decoder else 1.1),
             # int4 reads half of int8's bytes but rarely keeps logits within 20 dB SQNR: tried after int8

@@ -67,9 +67,8 @@ def with_comparison(rows: list[dict]) -> list[dict]:
     """Each row's `comparison`, the check its workload was verified by (rel_error, top1, cosine,
     logits, perplexity), where the row does not say: the quality metric of any measurement of its
     run (a run verifies every candidate the same way); None where no candidate of the run was
-    verified. The check, more than the model, decides whether a lossy recipe passes: on twelve
-    held-out families the cost model without it gave failing candidates P(pass) 0.9 on average
-    (benchmarks/pass_calibration.py)."""
+    verified. The check, more than the model, decides whether a lossy recipe passes: without it
+    the cost model gave failing candidates of unseen families a high P(pass) (docs/search.md)."""
     by_group: dict[str, str] = {}
     for r in rows:
         if r.get("quality_metric"):

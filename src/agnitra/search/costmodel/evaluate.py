@@ -18,8 +18,7 @@ from agnitra.search.costmodel.model import CostModel, timed
 
 MIN_GROUP = 3  # measured recipes a group needs to be scored
 # two recipes of a group whose measured speedups differ by less than this are not told apart by
-# `kendall_tau_beyond_noise`: the same recipe measured twice on the CPU differed by 8.5% (median
-# of the 7 repeats in the datasets, 2026-11-27)
+# `kendall_tau_beyond_noise`: about what the same recipe measured twice on the CPU differs by
 NOISE_RATIO = 1.10
 SPEEDUP_BANDS = ((0.0, 0.3), (0.3, 0.7), (0.7, 0.95), (0.95, 1.05), (1.05, 1.5), (1.5, math.inf))  # measured speedup: where the error lies
 

@@ -33,30 +33,23 @@ ENSEMBLE = 5
 MIN_ROWS = 8
 PRIOR_STD = 0.7  # log-speedup spread where nothing is known (about 2x either way)
 QUALITY_FLOOR = 1e-7
-# Larger trees fit the datasets better and search worse (2026-11-27, leave one workload out over the
-# committed datasets): 31 leaves at learning rate 0.1 took the CPU MAPE 34.5% -> 30.1% and tau
-# 0.66 -> 0.68 (CUDA: 19.7% either way, tau 0.87 -> 0.85), while the replayed model strategy needed
-# 2.12 -> 2.44 measurements to within 3% of the best on the CPU (1.35 either way on CUDA). Other
-# settings, CPU MAPE and tau: 7 leaves 49%, 0.59; 300 rounds 32.6%, 0.68; lambda_l2 10 35.9%, 0.65
+# small trees: larger ones fit the datasets better but order a search's measurements worse
+# (the settings tried: docs/search.md)
 PARAMS = {
     "learning_rate": 0.05, "num_leaves": 15, "min_data_in_leaf": 3, "min_data_in_bin": 1, "feature_fraction": 0.9,
     "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0, "verbose": -1, "num_threads": 1, "deterministic": True, "force_row_wise": True,
 }
 ROUNDS = 150
-# boosters trained at once (each on one thread): a search retrains after every candidate, while
-# its worker process, which holds the other cores' work, waits (1160 CPU rows, 2 cores: 0.57 -> 0.33 s,
-# search-overhead-cpu-2026-11-27.json)
+# boosters trained at once (each on one thread): a search retrains after every candidate while its
+# worker process waits, so the fit uses the cores the worker leaves idle
 FIT_THREADS = max(1, min(4, os.cpu_count() or 1))
 # trees added to a base model's (`CostModel.fit(base=)`): a search's retrain after each candidate
-# continues the model trained on the store instead of training ROUNDS trees anew (1165 CPU rows,
-# 2 cores: 0.335 -> 0.120 s, search-overhead-cpu-2026-11-27-warm.json; replayed, measurements to the
-# best 2.51 -> 2.27 CPU, 1.46 either way CUDA, search-replay-cpu-cuda-workload-2026-11-27-warm.json)
+# continues the model trained on the store instead of training ROUNDS trees anew (quicker, and it
+# searched no worse: docs/search.md)
 WARM_ROUNDS = 20
-WARM_LEARNING_RATE = 0.2  # the continued trees' step: 20 of them at 0.05 learned a third of what a fresh fit learns from one measurement
+WARM_LEARNING_RATE = 0.2  # the continued trees' step: large enough that they learn a new measurement about as a fresh fit would
 # a recipe stopped at its time limit would have taken longer: its setup counts as this many times the
-# limit. At the limit itself (a lower bound taken for the value), the tuning compiles of held-out
-# transformers were predicted 11-20 s and ran past 38-71 s (H200, 2026-11-27: 43 of the 472 CUDA
-# rows are such timeouts, 33 of them max-autotune modes)
+# limit (the limit itself, a lower bound, made the model predict far too short setups: docs/search.md)
 TIMEOUT_SETUP_FACTOR = 2.0
 
 

@@ -77,9 +77,8 @@ class RunEvidence:
 
     def _learn_setup(self, candidate: Candidate, result: Any) -> None:
         """A recipe built whole and timed (not one stopped, nor one whose lossy part failed alone):
-        its setup is the least its compiler and runtime transforms are expected to take here. On a
-        cold H200 the cost model expected 1.5 to 5 s of such compiles of held-out transformers,
-        where the peers' compiles had taken 10 to 15 s, and three ran past their limits (18-56 s)."""
+        its setup is the least its compiler and runtime transforms are expected to take here: the
+        cost model, learned on other models, can expect a fraction of what they take on this one."""
         setup_s = getattr(result, "setup_s", None)
         if getattr(result, "status", "") != "ok" or getattr(result, "speedup", None) is None or not setup_s:
             return

@@ -5,15 +5,9 @@ A timeout says only that the setup took longer than its limit: it is a right-cen
 and the stored setups of a class with its timeouts give the chance of finishing within t seconds
 (the Kaplan-Meier estimate, `scipy.stats.ecdf` over censored data; flat beyond the longest
 observation). The setup model predicts a number and is then off by a spread assumed alike for
-every recipe; a class whose setups mostly ran past their limits says more than that. In the
-shipped CUDA rows, 36 of the 48 compiles in the modes that tune their kernels (max-autotune,
-max-autotune-no-cudagraphs) ran past limits of 6-45 s: they finish within 55 s with a chance of
-about 0.3, where the setup model's spread gave a compile predicted at 43 s 0.6, and one asked on a
-held-out distilbert (H200) ran past its 54 s and took a third of the family's search. The CPU's
-tuning compiles finish within 30 s 97% of the time: there the estimate changes nothing. Scored on
-workloads left out (`benchmarks/costmodel.py`, `finish_within_limit`; 2026-11-27), the Brier score
-of "finished within its limit" for CUDA tuning compiles went from 0.218 (the setup model's spread
-alone) to 0.188, for other CUDA compiles from 0.034 to 0.032; the CPU's stayed 0.024 and 0.018-0.019.
+every recipe; a class whose setups mostly ran past their limits says more than that: on a GPU
+the compiles that tune their kernels mostly did, and the estimate makes them less likely to be
+asked for where the time left is short (the calibration: docs/search.md).
 """
 
 from __future__ import annotations

@@ -31,15 +31,14 @@ clears the suspicion.
 What a measurement says of the workload itself also reaches recipes unlike it (`WorkloadOffsets`):
 the first measurement of each group (a CUDA-graph replay or a Python launch, and its set of
 transforms) moves the predicted speed of the groups of its kind not yet measured here by what it
-missed, shrunk by half; the retrained trees move only the measured recipes' leaves, and a peer's
-graph replay 5x faster than predicted left the other graph replays where they were.
+missed, shrunk by half; the retrained trees move only the measured recipes' leaves, so a miss on
+one graph replay would otherwise leave the other graph replays where they were.
 
 The setup model is calibrated on this workload too: what each built recipe with a compiler or
 runtime step (the peers' compiles first) took to set up, against what the model predicted, moves
 the prediction of every other such recipe by the mean of those misses (in log1p seconds, the setup
-model's own scale). The store's compiles ran on other, smaller models and often warm caches: on a
-cold H200 the held-out transformers' compiles took 5-10x the predicted, and the modes that tune
-their kernels (max-autotune-no-cudagraphs, predicted 11-14 s) were asked for and ran past 40 s.
+model's own scale). The store's compiles ran on other, smaller models and often warm caches, so
+on a new model with cold caches they take several times the predicted (docs/search.md).
 """
 
 from __future__ import annotations
@@ -61,20 +60,14 @@ from agnitra.search.strategies.sensitivity import Sensitivity
 OWN_WEIGHT = 5.0
 EPSILON = 1e-9
 MEASURE_S = 5.0  # a candidate's run besides its setup: worker call, timed rounds, checks
-NOVEL_STD = 0.15  # log-speedup spread a transform not yet measured on this workload adds (replay: 0.1-0.2 cost 3-12% in-distribution, helped held-out families)
+NOVEL_STD = 0.15  # log-speedup spread a transform not yet measured on this workload adds (so a new transform gets a chance)
 # below this P(pass), a candidate waits until every likelier one is measured: a candidate more
-# likely to fail verification than to pass it is measured only once nothing likelier is left.
-# At 0.1, on twelve held-out families (CPU, 2026-11-27), 27 candidates under P 0.4 were measured
-# (3 passed) and took half of the 32% of the search time spent on failed verification. Replayed
-# over the datasets (leave one workload out, 2026-11-27), 0.5 against 0.1: measurements to within
-# 3% of the best 2.51 vs 2.61 (CPU), 1.16 either way (CUDA); until the stop rule stops, the share of
-# seconds on failures 8.3% vs 10.1% (CPU), 3.3% either way (CUDA), and the same recipes found
+# likely to fail verification than to pass it is measured only once nothing likelier is left, so
+# less of the search's time goes to failed verification (docs/search.md)
 MIN_P_PASS = 0.5
 # the search stops once no open candidate is expected to gain this much log speedup over the best
 # correct one so far (expected improvement times P(pass)), with the spread widened to what its predictions
-# missed by on this workload; replayed over 78 workloads (2026-11-27): 0.2% stopped within 3% of the
-# best on 97% (CPU) and 95% (CUDA) of them, after a third and a quarter of their recipes; 1% stopped
-# short on 10% (CPU)
+# missed by on this workload: small enough that it seldom stops short of the best (docs/search.md)
 STOP_GAIN = 0.002
 STANDARD_NORMAL = NormalDist()
 SETUP_LOG_STD = 0.5  # how far a predicted setup time is off, in log seconds (a factor of about 1.6)
@@ -348,8 +341,8 @@ class ModelGuided(Strategy):
 
 def p_finish_from_seconds(seconds: float, left: float | None) -> float:
     """The chance a candidate expected to take `seconds` finishes in the `left` it may take
-    (its predicted setup is off by SETUP_LOG_STD in log seconds); 1 where nothing is known.
-    On a cold H100 the llama-1b search had 63 s for a candidate predicted to take 70 s."""
+    (its predicted setup is off by SETUP_LOG_STD in log seconds); 1 where nothing is known: a
+    candidate predicted to outlast what is left is asked for only when it promises that much more."""
     if not left:
         return 1.0
     return STANDARD_NORMAL.cdf(math.log(left / seconds) / SETUP_LOG_STD)

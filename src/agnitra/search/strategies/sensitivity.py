@@ -1,10 +1,8 @@
 """How sensitive this workload is to lossy steps, from this run's own verified lossy recipes.
 
 The cost model predicts a recipe's quality error (`Prediction.quality_error`) from other
-workloads; a new architecture can be several times more sensitive than any it learned from. On
-held-out transformers at fp16 (H200, 2026-11-27) it gave int8, fp8 and int4 recipes P(pass) 0.96
-to 0.99, and they failed at rel_error 0.013 to 0.3 against 0.01, one lossy transform after
-another: a failure of int8 said nothing, to the model, about fp8.
+workloads; a new architecture can be several times more sensitive than any it learned from, and
+to the model a failure of one lossy transform (int8) says nothing about another (fp8).
 
 Each lossy recipe verified here (passed or failed) measures how far its error was from the
 prediction, in log10. Their mean shifts every other lossy recipe's predicted error, and
@@ -13,9 +11,7 @@ P(pass) becomes the chance that the shifted error stays within the check's thres
 this and the classifier's P(pass): evidence of a sensitive workload defers the rest of the lossy
 recipes; evidence of a tolerant one does not make a doubtful recipe likelier.
 
-Chosen on the CPU held-out families (twelve transformers architectures, benchmarks/pass_calibration.py,
-each lossy recipe predicted after one other lossy recipe of its workload was verified): failures
-given P >= 0.5 13% -> 7%, passes given P < 0.5 2% -> 3%.
+How it was chosen and what it changed: docs/search.md.
 """
 
 from __future__ import annotations
