@@ -7,7 +7,9 @@
 For each kernel and shape: the autotuned configuration (tuning cached per device), its median
 time over rotating input sets larger than L2, achieved GB/s counting the bytes it must read and
 write, the fraction of the measured copy bandwidth (or TFLOP/s against the measured matmul peak),
-the default configuration's time, and the peers measured in the same process:
+the default configuration's time, and the peers measured in the same process (each GEMV row
+also beside a read-only pass over its weight bytes, `read_floor`; everything timed after a second
+of memory traffic, `settle`):
 - weight-only int8/int4 GEMV: torch bf16 F.linear (cuBLAS) and torch.compile of the int8 path a
   user would write (F.linear(x, w_int8.to(bf16)) * scales), with coordinate-descent tuning
   (--peer-compiles N: compiled N times afresh, its best kept), no bias on either side (llama's
@@ -25,24 +27,29 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
 from agnitra import api
 from agnitra.config import load_settings
 from agnitra.device import resolve_device
-from agnitra.kernels.autotune import check, head_to_head, input_sets, refine, to_float64, tune
-from agnitra.kernels.pdl import pdl_supported
+from agnitra.kernels.autotune import check, head_to_head, input_sets, refine, sets_past_l2, to_float64, tune
+from agnitra.kernels.pdl import PDL_TRIGGERS, pdl_supported, pdl_wait
 from agnitra.kernels.spec import get_kernel
 from agnitra.kernels.tuning_cache import TuningCache
+from agnitra.telemetry.timing import time_device_calls
 from agnitra.transforms.compile import inductor_pdl_unavailable
 from result_file import fraction_of_copy, write_result  # benchmarks/
-from steady import settle  # benchmarks/
 
 LLAMA_8B = [(1, 4096, 4096), (1, 14336, 4096), (1, 4096, 14336), (1, 128256, 4096)]  # (M, N, K): x[M,K] @ W[N,K]^T
 LLAMA_1B = [(1, 2048, 2048), (1, 256, 2048), (1, 5632, 2048), (1, 2048, 5632), (1, 32000, 2048)]
@@ -61,6 +68,26 @@ GROUPS = ("matmul", "norms", "gemv", "decode", "encoder")
 
 
 torch._dynamo.config.recompile_limit = 64  # the compiled int8 peer meets every shape
+SETTLE_BYTES = 1024**3
+
+
+def settle(device: torch.device, seconds: float = 1.0) -> dict | None:
+    """Stream SETTLE_BYTES through the GPU (read and written in place) for `seconds`; what was done,
+    for the result file (None off a GPU). A GPU that has done no heavy memory traffic yet times
+    kernels faster than a model's decode runs them, and stays in the slower state once it has, so
+    the kernels are timed there (docs/lab.md, steady.py)."""
+    if device.type != "cuda":
+        return None
+    buffer = torch.ones(SETTLE_BYTES // 4, device=device)
+    start, passes = time.perf_counter(), 0
+    while time.perf_counter() - start < seconds:
+        for _ in range(20):
+            buffer.mul_(1.0)
+        torch.cuda.synchronize(device)
+        passes += 20
+    del buffer
+    return {"bytes": SETTLE_BYTES, "passes": passes, "seconds": round(time.perf_counter() - start, 2),
+            "why": "kernels timed after sustained memory traffic, as a model runs them (benchmarks/kernels.py, settle)"}
 
 
 def peer_calls(peers: dict, sets) -> tuple[dict, dict]:
@@ -170,15 +197,75 @@ def add_recompiled_peers(row: dict, ours, sets, runs: int, device, compiles: int
             row["peers"].update(failed)
 
 
+# ---- read floors: what only reading a GEMV's weight bytes costs ------------------------------------
+
+@triton.jit
+def read_span(w_ptr, out_ptr, N, WORDS, SPAN, PRE, BLOCK_N: tl.constexpr, BLOCK_W: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr = 0):
+    """Sums BLOCK_N rows over a span of SPAN words (program_id(1) picks the span): PRE words before
+    the PDL wait, the rest after it; the floors here read the whole row before it."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ptrs = w_ptr + (rows % N)[:, None].to(tl.int64) * WORDS + tl.program_id(1) * SPAN + tl.arange(0, BLOCK_W)[None, :]
+    acc = tl.zeros((BLOCK_N, BLOCK_W), dtype=tl.int32)
+    for s in tl.range(0, PRE, BLOCK_W, num_stages=STAGES):  # STAGES > 1: loads streamed through shared memory
+        acc += tl.load(ptrs + s)
+    pdl_wait(PDL)  # weights only above; the next kernel let in right after the wait
+    for s in tl.range(PRE, SPAN, BLOCK_W, num_stages=STAGES):
+        acc += tl.load(ptrs + s)
+    tl.store(out_ptr + tl.program_id(1) * N + rows, tl.sum(acc, axis=1), mask=rows < N)
+
+
+class ReadPass:
+    """The read-only kernel over rotating copies past L2 of an [n, row_bytes] buffer (int32 words)."""
+
+    def __init__(self, n: int, row_bytes: int, device, l2_bytes: int | None):
+        self.n, self.words, self.device = n, row_bytes // 4, device
+        self.copies = sets_past_l2(n * row_bytes, l2_bytes)
+        self.bufs = [torch.randint(-2**31, 2**31 - 1, (n, self.words), dtype=torch.int32, device=device) for _ in range(self.copies)]
+        self.out = torch.empty(n, dtype=torch.int32, device=device)  # row sums
+
+    def launch(self, bn: int, bw: int, nw: int, stages: int, i: int, pdl: bool = False) -> None:
+        """One pass over copy i with BLOCK_N rows, BLOCK_W words a row a step, every read before the
+        PDL wait; pdl: launched with programmatic dependent launch, the next kernel let in at the wait."""
+        extra = {"PDL": PDL_TRIGGERS["wait"], "launch_pdl": True} if pdl else {}
+        read_span[(-(-self.n // bn), 1)](self.bufs[i % self.copies], self.out, self.n, self.words, self.words, self.words,
+                                         BLOCK_N=bn, BLOCK_W=bw, STAGES=stages, num_warps=nw, **extra)
+
+    def time(self, bn: int, bw: int, nw: int, stages: int, runs: int, pdl: bool = False) -> float:
+        """Median device ms of one pass after three warm-up calls, in CUDA graphs of 20 calls (raises when it cannot run)."""
+        for i in range(3):
+            self.launch(bn, bw, nw, stages, i, pdl)
+        return float(np.median(time_device_calls(lambda i: self.launch(bn, bw, nw, stages, i, pdl), runs, self.device)))
+
+
+def read_floor(n: int, row_bytes: int, device, l2_bytes: int | None, runs: int, pdl: bool = False) -> dict:
+    """Fastest read-only pass over [n, row_bytes] bytes, as int32 words, over copies past L2: loads
+    straight to registers (STAGES 1) or streamed through shared memory (cp.async, STAGES 3 and 5);
+    pdl: each pass launched with PDL, every read before its wait, the next pass let in after its loop."""
+    reads = ReadPass(n, row_bytes, device, l2_bytes)
+    best = None
+    for bn in (1, 2, 4, 8, 16):
+        for bw in (32, 64, 128, 256, 512, 1024):
+            if reads.words % bw or bn * bw > 8192 or bn * bw < 512:
+                continue
+            for nw, stages in itertools.product((4, 8), (1, 3, 5)):
+                try:
+                    ms = reads.time(bn, bw, nw, stages, runs, pdl)
+                except Exception as exc:  # noqa: BLE001 - out of resources: skip the configuration
+                    print("read floor config failed", bn, bw, nw, stages, str(exc).splitlines()[0][:120])
+                    continue
+                if best is None or ms < best["ms"]:
+                    best = {"ms": ms, "BLOCK_N": bn, "BLOCK_W": bw, "num_warps": nw, "STAGES": stages}
+    best["gbps"] = n * row_bytes / (best["ms"] / 1e3) / 1e9
+    return best
+
+
 def add_read_floor(row: dict, shape, int4: bool, device, l2, runs: int, ceilings: dict) -> None:
     """What only reading the weight bytes costs at this size (a read-only kernel's best time): the
     row's time as a fraction of it beside the fraction of the large-buffer copy bandwidth. Where the
     row's kernel launched with PDL, also the floor of passes launched so, every read before the wait
     (read_floor_pdl; the plain floor leaves out what PDL gives ours). Neither is the most a chain of
-    reads can overlap: with part of each pass's reads after its wait a read-only chain goes faster still
-    (overlap_floor.py: 88% of copy at 8.4 MB, 99% at 16.8 MB, 101% at 29.4 MB, overlap-floor-*.json)."""
-    from read_floor import read_floor
-
+    reads can overlap: with part of each pass's reads after its wait a read-only chain goes faster
+    still (docs/kernels.md, "Read floors")."""
     m, n, k = shape
     row_bytes = k // 2 if int4 else k
     copy = ceilings["copy_gbps"]
