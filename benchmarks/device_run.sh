@@ -19,6 +19,7 @@
 #   bash benchmarks/device_run.sh screen [WORKLOADS]          # screen_agreement.py: a recipe's median in the search's screening run against the final run's (default hf:mistral,hf:whisper-encoder, fp16)
 #   bash benchmarks/device_run.sh spread [WORKLOADS]          # baseline_spread.py: the eager baseline run after run, cold, after a compile, workers shut (default hf:mistral,hf:whisper-encoder)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
+#   bash benchmarks/device_run.sh curve BUDGETS WORKLOADS [TAG] # budget_curve.py: `agnitra optimize` as a user runs it at each budget, a workload a GPU side by side (CURVE_DEADLINE, default 540 s)
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
@@ -130,6 +131,14 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
     trained)  # tinylm-py large trained on the GPU (cached under the run's cache dir), then its recipes against compile
       timeout 570 python3 benchmarks/trained.py --size large --device cuda --train
       cp benchmarks/results/trained-tinylm-py-large-*.json /tmp/agnitra-cache/zoo/tinylm-py-large.json "$OUT/" 2>/dev/null
+      ;;
+    curve)  # the budget curve: one `agnitra optimize` process a run (CLI defaults, a fresh --out), N GPUs side by side; rows that would end
+      # after CURVE_DEADLINE (seconds from the script's start) are skipped; each run against a fresh copy of the carried store, with empty compile caches
+      [ -f .devstore.db ] && cp .devstore.db /tmp/store-curve.db && export AGNITRA_DB_URL=sqlite:////tmp/store-curve.db
+      timeout "${CURVE_LIMIT:-575}" python3 benchmarks/budget_curve.py --device cuda --budgets "${2:?BUDGETS, e.g. 2m or 2m,5m}" \
+        --workloads "${3:?WORKLOADS, e.g. zoo:bert-base@b1,zoo:resnet50@b64,hf:roberta}" --lanes "${CURVE_LANES:-$(nvidia-smi -L | wc -l)}" \
+        --deadline-s "${CURVE_DEADLINE:-540}" --runs /tmp/curve-runs --copy-reports "/tmp/curve-reports-${4:-$2}" --out "$OUT/budget-curve-${4:-$2}.json"
+      tar czf "$OUT/curve-reports-${4:-$2}.tgz" -C "/tmp/curve-reports-${4:-$2}" . 2>/dev/null  # one file: at most 8 come back from a call
       ;;
     decode8b)  # llama-8b decode (random weights): bf16 compile vs the fused int8 decode kernels vs int8 through Inductor
       ro="compile(mode=reduce-overhead)"
