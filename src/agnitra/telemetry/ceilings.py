@@ -33,11 +33,28 @@ def measure_copy_gbps(device: torch.device, nbytes: int) -> float:
     return 2 * nbytes / (ms / 1e3) / 1e9
 
 
-def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int) -> float:
+SLOW_CALL_S = 0.5  # a first matmul slower than this (a dtype without fast kernels here) is timed once, at one size
+
+
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int) -> tuple[float, bool]:
+    """TFLOP/s of an n x n matmul, and whether one call was slow (then timed once, not repeated:
+    bf16 without AVX-512 BF16 runs a reference path, 2048^3 in seconds a call)."""
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
-    ms = best_ms(lambda: torch.mm(a, b), device, repeats=10, warmup=3)
-    return 2 * n**3 / (ms / 1e3) / 1e12
+    first_ms = best_ms(lambda: torch.mm(a, b), device, repeats=1, warmup=0)
+    slow = first_ms > SLOW_CALL_S * 1e3
+    ms = first_ms if slow else best_ms(lambda: torch.mm(a, b), device, repeats=10, warmup=3)
+    return 2 * n**3 / (ms / 1e3) / 1e12, slow
+
+
+def _best_matmul_tflops(device: torch.device, dtype: torch.dtype, sizes: tuple[int, ...]) -> float:
+    best = 0.0
+    for n in sizes:
+        tflops, slow = measure_matmul_tflops(device, dtype, n)
+        best = max(best, tflops)
+        if slow:  # the larger sizes would take minutes
+            break
+    return best
 
 
 def measure_ceilings(device: torch.device) -> dict:
@@ -45,7 +62,7 @@ def measure_ceilings(device: torch.device) -> dict:
     tflops = {}
     for name, sizes in matmul_sizes.items():
         try:
-            tflops[name] = round(max(measure_matmul_tflops(device, getattr(torch, name), n) for n in sizes), 3)
+            tflops[name] = round(_best_matmul_tflops(device, getattr(torch, name), sizes), 3)
         except RuntimeError:  # dtype without a matmul kernel on this device
             tflops[name] = None
     return {
