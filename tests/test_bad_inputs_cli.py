@@ -194,7 +194,7 @@ def test_sigint_during_optimize_names_the_run_folder_and_resume(tmp_path):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert err.strip() == f"interrupted; partial results in {run}; resume with --resume" and out == ""
+    assert err.strip() == f"interrupted; the best verified recipe so far and the partial results are in {run}; resume with --resume" and out == ""
 
 
 def test_the_handler_acts_only_in_the_process_that_installed_it():

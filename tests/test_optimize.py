@@ -58,6 +58,38 @@ _register("test-lossy-double", _scale_weights, lossy=True)
 _register("test-lossy-same", lambda model: model, lossy=True)
 _register("test-slow-build", lambda model: time.sleep(0.3) or model)
 BUILT: list[str] = []  # what test-runtime-after was applied to, test by test
+
+
+def _sticky(model):
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def _make_fast(model):
+    model.fast = True
+    return model
+
+
+_register("test-sticky", _sticky)
+_register("test-fast", _make_fast)
+
+
+class _Sleepy(nn.Module):
+    """A model with a slow forward unless a transform made it fast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear, self.fast = nn.Linear(32, 8), False
+
+    def forward(self, x):
+        if not self.fast:
+            time.sleep(0.004)
+        return self.linear(x)
+
+
+def _sleepy() -> Workload:
+    torch.manual_seed(0)
+    make = lambda seed: (torch.randn(4, 32, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
+    return Workload("sleepy", _Sleepy().eval(), make(0), TaskKind.GENERIC, batch=4, make_inputs=make)
 _register("test-runtime-after", lambda model: BUILT.append("built") or model, stage="runtime")
 
 
@@ -140,6 +172,36 @@ def test_never_slower_returns_the_original(tmp_path):
     assert "original model is returned" in page and "test-slow" in page and "Candidates: latency vs model memory" in page
     assert_self_contained(page)
     assert (tmp_path / "candidates.csv").read_text().splitlines()[0].startswith("candidate,status,speedup")
+
+
+def test_a_sticky_device_error_replaces_the_worker_and_the_next_candidate_runs(tmp_path):
+    """An illegal memory access leaves a CUDA context unusable for everything after it in that
+    process (simulated here by its message): the worker says so and exits after answering, the
+    candidate is blamed with its cause, and the next candidate runs in a fresh worker."""
+    fast = agnitra.optimize(_sleepy(), device="cpu", strategy="enumerate", transforms=["test-sticky", "test-fast"], budget="90s", peers=[], out=tmp_path)
+    by_name = {c.name: c for c in fast.report.candidates}
+    assert by_name["test-sticky"].status == "failed" and "illegal memory access" in by_name["test-sticky"].reason
+    assert by_name["test-fast"].passed and by_name["test-fast"].speedup > 1.5
+    assert fast.report.search["worker_starts"] >= 2
+    assert any(n.startswith("worker: started afresh after") and "sticky device error" in n for n in fast.report.search["notes"])
+    assert fast.report.chosen == "test-fast"
+
+
+def test_without_a_final_run_the_answer_is_the_best_verified_candidate(tmp_path, monkeypatch):
+    """The budget ends before the final run can run: the best verified candidate of the search is
+    the answer, with its own run's figures, never the original model."""
+    import agnitra.search.optimize as run
+
+    monkeypatch.setattr(run, "_final", lambda *args: (None, "no time was left of the 90 s budget"))
+    fast = agnitra.optimize(_sleepy(), device="cpu", strategy="enumerate", transforms=["test-fast", "test-slow"], budget="90s", peers=[], out=tmp_path)
+    report = fast.report
+    assert report.chosen == "test-fast" and fast.recipe.steps[0].transform == "test-fast"
+    assert report.speedup > 1.5 and "faster than the baseline in its own run of the search" in report.verdict
+    assert "not confirmed in a final run (no time was left of the 90 s budget)" in report.verdict
+    assert report.search["first_improvement_s"] is not None and report.search["first_improvement_s"] <= report.search["elapsed_s"]
+    assert json.loads((tmp_path / "recipe.json").read_text())["steps"][0]["transform"] == "test-fast"
+    x = _sleepy().example_inputs[0]
+    assert torch.allclose(fast(x), _sleepy().model(x))
 
 
 def test_crashing_and_nan_candidates_do_not_end_the_run(tmp_path):
@@ -268,83 +330,140 @@ def test_options_come_grouped_or_one_by_one_not_both(tmp_path):
         agnitra.optimize(_mlp(), device="cpu", tolerances={"max_error": 0.1})
 
 
-def test_a_peer_that_runs_out_of_time_leaves_the_others_compared():
-    """Each peer is measured in its own run: one slow compile (max-autotune on a cold cache) is
-    left out with its reason and the peers that finished are still compared in the final run."""
-    from agnitra.bench.isolated import WorkerTimeout
-    from agnitra.results import VariantResult
+def test_peers_are_candidates_the_opener_first_the_others_in_turn_and_one_that_cannot_fit_is_named():
+    """On a GPU plain compile goes first; the other peers take turns while their share of the
+    search's seconds allows, cheapest first; a peer expected past the time left is not started
+    and is named with its expected seconds."""
+    from agnitra.search.peers import PEER_SHARE, PeerQueue
+
+    queue = PeerQueue.of(["compile-max-autotune", "onnxruntime", "compile", "compile-reduce-overhead"], [], "cuda")
+    assert [p.name for p in queue.pending] == ["compile", "onnxruntime", "compile-reduce-overhead", "compile-max-autotune"]
+    assert queue.due(0.0, strategy_done=False).name == "compile"  # the opener, at once
+    queue.measured(queue.pending[0], 60.0)  # twice what was expected: the others are expected to take longer too
+    assert queue.due(60.0, strategy_done=False) is None  # the strategy's turn: 60 s of 60 on peers
+    assert queue.due(60.0 / PEER_SHARE + 1, strategy_done=False).name == "onnxruntime"
+    assert queue.expected(queue.pending[-1]) == pytest.approx(2 * 120.0)
+    queue.leave_out(queue.pending[-1], "expected to take 240 s, 100 s were left")
+    assert queue.due(61.0, strategy_done=True).name == "onnxruntime"  # once the strategy is done, the peers go on
+    assert "compile-max-autotune (expected to take 240 s" in queue.note()
+    cpu = PeerQueue.of(["compile", "onnxruntime-int8"], [], "cpu")
+    assert cpu.opener is None and cpu.due(0.0, strategy_done=False) is None  # on the CPU the store's recommendation opens
+
+
+def _passing(name: str, speedup: float | None, passed: bool = True, status: str = "ok", peer: str | None = None):
+    from agnitra.results import CandidateResult, Correctness, Latency
+
+    latency = Latency(median=1.0 / speedup, p95=1.1, min=0.9, mean=1.0, samples=20) if speedup else None
+    steps = [{"transform": "threads", "params": {"count": len(name)}}]
+    return CandidateResult(name, {"steps": steps}, name, 1.0, status, latency_ms=latency, baseline_ms=1.0 if speedup else None, speedup=speedup,
+                           correctness=Correctness("rel_error", 1e-6 if passed else 1.0, passed, 1e-3) if status == "ok" else None,
+                           faster_beyond_noise=None if speedup is None else speedup > 1.05, eval_s=2.0, peer=peer)
+
+
+SCRIPT = [("a", 0.9, True), ("b", 1.5, True), ("c", 3.0, False), ("d", 1.2, True), ("e", None, False), ("f", 2.0, True), ("g", 1.8, True)]
+
+
+@pytest.mark.parametrize("stop_after", range(1, len(SCRIPT) + 1))
+def test_a_search_stopped_at_any_point_holds_the_best_verified_candidate_so_far(stop_after):
+    """The budget ends after `stop_after` candidates (the next one would not fit): the outcome's best
+    is the fastest verified candidate that beat the baseline among those measured, never a failed
+    one, and it only improves as the search goes on."""
     from agnitra.search.budget import Budget
-    from agnitra.search.final_reserve import MeasuredRuns
-    from agnitra.search.optimize import _probe_peers
-
-    class Runner:
-        def __init__(self):
-            self.limits = []
-
-        def call(self, fn, device_report, config, peers, timeout):
-            self.limits.append(timeout)
-            if peers == ["compile-max-autotune"]:
-                raise WorkerTimeout(f"ran past its time limit of {timeout:.0f} s (the call); stopped")
-            return [VariantResult("eager", "ok"), VariantResult(peers[0], "ok", setup_s=0.5)]  # the baseline first, as in its run
-
-    runner = Runner()
-    measured, note = _probe_peers(runner, None, None, Budget(100.0), ["compile-reduce-overhead", "compile-max-autotune", "compile"], MeasuredRuns(2.0, []))
-    assert [v.name for v in measured.peers] == ["compile-reduce-overhead", "compile"]
-    assert measured.peer_runs == 2 and "compile-max-autotune (measuring it ran past its time limit" in note
-    assert len(runner.limits) == 3 and all(0 < limit <= 40.0 for limit in runner.limits)  # within the peers' share, 0.4 of 100 s
-
-
-def test_a_peer_that_is_a_recipe_of_the_space_is_told_to_the_strategy_and_not_measured_again():
-    from agnitra.results import Correctness, Latency, VariantResult
-    from agnitra.search.final_reserve import MeasuredRuns
-    from agnitra.search.optimize import peer_observations
     from agnitra.search.space import Candidate
     from agnitra.search.strategies.enumerate import Enumerate
-    from agnitra.search.strategies.warm_start import Observed
+    from agnitra.search.tuner import SearchConfig, search
     from agnitra.transforms.recipe import Recipe, Step
 
-    compiled = Candidate(Recipe((Step("compile", {"coordinate_descent": True, "dynamic": False, "freezing": False, "mode": "reduce-overhead", "pdl": True}),)), 3.0)
-    frozen = Candidate(Recipe((Step("compile", {"coordinate_descent": True, "dynamic": False, "freezing": True, "mode": "reduce-overhead", "pdl": True}),)), 2.0)
+    by_name = {name: _passing(name, speedup, passed, "ok" if speedup else "failed") for name, speedup, passed in SCRIPT}
+    space = [Candidate(Recipe((Step("threads", {"count": i + 1}),)), 1.0) for i in range(len(SCRIPT))]
+    names = {c.recipe.key(): name for c, (name, _, _) in zip(space, SCRIPT)}
+    budget = Budget(100.0)
+
+    class Runner:
+        calls = 0
+
+        def ensure_started(self, limit):
+            pass
+
+        def call(self, fn, candidate, device_report, config, timeout):
+            Runner.calls += 1
+            if Runner.calls == stop_after:
+                budget.started -= 1000  # the budget is spent while this candidate runs
+            result = by_name[names[candidate.recipe.key()]]
+            return _passing(result.name, result.speedup, result.correctness is not None and result.correctness.passed, result.status)
+
+    outcome = search(Enumerate(space), Runner(), None, SearchConfig(), budget, lambda results: 5.0)
+    measured = SCRIPT[:stop_after]
+    good = [(speedup, name) for name, speedup, passed in measured if passed and speedup and speedup > 1.05]
+    assert len(outcome.results) == stop_after
+    assert (outcome.best.name if outcome.best else None) == (max(good)[1] if good else None)
+
+
+def test_an_interrupted_search_keeps_its_best_and_says_so():
+    from agnitra.search.budget import Budget
+    from agnitra.search.space import Candidate
+    from agnitra.search.strategies.enumerate import Enumerate
+    from agnitra.search.tuner import SearchConfig, search
+    from agnitra.transforms.recipe import Recipe, Step
+
+    space = [Candidate(Recipe((Step("threads", {"count": n}),)), 1.0) for n in (1, 2, 3)]
+
+    class Runner:
+        def ensure_started(self, limit):
+            pass
+
+        def call(self, fn, candidate, device_report, config, timeout):
+            if candidate is space[1]:
+                raise KeyboardInterrupt
+            return _passing("one", 2.0)
+
+    outcome = search(Enumerate(space), Runner(), None, SearchConfig(), Budget(100.0), lambda results: 5.0)
+    assert isinstance(outcome.interrupted, KeyboardInterrupt) and outcome.best.name == "one"
+    assert any(n.startswith("interrupted (KeyboardInterrupt) after 1 candidate(s)") for n in outcome.notes)
+
+
+def test_a_family_that_failed_verification_waits_behind_every_other_recipe():
+    from agnitra.search.space import Candidate
+    from agnitra.search.strategies.enumerate import Enumerate
+    from agnitra.search.strategies.family import FamilyGate
+    from agnitra.transforms.recipe import Recipe, Step
+
+    fp8 = [Candidate(Recipe((Step("fp8", {"scaling": s}),)), 2.0) for s in ("tensor", "row", "block")]
     graphs = Candidate(Recipe((Step("cuda-graphs", {"warmup": 3}),)), 1.0)
-    measured = MeasuredRuns(2.0, [])
-    latency = Latency(median=0.25, p95=0.3, min=0.24, mean=0.26, samples=20)
-    measured.add_peer_run(30.0, [VariantResult("compile-reduce-overhead", "ok", latency_ms=latency, correctness=Correctness("rel_error", 1e-4, True, 1e-2), setup_s=20.0),
-                                 VariantResult("compile-max-autotune", "failed", reason="ran out of memory")], baseline_ms=4.0)
-    observed = peer_observations(measured, [compiled, frozen, graphs])
-    assert [(c, r.speedup, r.passed, r.setup_s) for c, r in observed] == [(compiled, 16.0, True, 20.0)]  # the failed peer tells nothing
-    told = []
+    gate = FamilyGate(Enumerate(fp8 + [graphs]))
+    first = gate.ask()
+    assert first is fp8[0]
+    gate.tell(first, _passing("fp8", 1.5, passed=False))  # ran, failed verification
+    assert gate.ask() is graphs  # the family's other members wait
+    assert [gate.ask(), gate.ask(), gate.ask()] == [fp8[1], fp8[2], None]  # until nothing else is left
+    assert "family gate: 2 candidate(s)" in gate.learned_notes()[-1]
 
-    class Recording(Enumerate):
-        def tell(self, candidate, result):
-            told.append((candidate.recipe.name, len(asked)))
-            super().tell(candidate, result)
 
-    asked = []
-    searcher = Observed(observed, Recording([compiled, frozen, graphs]))
-    while (candidate := searcher.ask()) is not None:
-        asked.append(candidate)
-        searcher.tell(candidate, None)
-    assert asked == [frozen, graphs]  # the peer's own recipe is never measured again
-    assert told[0] == (compiled.recipe.name, 0)  # and the strategy knew it before its first ask
+def test_auto_puts_lossless_recipes_first_without_a_cost_model():
+    from agnitra.search.space import Candidate
+    from agnitra.search.strategies.auto import pass_first
+    from agnitra.transforms.recipe import Recipe, Step
+
+    lossy = Candidate(Recipe((Step("int8-weight-only", {}),)), 3.0)
+    compiled = Candidate(Recipe((Step("compile", {"mode": "default"}),)), 1.5)
+    assert pass_first([lossy, compiled]) == [compiled, lossy]
 
 
 def test_a_decoders_final_run_reserve_holds_what_its_final_run_took():
-    """llama-1b decode on the H100 (6 min budget): the baseline run took 40 s, the peer's run
-    101.9 s (83.4 s of it compiling), the finalist's search run 52.4 s; the final run of the three
-    then needed about 125 s and, with a forward model's reserve, was stopped 5 s short."""
+    """llama-1b decode on the H100: the baseline run took 40 s and the finalist's search run 52.4 s;
+    the final run of the baseline, the peer and the finalist needed about 125 s."""
     from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
     from agnitra.search.budget import Budget
-    from agnitra.search.final_reserve import FinalReserve, MeasuredRuns
+    from agnitra.search.final_reserve import FinalReserve
 
     latency = Latency(median=1.25, p95=1.3, min=1.2, mean=1.26, samples=254)
-    measured = MeasuredRuns(40.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=3.0)])
-    measured.add_peer_run(101.9, [VariantResult("compile-reduce-overhead", "ok", latency_ms=latency, correctness=Correctness("logits", 30.0, True, 20.0), setup_s=83.4)], baseline_ms=32.3)
+    baseline = [VariantResult("eager", "ok", latency_ms=latency, setup_s=3.0)]
     finalist = CandidateResult("triton-kernels + compile", {"steps": [{"transform": "triton-kernels", "params": {}}]}, "k", 1.0, "ok", latency_ms=Latency(median=19.3, p95=20, min=19, mean=19.4, samples=254),
                                baseline_ms=32.3, speedup=1.67, correctness=Correctness("logits", 25.0, True, 20.0), eval_s=52.4)
     budget = Budget(360.0)
-    decoder = FinalReserve(measured, budget, gpu=True, restart_s=1.0, decoder=True)([finalist])
-    forward = FinalReserve(measured, budget, gpu=True, restart_s=1.0)([finalist])
-    assert decoder >= 125.0 > forward
+    decoder = FinalReserve(40.0, baseline, budget, gpu=True, restart_s=1.0, decoder=True)([finalist])
+    forward = FinalReserve(40.0, baseline, budget, gpu=True, restart_s=1.0)([finalist])
+    assert decoder >= 125.0 and decoder > forward
 
 
 def test_after_a_stopped_candidate_the_final_run_is_reserved_for_cold_compiles():
@@ -354,11 +473,10 @@ def test_after_a_stopped_candidate_the_final_run_is_reserved_for_cold_compiles()
     compiles cold; the limit of one at the budget's edge keeps that much back beforehand."""
     from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
     from agnitra.search.budget import Budget
-    from agnitra.search.final_reserve import FinalReserve, MeasuredRuns
+    from agnitra.search.final_reserve import FinalReserve
 
     latency = Latency(median=1.2, p95=1.3, min=1.1, mean=1.2, samples=30)
-    measured = MeasuredRuns(5.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.5)])
-    measured.add_peer_run(6.7, [VariantResult("compile", "ok", latency_ms=latency, correctness=Correctness("rel_error", 1e-7, True, 1e-3), setup_s=5.0)], baseline_ms=1.8)
+    baseline = [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.5)]
 
     def done(name: str, eval_s: float, speedup: float) -> CandidateResult:
         ms = Latency(median=1.8 / speedup, p95=2.0, min=1.0, mean=1.8 / speedup, samples=30)
@@ -366,7 +484,7 @@ def test_after_a_stopped_candidate_the_final_run_is_reserved_for_cold_compiles()
                                correctness=Correctness("rel_error", 1e-7, True, 1e-3), eval_s=eval_s)
 
     results = [done("a", 18.7, 1.56), done("b", 17.4, 1.5), done("c", 3.0, 1.1)]
-    reserve = FinalReserve(measured, Budget(120.0), gpu=False, restart_s=2.0)
+    reserve = FinalReserve(5.0, baseline, Budget(120.0), gpu=False, restart_s=2.0)
     warm, cold = reserve(results), reserve.if_stopped(results)
     assert cold > warm + 15  # the two finalists' compiles, counted cold
     stopped = results + [CandidateResult("d", {"steps": []}, "d", 1.0, "timeout", reason="ran past its time limit")]
@@ -411,7 +529,7 @@ def test_a_candidate_at_the_budgets_edge_leaves_room_for_a_cold_final_run():
 def test_the_report_says_where_the_budget_went(tmp_path):
     fast = agnitra.optimize(_mlp(), device="cpu", transforms=["test-slow-build"], peers=[], budget="60s", out=tmp_path)
     search = fast.report.search
-    assert list(search["time_s"]) == ["loading", "original model", "peers", "search", "final run", "answer"]
+    assert list(search["time_s"]) == ["loading", "original model", "search", "final run", "answer"]
     assert sum(search["time_s"].values()) == pytest.approx(search["elapsed_s"], abs=0.5)
     built = next(c for c in fast.report.candidates if c.name == "test-slow-build")
     assert 0.3 <= built.build_s <= built.setup_s  # building it, of its whole setup
@@ -425,17 +543,17 @@ def test_the_final_reserve_counts_a_worker_start_only_where_none_is_up_and_the_a
     worker restart counted when the worker was up, left 21 s of the budget unused."""
     from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
     from agnitra.search.budget import Budget
-    from agnitra.search.final_reserve import ANSWER_S, COLD_EVAL, SAFETY, FinalReserve, MeasuredRuns
+    from agnitra.search.final_reserve import ANSWER_S, COLD_EVAL, SAFETY, FinalReserve
 
     latency = Latency(median=1.0, p95=1.1, min=0.9, mean=1.0, samples=30)
-    measured = MeasuredRuns(4.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.1)])
+    baseline = [VariantResult("eager", "ok", latency_ms=latency, setup_s=0.1)]
 
     def done(name: str, build_s: float | None, setup_s: float) -> CandidateResult:
-        return CandidateResult(name, {"steps": []}, name, 1.0, "ok", latency_ms=Latency(median=0.5, p95=0.6, min=0.4, mean=0.5, samples=30), baseline_ms=1.0,
+        return CandidateResult(name, {"steps": [{"transform": "compile", "params": {}}]}, name, 1.0, "ok", latency_ms=Latency(median=0.5, p95=0.6, min=0.4, mean=0.5, samples=30), baseline_ms=1.0,
                                speedup=2.0, correctness=Correctness("rel_error", 1e-7, True, 1e-3), setup_s=setup_s, build_s=build_s, eval_s=setup_s + 1.0)
 
     up = [True]
-    reserve = FinalReserve(measured, Budget(60.0), gpu=False, restart_s=20.0, running=lambda: up[0])
+    reserve = FinalReserve(4.0, baseline, Budget(60.0), gpu=False, restart_s=20.0, running=lambda: up[0])
     lazy = [done("compile", 0.02, 12.0)]  # compiled at its first call: its build is quick
     assert reserve.assembly(lazy) == pytest.approx(ANSWER_S + COLD_EVAL * 0.02)
     assert reserve.assembly([done("graphs", 9.0, 12.0)]) == pytest.approx(ANSWER_S + COLD_EVAL * 9.0)  # captured (and compiled) as it is built

@@ -457,7 +457,7 @@ def test_killed_or_interrupted_then_resume_reuses_what_was_measured(tmp_path, si
     assert measured >= 2 and workers
     if sig == signal.SIGINT:
         assert proc.returncode == 130
-        assert err.strip().splitlines()[-1] == f"interrupted; partial results in {run}; resume with --resume"
+        assert err.strip().splitlines()[-1] == f"interrupted; the best verified recipe so far and the partial results are in {run}; resume with --resume"
     time.sleep(1.0)
     assert not any(_alive(pid) for pid in workers)  # the worker went with its parent
     done = subprocess.run(args + ["--resume", "--json"], capture_output=True, text=True, timeout=120)

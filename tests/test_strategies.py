@@ -47,8 +47,8 @@ def test_a_strategy_around_another_passes_on_what_the_inner_one_learned():
     """The report's notes of what the search learned (the model's sensitivity shift) come through
     the wrappers optimize puts around it (the recommended first, the peers observed)."""
     from agnitra.search.strategies.random_order import RandomOrder
-    from agnitra.search.strategies.warm_start import Observed, WarmStart
+    from agnitra.search.strategies.warm_start import WarmStart
 
     inner = RandomOrder(_space(3), seed=1)
     inner.learned_notes = lambda: ["model: lossy recipes err 5x what the cost model predicted"]
-    assert Observed([], WarmStart([], inner)).learned_notes() == ["model: lossy recipes err 5x what the cost model predicted"]
+    assert WarmStart([], inner).learned_notes() == ["model: lossy recipes err 5x what the cost model predicted"]

@@ -429,9 +429,11 @@ def parse_duration(text: str | float | int, flag: str = "a duration") -> float:
 
 
 def default_peers(workload: Workload, device: torch.device) -> list[str]:
-    """The best built-in peers to measure the answer against (from the peer benchmarks)."""
+    """The peers measured as candidates and compared with the answer: the compile modes (on a GPU
+    plain `compile` first), and ONNX Runtime where it applies (not decoders)."""
     if device.type == "cuda":
-        return ["compile-reduce-overhead"] if workload.decoder else ["compile-max-autotune", "compile-reduce-overhead"]
+        compiles = ["compile", "compile-reduce-overhead", "compile-max-autotune"]
+        return compiles[:2] if workload.decoder else compiles
     return ["compile"] if workload.decoder else ["compile", "onnxruntime-int8"]
 
 
@@ -567,6 +569,9 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
     if folder is not None:
         write_reports(result.report, folder.path)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
         optimized.save(folder.path)  # + what load() needs to rebuild the model
+    if result.interrupted is not None:  # the best so far is saved: now the interruption goes on up
+        result.interrupted.agnitra_result = optimized
+        raise result.interrupted
     return optimized
 
 

@@ -483,8 +483,8 @@ def optimize(
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
     candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
-    strategy: str = typer.Option("enumerate", "--strategy", help="how the space is searched: enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error), model (the cost model learned from the store: the largest expected gain first; stops once none is left), auto (enumerate up to 32 candidates, else model with a trained cost model, else tpe)"),
-    peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants for the final run (default: the best built-in ones)"),
+    strategy: str = typer.Option("auto", "--strategy", help="how the space is searched: auto (the default: the cost model where one trains, else lossless recipes first; near-identical variants wait once one failed verification), model (the cost model learned from the store: the largest expected gain first), enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error)"),
+    peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants, measured as candidates and compared in the final run (default: the compile modes, and ONNX Runtime where it applies)"),
     resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
     allow_pickle: bool = PickleOpt,
     as_json: bool = JsonOpt,
@@ -498,7 +498,7 @@ def optimize(
         raise UserError("give a model to optimize, e.g. `agnitra optimize zoo:tinylm`, or --list-transforms")
     if resume and not (out_dir / "candidates.jsonl").is_file():
         raise UserError(f"--resume: {out_dir} holds no earlier run (candidates.jsonl); drop --resume or point --out at it")
-    _session.interrupt_note = f"interrupted; partial results in {out_dir}; resume with --resume" if out_dir is not None else "interrupted"
+    _session.interrupt_note = f"interrupted; the best verified recipe so far and the partial results are in {out_dir}; resume with --resume" if out_dir is not None else "interrupted"
     with _working(out_dir, not as_json) as progress:
         optimized = _api().optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,

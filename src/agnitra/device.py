@@ -47,3 +47,32 @@ def mark_spoiled(reason: str) -> None:
 def spoiled() -> str:
     """Why this process's device state is damaged ('' if it is not)."""
     return "; ".join(_SPOILED)
+
+
+# errors after which a CUDA context stays unusable: every later call in the process fails the same way
+STICKY_CUDA_ERRORS = (
+    "illegal memory access", "device-side assert", "unspecified launch failure", "illegal instruction",
+    "misaligned address", "an illegal address", "cudaErrorLaunchFailure", "CUDA error: unknown error",
+)
+
+
+def sticky_cuda_error(text: str) -> bool:
+    """Whether an error's text is one that leaves the CUDA context unusable."""
+    lowered = text.lower()
+    return any(pattern.lower() in lowered for pattern in STICKY_CUDA_ERRORS)
+
+
+def context_lost(device: torch.device, failures: list[str]) -> str:
+    """Why this process's device state cannot be trusted after a call that failed with `failures`
+    ('' if it can): a sticky CUDA error named in them, or a device that no longer synchronises."""
+    sticky = next((text for text in failures if sticky_cuda_error(text)), "")
+    if sticky:
+        return f"a sticky device error: {sticky[:200]}"
+    if device.type != "cuda" or not failures:
+        return ""
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+    except Exception as exc:  # noqa: BLE001 - whatever the driver says, the context is gone
+        return f"the device no longer answers: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
+    return ""

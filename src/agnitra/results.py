@@ -217,6 +217,7 @@ class CandidateResult:
     speedup_interval: list[float] | None = None  # [low, high] of the speedup in its own run
     faster_beyond_noise: bool | None = None  # the interval's low end above 1: a real win
     predicted: dict[str, Any] | None = None  # what the strategy's cost model expected before measuring it
+    peer: str | None = None  # the peer this run measured (`compile`, `onnxruntime`, ...); None: a recipe of the search
 
     @property
     def passed(self) -> bool:

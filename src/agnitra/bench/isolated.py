@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from agnitra.device import spoiled
+from agnitra.device import context_lost, spoiled
 from agnitra.errors import AgnitraError, UserError, first_line
 from agnitra.workloads.loaders import MODEL_FILE_SUFFIXES, USER_MODULE_PREFIX
 
@@ -443,11 +443,28 @@ def worker_main(fd: int) -> None:
             reply = ("result", fn(workload, device, *args, progress=progress))
         except BaseException as exc:  # noqa: BLE001
             reply = ("error", str(exc) if isinstance(exc, UserError) else first_line(exc), isinstance(exc, UserError))
-        leaving = spoiled()  # the call damaged this process's device state: it answers, says so and exits
+        # the call damaged this process's device state (a failed capture, a sticky CUDA error such as
+        # an illegal memory access): it answers, says so and exits, and the next call gets a fresh one
+        leaving = spoiled() or context_lost(device, failure_texts(reply))
         conn.send(reply + (leaving,))
         if leaving:
             conn.close()
             os._exit(0)
+
+
+def failure_texts(reply: tuple) -> list[str]:
+    """The error texts a call's reply carries: its exception, or the reasons of the failed
+    candidate or variants it returned."""
+    if reply[0] == "error":
+        return [str(reply[1])]
+    value = reply[1]
+    found = [getattr(value, "reason", "") or ""]
+    found += [getattr(v, "reason", "") or "" for v in getattr(value, "variants", None) or []]
+    bench = getattr(value, "bench", None)  # a final run's reply
+    found += [getattr(v, "reason", "") or "" for v in getattr(bench, "variants", None) or []]
+    if isinstance(value, list):  # a peers' run: its variants
+        found += [getattr(v, "reason", "") or "" for v in value]
+    return [text for text in found if text]
 
 
 def _warm_imports() -> None:

@@ -1,12 +1,15 @@
-"""One optimize run: baseline -> space -> strategy -> search -> final interleaved run -> the answer.
+"""One optimize run, anytime: baseline -> one queue of candidates and peers -> final run -> answer.
 
 Everything that runs the model runs in a worker process (`bench.isolated`), within one budget
-counted from when the user asked: the baseline is measured first (a model that cannot be
-measured ends the run with the reason), candidates get the time the rest of the run does not
-need, and the final run measures the baseline, the peers and the best candidates side by side
-with full runs, energy and correctness. The winner is chosen from that run alone (ratios
-measured under the same conditions), and only if it beats the baseline. Otherwise, or if the
-final run cannot finish in time, the original model is the answer and the verdict says why.
+counted from when the user asked. The baseline is measured first (a model that cannot be
+measured ends the run with the reason). Then one queue: the opener (on a GPU plain
+`torch.compile`, on the CPU what the store recommends), the strategy's candidates and the peers
+(`peers.PeerQueue`) take turns, and from the first verified candidate that beats the baseline on,
+the run holds a best answer that only improves (`tuner.search`). What is left at the end goes to
+one final interleaved run of the baseline, the fastest compile mode and other peer that passed and
+the best finalists, with full runs, energy and correctness: the answer is chosen from that run,
+and only if it beats the baseline. Where the final run cannot finish, or the run is interrupted,
+the best verified result of the search is the answer, with its own run's figures.
 """
 
 from __future__ import annotations
@@ -24,23 +27,23 @@ from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult
 from agnitra.search.budget import Budget
-from agnitra.search.final_reserve import FinalReserve, MeasuredRuns
-from agnitra.search.ranking import beats_baseline, final_candidates, peer_recipe_key, score
+from agnitra.search.final_reserve import FinalReserve
+from agnitra.search.peers import COMPILE_PEERS, PeerQueue
+from agnitra.search.ranking import beats_baseline, final_lineup, rank, score
 from agnitra.search.reference import ReferenceBaseline
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate, recipe_space
 from agnitra.search.costmodel.context import workload_row
-from agnitra.search.strategies.base import SearchContext, get_strategy
-from agnitra.search.strategies.warm_start import Observed, WarmStart
+from agnitra.search.strategies.base import SearchContext, Strategy, get_strategy
+from agnitra.search.strategies.warm_start import WarmStart
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, screening_tolerances, search
-from agnitra.search.verdict import best_searched, common_failure, nothing_helped, win_verdict
+from agnitra.search.verdict import common_failure, nothing_helped, screened_verdict, win_verdict
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
 
 BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search
-PEER_SHARE = 0.4  # of the budget left after the baseline, for measuring the peers
 HOTSPOT_RUNS, HOTSPOT_WARMUP = 3, 1  # the profiled run of the original model that times its hotspots
 
 
@@ -49,6 +52,7 @@ class OptimizeResult:
     model: torch.nn.Module
     recipe: Recipe
     report: OptimizeReport  # model: the answer (a decoder's carries its step functions)
+    interrupted: BaseException | None = None  # the Ctrl-C or SIGTERM that ended the search: re-raised once the answer is saved
 
 
 @dataclass
@@ -124,9 +128,6 @@ def run_optimize(
     op_kinds, signature = graph_facts(workload, notes)
     ctx = TransformContext(workload, device, op_kinds=op_kinds)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
-    first: list = []
-    if not setup.done:  # a resumed run keeps its first order, so its journal's results line up
-        space, first = _warm_started(space, signature, device, notes)
     # candidates are screened on one window of positions; the final run verifies all of them
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances))
     runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
@@ -137,46 +138,26 @@ def run_optimize(
         progress("measuring the original model", 0.02)
         probe_started = budget.elapsed()
         probe = measure_baseline(runner, device_report, config, budget)
-        probe_s = budget.elapsed() - probe_started
+        reserve = FinalReserve(budget.elapsed() - probe_started, probe.variants, budget, device.type == "cuda", restart_s=runner.start_s,
+                               decoder=workload.decoder is not None, running=lambda: runner.running)
         budget.mark("original model")
-        progress("measuring the peers", 0.05)
-        measured, peer_note = _probe_peers(runner, device_report, config, budget, peers, MeasuredRuns(probe_s, probe.variants))
-        budget.mark("peers")
-        peers = [v.name for v in measured.peers if v.status == "ok"]
-        notes += [peer_note] if peer_note else []
-        reserve = FinalReserve(measured, budget, device.type == "cuda", restart_s=runner.start_s, decoder=workload.decoder is not None,
-                               running=lambda: runner.running)
-        searcher = get_strategy(strategy)(space)
-        notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
-        if first and searcher.learned_from_store():  # the cost model learned from those measurements: its order, not theirs
-            notes = [n.replace(" measured first: ", " left to the cost model, which learned from them: ", 1) if n.startswith("warm start:") else n for n in notes]
-        elif first:
-            searcher = WarmStart(first, searcher)
+        searcher = _searcher(strategy, space, signature, workload, device_report, device, resumed=bool(setup.done), notes=notes)
         reference = ReferenceBaseline.for_device(device)
         if reference is not None:
-            for baseline_ms in [baseline_median(probe.variants), *measured.peer_baseline_ms.values()]:
-                reference.add(baseline_ms)
-        observed = [(c, reference.rescale(r) if reference else r) for c, r in peer_observations(measured, space)]
-        if observed:
-            searcher = Observed(observed, searcher)
-            notes.append("the peers' runs were the search's first measurements (not measured again): "
-                         + "; ".join(f"{c.recipe.name} {r.speedup:.2f}x" for c, r in observed))
-        outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress, reference)
+            reference.add(baseline_median(probe.variants))
+        queue = PeerQueue.of(peers, space, device.type)
+        outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress, reference, queue)
         notes += outcome.notes
         results = outcome.results
         budget.mark("search")
         reserved_s = reserve(results)  # what the search left for the final run and the answer
-        finalists = final_candidates(results, peers, objective)
-        progress("final interleaved run: baseline, peers, finalists", 0.9)
-        final, final_failure = _final(runner, device_report, peers, finalists, tolerances, budget, reserve.assembly(results))
+        compared, finalists = final_lineup(results, objective)
+        final, final_failure = None, "the run was interrupted"
+        if outcome.interrupted is None:
+            progress("final interleaved run: baseline, peers, finalists", 0.9)
+            final, final_failure = _final(runner, device_report, [r.peer for r in compared], finalists, tolerances, budget, reserve.assembly(results))
         budget.mark("final run")
-        restarted = getattr(runner, "restarted_because", [])
-        if restarted:
-            notes.append(f"worker: started afresh after {len(restarted)} candidate(s) that left its device state damaged ({restarted[0]})")
-        left_behind = getattr(runner, "left_behind", [])
-        if left_behind:
-            notes.append(f"worker: {len(left_behind)} killed worker process(es) had not exited {KILLED_EXIT_S:.0f} s later (pid {', '.join(map(str, left_behind))}; "
-                         "a process inside a GPU driver call cannot die until it returns); the search went on with a fresh one")
+        notes += _worker_notes(runner)
     search_info = {
         "strategy": strategy,
         "budget_s": budget.total_s,
@@ -189,18 +170,19 @@ def run_optimize(
         "reused": sum(1 for r in results if r.key in setup.done),
         "isolation": "worker process" if setup.source is not None else f"in-process ({setup.in_process_reason})",
         "worker_starts": runner.starts,
-        "peers": list(peers),
+        "peers": [r.peer for r in results if r.peer],
+        "peers_s": round(queue.spent_s, 1),
+        "best_compile": _best_compile(results),
         "finalists": [r.name for r in finalists],
+        "first_improvement_s": outcome.first_improvement_s,
+        "interrupted": outcome.interrupted is not None,
         "reserved_for_final_s": round(reserved_s, 1),
         "notes": notes,
     }
     if final is None:
-        bench = with_hotspots(probe, signature)
-        bench.notes.append(f"final run: {final_failure}")
-        verdict = f"the final run did not finish ({final_failure}); the original model is returned" + best_searched(finalists) + common_failure(results)
-        report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
-        return _finish(report, budget, OptimizeResult(workload.model, Recipe(), report))
+        return _screened_answer(workload, device, probe, signature, objective, results, outcome, final_failure, search_info, budget, progress)
     bench = with_hotspots(final.bench, signature)
+    peer_names = [r.peer for r in compared]
     chosen = _choose(bench, list(final.recipes), objective)
     if chosen is None:
         verdict = nothing_helped(results, finalists, bench) + common_failure(results)
@@ -209,12 +191,70 @@ def run_optimize(
     recipe = Recipe.from_dict(final.recipes[chosen.name])
     baseline = bench.variants[0]
     speedup = baseline.latency_ms.median / chosen.latency_ms.median
-    verdict = win_verdict(bench, chosen, peers, results)
+    verdict = win_verdict(bench, chosen, peer_names, results)
     report = OptimizeReport(bench, objective, chosen.name, recipe.to_dict(), speedup, results, pareto_front(results), search_info, verdict)
+    return _answer(workload, device, recipe, chosen.name, report, budget, progress)
+
+
+def _searcher(strategy: str, space: list[Candidate], signature: dict | None, workload: Workload, device_report: DeviceReport, device: torch.device,
+              resumed: bool, notes: list[str]) -> Strategy:
+    """The strategy, told the workload's features; the recipes the store recommends go first where
+    it did not learn from the store itself (a resumed run keeps its first order, so its journal's
+    results line up)."""
+    first: list = []
+    if not resumed:
+        space, first = _warm_started(space, signature, device, notes)
+    searcher = get_strategy(strategy)(space)
+    notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
+    if first and searcher.learned_from_store():  # the cost model learned from those measurements: its order, not theirs
+        notes[:] = [n.replace(" measured first: ", " left to the cost model, which learned from them: ", 1) if n.startswith("warm start:") else n for n in notes]
+    elif first:
+        searcher = WarmStart(first, searcher)
+    return searcher
+
+
+def _screened_answer(workload, device, probe, signature, objective, results, outcome, why: str, search_info, budget: Budget, progress) -> OptimizeResult:
+    """The answer without a final run (it could not finish, or the run was interrupted): the best
+    verified result of the search, with the figures of its own run beside the baseline."""
+    bench = with_hotspots(probe, signature)
+    bench.notes.append(f"final run: {why}")
+    best = outcome.best if objective == "latency" else next(iter(rank(results, objective)), None)
+    if best is None:
+        verdict = f"the final run did not run ({why}) and no candidate of the search beat the baseline with correct outputs; the original model is returned" + common_failure(results)
+        report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
+        return _finish(report, budget, OptimizeResult(workload.model, Recipe(), report, outcome.interrupted))
+    recipe = Recipe.from_dict(best.recipe)
+    verdict = screened_verdict(best, results, why)
+    report = OptimizeReport(bench, objective, best.name, recipe.to_dict(), best.speedup, results, pareto_front(results), search_info, verdict)
+    return _answer(workload, device, recipe, best.name, report, budget, progress, outcome.interrupted)
+
+
+def _answer(workload, device, recipe: Recipe, name: str, report: OptimizeReport, budget: Budget, progress, interrupted=None) -> OptimizeResult:
     progress("building the answer", 0.97)
-    prepared = RecipeVariant(recipe, name=chosen.name).prepare(workload, device)  # as the worker built what it verified
+    prepared = RecipeVariant(recipe, name=name).prepare(workload, device)  # as the worker built what it verified
     model = prepared.model if prepared.model is not None else prepared.call
-    return _finish(report, budget, OptimizeResult(model, recipe, report))
+    return _finish(report, budget, OptimizeResult(model, recipe, report, interrupted))
+
+
+def _best_compile(results: list[CandidateResult]) -> dict | None:
+    """The fastest compile mode that finished with correct outputs in the search, in its own run."""
+    ok = [r for r in results if r.peer in COMPILE_PEERS and r.passed and r.speedup]
+    if not ok:
+        return None
+    best = max(ok, key=lambda r: r.speedup)
+    return {"peer": best.peer, "speedup": round(best.speedup, 4), "latency_ms": best.latency_ms.median if best.latency_ms else None}
+
+
+def _worker_notes(runner) -> list[str]:
+    notes = []
+    restarted = getattr(runner, "restarted_because", [])
+    if restarted:
+        notes.append(f"worker: started afresh after {len(restarted)} candidate(s) that left its device state damaged ({restarted[0]})")
+    left_behind = getattr(runner, "left_behind", [])
+    if left_behind:
+        notes.append(f"worker: {len(left_behind)} killed worker process(es) had not exited {KILLED_EXIT_S:.0f} s later (pid {', '.join(map(str, left_behind))}; "
+                     "a process inside a GPU driver call cannot die until it returns); the search went on with a fresh one")
+    return notes
 
 
 def graph_facts(workload: Workload, notes: list[str], timed: bool = True) -> tuple[frozenset[str] | None, dict | None]:
@@ -321,53 +361,6 @@ def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, 
         raise UserError(f"measuring the original model alone took longer than {limit:.0f} s (half of what was left of the budget); raise --budget, or lower --batch/--tokens") from None
     except WorkerCrashed as exc:
         raise UserError(f"the original model could not be measured: {exc}; check that it runs (`agnitra bench`), or lower --batch if memory ran out") from None
-
-
-def measure_peers(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, peers: list[str], progress=None) -> list[VariantResult]:
-    """The peers in a run of their own beside the baseline (first in the list): what each costs
-    to set up (its compile, now cached for the final run), whether it runs at all, and how fast
-    against the baseline of the same run."""
-    return screening_run(workload, device, device_report, config, peers, progress).variants
-
-
-def _probe_peers(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget, peers: list[str], measured: MeasuredRuns) -> tuple[MeasuredRuns, str]:
-    """Peers measured first, each in its own run beside the baseline, in the order given, all
-    within PEER_SHARE of what is left: a peer that fails or runs out of that time is left out of
-    the final run with its reason (said), and the others are still compared. (One run for all of
-    them lost every peer to one slow compile: bert-base's max-autotune on a cold H100 cache.)"""
-    deadline = budget.elapsed() + PEER_SHARE * budget.remaining()
-    left_out: list[str] = []
-    for peer in peers:
-        started = budget.elapsed()
-        if deadline - started <= 0:
-            left_out.append(f"{peer} (not measured: the peers' share of the budget was spent; raise --budget to compare it)")
-            continue
-        try:
-            runs = runner.call(measure_peers, device_report, config, [peer], timeout=deadline - started)
-        except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
-            left_out.append(f"{peer} (measuring it {exc}; raise --budget to compare it)")
-            continue
-        measured.add_peer_run(budget.elapsed() - started, runs[1:], baseline_median(runs))
-        left_out += [f"{v.name} ({v.reason})" for v in runs if v.status != "ok"]
-    return measured, f"peers left out of the final run: {'; '.join(left_out)}" if left_out else ""
-
-
-def peer_observations(measured: MeasuredRuns, space: list[Candidate]) -> list[tuple[Candidate, CandidateResult]]:
-    """The peers' runs as the search's first measurements: a peer that is a recipe of the space
-    (a compile mode) was measured beside the baseline as a candidate is; the strategy is told its
-    result (a cost model learns this workload from it) and never measures it again."""
-    by_key = {c.recipe.key(): c for c in space}
-    observed = []
-    for peer in measured.peers:
-        candidate, baseline_ms = by_key.get(peer_recipe_key(peer.name)), measured.peer_baseline_ms.get(peer.name)
-        if candidate is None or peer.status != "ok" or peer.latency_ms is None or not baseline_ms:
-            continue
-        recipe = candidate.recipe
-        observed.append((candidate, CandidateResult(
-            recipe.name, recipe.to_dict(), recipe.key(), candidate.prior, "ok", latency_ms=peer.latency_ms, baseline_ms=baseline_ms,
-            speedup=baseline_ms / peer.latency_ms.median, peak_memory_bytes=peer.peak_memory_bytes, model_bytes=peer.model_bytes, correctness=peer.correctness,
-            setup_s=peer.setup_s, speedup_interval=peer.speedup_interval, faster_beyond_noise=peer.faster_beyond_noise)))
-    return observed
 
 
 def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, assembly_s: float) -> tuple[FinalRun | None, str]:

@@ -1,11 +1,10 @@
 """Which measured results count as wins, and in what order: a result beats the baseline beyond
 the noise of its run (or by its medians where that could not be judged); the passing ones are
-ranked for the objective; the best FINALISTS go to the final run, less a recipe a peer already
-runs there."""
+ranked for the objective; the final run holds the best FINALISTS of the search's own and the
+fastest peers that passed."""
 
 from __future__ import annotations
 
-from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.results import CandidateResult, VariantResult, own_memory_bytes
 
 FINALISTS = 2
@@ -22,7 +21,7 @@ def beats_baseline(result: CandidateResult | VariantResult, speedup: float | Non
 
 def rank(results: list[CandidateResult], objective: str) -> list[CandidateResult]:
     """Passing candidates that beat the baseline, best first for the objective."""
-    fast = [r for r in results if r.passed and r.speedup is not None and beats_baseline(r, r.speedup)]
+    fast = [r for r in results if r.recipe.get("steps") and r.passed and r.speedup is not None and beats_baseline(r, r.speedup)]
     if objective == "memory":
         return sorted(fast, key=lambda r: (own_memory_bytes(r), -(r.speedup or 0)))
     return sorted(fast, key=lambda r: -(r.speedup or 0))
@@ -37,20 +36,16 @@ def score(v: VariantResult, objective: str) -> float:
     return v.latency_ms.median
 
 
-def peer_recipe_key(peer: str) -> str | None:
-    """The recipe key of a peer that is a recipe (the compile modes), else None."""
-    from agnitra.bench.variants import get_variant
+def final_lineup(results: list[CandidateResult], objective: str) -> tuple[list[CandidateResult], list[CandidateResult]]:
+    """Who runs in the final run besides the baseline: the peers to compare against (the fastest
+    compile mode that passed, and the fastest other peer that passed, ONNX Runtime), and the best
+    FINALISTS recipes of the search's own (a peer that is the best so far is among the peers)."""
+    from agnitra.search.peers import COMPILE_PEERS
 
-    try:
-        variant = get_variant(peer)
-    except Exception:  # noqa: BLE001 - an unknown peer is refused elsewhere
-        return None
-    return variant.recipe.key() if isinstance(variant, RecipeVariant) else None
+    def fastest(kind) -> list[CandidateResult]:
+        ok = [r for r in results if r.peer and kind(r.peer) and r.passed and r.speedup]
+        return [max(ok, key=lambda r: r.speedup)] if ok else []
 
-
-def final_candidates(results: list[CandidateResult], peers: list[str], objective: str) -> list[CandidateResult]:
-    """The best candidates for the final run, leaving out a recipe a peer already runs there
-    (`compile-max-autotune` is `compile(mode=max-autotune)`: the peer stands for it, and if it
-    wins, its recipe is the answer)."""
-    in_peers = {peer_recipe_key(peer) for peer in peers}
-    return [r for r in rank(results, objective) if r.key not in in_peers][:FINALISTS]
+    peers = fastest(lambda name: name in COMPILE_PEERS) + fastest(lambda name: name not in COMPILE_PEERS)
+    own = [r for r in rank(results, objective) if r.peer is None][:FINALISTS]
+    return peers, own

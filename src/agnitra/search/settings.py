@@ -11,7 +11,7 @@ from typing import Sequence
 class SearchSettings:
     budget: str | float = "10m"  # the whole run, e.g. "3m", 600
     candidate_timeout: str | float = "5m"  # one candidate's run, past which its worker is stopped
-    strategy: str = "enumerate"
+    strategy: str = "auto"  # the cost model where one trains, else lossless recipes first
     transforms: Sequence[str] | None = None  # search only these
     exclude_transforms: Sequence[str] | None = None  # search all but these
     peers: Sequence[str] | None = None  # measured beside the answer; None: the best built-in ones

@@ -24,6 +24,8 @@ from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, own_memory_bytes
 from agnitra.search.budget import Budget
+from agnitra.search.peers import Peer, PeerQueue
+from agnitra.search.ranking import beats_baseline
 from agnitra.search.reference import ReferenceBaseline
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate
@@ -66,6 +68,9 @@ class SearchOutcome:
     results: list[CandidateResult]
     notes: list[str] = field(default_factory=list)
     unmeasured: int = 0  # candidates the budget left no time for
+    best: CandidateResult | None = None  # the fastest verified result that beats the baseline, so far
+    first_improvement_s: float | None = None  # the run's clock when the first such result was known
+    interrupted: BaseException | None = None  # the Ctrl-C or SIGTERM that stopped the search
 
 
 # ---- the worker's side: these run where the workload is held --------------------------------
@@ -197,62 +202,202 @@ def search(
     done: dict[str, CandidateResult] | None = None,
     progress: Callable[[str, float], None] | None = None,
     reference: ReferenceBaseline | None = None,
+    peers: PeerQueue | None = None,
 ) -> SearchOutcome:
-    """Ask, measure, tell, until the strategy is done or the budget, less what the rest of the
-    run needs (`reserve(results so far)`), is spent. A candidate whose limit is the budget's edge
-    gets less where the reserve says (`reserve.if_stopped`) what the rest needs if it is stopped
-    there: a fresh worker, with the finalists' compiles cold. With a `reference` (on a GPU), each
-    speedup is taken against the median of the baselines measured so far, and at the end every
-    result's against the median of them all (`search.reference`)."""
-    progress = progress or (lambda message, fraction: None)
-    done = done or {}
-    outcome = SearchOutcome([])
-    while True:
-        strategy.time_left(max(0.0, _candidate_limit(config, budget, reserve, outcome.results, budget.remaining() - reserve(outcome.results))[0]))
-        candidate = strategy.ask()
-        if candidate is None:
-            if strategy.stop_note():
-                outcome.notes.append(strategy.stop_note())
-            break
-        prediction = strategy.predicted(candidate)  # before it is measured
-        key = candidate.recipe.key()
-        if key in done:
-            result = done[key]  # measured before the run was interrupted
+    """Ask, measure, tell, until the strategy and the peers are done or the budget, less what the
+    rest of the run needs (`reserve(results so far)`), is spent; anytime: the outcome's `best` is
+    the fastest verified result that beats the baseline so far, kept through a stop or a Ctrl-C
+    (`interrupted`). The peers (`peers.PeerQueue`) take their turns in the same queue. A candidate
+    whose limit is the budget's edge gets less where the reserve says (`reserve.if_stopped`) what
+    the rest needs if it is stopped there. With a `reference` (on a GPU), each speedup is taken
+    against the median of the baselines measured so far (`search.reference`)."""
+    loop = _Loop(strategy, runner, device_report, config, budget, reserve, folder, done or {}, progress, reference, peers)
+    try:
+        loop.run()
+    except BaseException as exc:  # noqa: BLE001 - an interruption (Ctrl-C, SIGTERM) keeps what was found
+        if isinstance(exc, Exception):
+            raise
+        loop.outcome.interrupted = exc
+        loop.outcome.notes.append(f"interrupted ({type(exc).__name__}) after {len(loop.outcome.results)} candidate(s); the best verified so far is the answer")
+    return loop.finish()
+
+
+class _Loop:
+    """One search's state: what was measured, the best so far, the peers' turns."""
+
+    def __init__(self, strategy, runner, device_report, config, budget, reserve, folder, done, progress, reference, peers) -> None:
+        self.strategy, self.runner, self.device_report, self.config = strategy, runner, device_report, config
+        self.budget, self.reserve, self.folder, self.done = budget, reserve, folder, done
+        self.progress = progress or (lambda message, fraction: None)
+        self.reference, self.peers = reference, peers
+        self.outcome = SearchOutcome([])
+        self.measured: dict[str, CandidateResult] = {}  # by recipe key
+        self.started_s = budget.elapsed()
+        self.strategy_done = False
+
+    def run(self) -> None:
+        while True:
+            left = self.budget.remaining() - self.reserve(self.outcome.results)
+            peer = self.peers.due(self.budget.elapsed() - self.started_s, self.strategy_done) if self.peers else None
+            if peer is not None:
+                if not self._peer_turn(peer, left):
+                    return
+                continue
+            if self.strategy_done:
+                return
+            self.strategy.time_left(max(0.0, _candidate_limit(self.config, self.budget, self.reserve, self.outcome.results, left)[0]))
+            candidate = self.strategy.ask()
+            if candidate is None:
+                self.strategy_done = True
+                if self.strategy.stop_note():
+                    self.outcome.notes.append(self.strategy.stop_note())
+                continue
+            key = candidate.recipe.key()
+            if key in self.measured:  # a peer's recipe, measured already: the strategy is told, not measured again
+                self.strategy.tell(candidate, self.measured[key])
+                continue
+            if not self._measure(candidate, self.strategy.predicted(candidate), tell=self.strategy.tell):
+                return
+
+    def _peer_turn(self, peer: Peer, left: float) -> bool:
+        """Measure `peer` if its expected seconds fit what is left; False when the run must stop."""
+        expected = self.peers.expected(peer)
+        if peer.candidate is not None and peer.candidate.recipe.key() in self.measured:  # the strategy got there first
+            self.peers.measured(peer, 0.0)
+            self.measured[peer.candidate.recipe.key()].peer = peer.name
+            return True
+        if expected > left and self.outcome.results:  # the opener is tried whatever its estimate
+            self.peers.leave_out(peer, f"expected to take {expected:.0f} s, {max(0.0, left):.0f} s were left; raise --budget to compare it")
+            return True
+        t0 = self.budget.elapsed()
+        if peer.candidate is not None:
+            def tell(candidate, result):
+                if peer.space_candidate is not None:
+                    self.strategy.tell(peer.space_candidate, result)
+            ok = self._measure(peer.candidate, None, tell=tell, peer=peer.name)
         else:
-            left = budget.remaining() - reserve(outcome.results)
-            if left >= MIN_CANDIDATE_S:
-                failure = _start(runner, left)  # after a killed candidate: a fresh worker, loaded
-                if failure:
-                    outcome.unmeasured = _count_left(strategy, len(outcome.results))
-                    outcome.notes.append(f"the worker process could not be started again ({failure}); {outcome.unmeasured} candidate(s) not measured")
-                    break
-                left = budget.remaining() - reserve(outcome.results)
-            if left < MIN_CANDIDATE_S:
-                outcome.unmeasured = _count_left(strategy, len(outcome.results))
-                outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured, the rest of the {budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
-                break
-            limit, at_edge = _candidate_limit(config, budget, reserve, outcome.results, left)
-            if at_edge and limit < MIN_CANDIDATE_S:
-                outcome.unmeasured = _count_left(strategy, len(outcome.results))
-                outcome.notes.append(f"budget: {outcome.unmeasured} candidate(s) not measured: stopping one at the end of the {budget.total_s:.0f} s budget would leave too little for the final run; raise --budget to measure them")
-                break
-            progress(f"candidate {len(outcome.results) + 1}: {candidate.recipe.name}", min(0.9, budget.elapsed() / budget.total_s))
-            result = run_candidate(runner, candidate, device_report, config, limit)
+            ok = self._measure_variant(peer.name)
+        self.peers.measured(peer, self.budget.elapsed() - t0)
+        return ok
+
+    def _measure(self, candidate: Candidate, prediction, tell, peer: str | None = None) -> bool:
+        """One candidate through the runner (or from the resumed journal); False when the budget
+        or the worker leaves no room for it, which ends the search."""
+        key = candidate.recipe.key()
+        if key in self.done:
+            result = self.done[key]  # measured before the run was interrupted
+        else:
+            limit = self._limit()
+            if limit is None:
+                return False
+            what = f"peer {peer}" if peer else f"candidate {len(self.outcome.results) + 1}: {candidate.recipe.name}"
+            self.progress(what + self._best_so_far(), min(0.9, self.budget.elapsed() / self.budget.total_s))
+            result = run_candidate(self.runner, candidate, self.device_report, self.config, limit)
             if prediction is not None:
                 result.predicted = prediction
-            if folder is not None:
-                folder.append(result)
-        if reference is not None:
-            reference.add(result.baseline_ms)
-            reference.rescale(result)
-        outcome.results.append(result)
-        strategy.tell(candidate, result)
-    outcome.notes.extend(strategy.learned_notes())
-    if reference is not None:
-        for result in outcome.results:  # the finalists ranked on one scale
-            reference.rescale(result)
-        outcome.notes.extend([reference.note()] if reference.note() else [])
-    return outcome
+        result.peer = peer
+        self._record(key, result)
+        tell(candidate, result)
+        return True
+
+    def _measure_variant(self, name: str) -> bool:
+        """A peer that is not a recipe (ONNX Runtime) beside the baseline in its own short run."""
+        key = f"peer:{name}"
+        if key in self.done:
+            result = self.done[key]
+        else:
+            limit = self._limit()
+            if limit is None:
+                return False
+            self.progress(f"peer {name}{self._best_so_far()}", min(0.9, self.budget.elapsed() / self.budget.total_s))
+            result = run_peer_variant(self.runner, name, self.device_report, self.config, limit)
+        self._record(key, result)
+        return True
+
+    def _limit(self) -> float | None:
+        """The time the next measurement may take, with a worker ready; None (and why, in the
+        notes) when there is no room for one."""
+        left = self.budget.remaining() - self.reserve(self.outcome.results)
+        if left >= MIN_CANDIDATE_S:
+            failure = _start(self.runner, left)  # after a killed candidate: a fresh worker, loaded
+            if failure:
+                self._stop(f"the worker process could not be started again ({failure})")
+                return None
+            left = self.budget.remaining() - self.reserve(self.outcome.results)
+        if left < MIN_CANDIDATE_S:
+            self._stop(f"the rest of the {self.budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
+            return None
+        limit, at_edge = _candidate_limit(self.config, self.budget, self.reserve, self.outcome.results, left)
+        if at_edge and limit < MIN_CANDIDATE_S:
+            self._stop(f"stopping one at the end of the {self.budget.total_s:.0f} s budget would leave too little for the final run; raise --budget to measure them")
+            return None
+        return limit
+
+    def _stop(self, why: str) -> None:
+        self.outcome.unmeasured = _count_left(self.strategy, len(self.outcome.results))
+        self.outcome.notes.append(f"budget: {self.outcome.unmeasured} candidate(s) not measured: {why}")
+
+    def _record(self, key: str, result: CandidateResult) -> None:
+        if key not in self.done and self.folder is not None:
+            self.folder.append(result)
+        if self.reference is not None:
+            self.reference.add(result.baseline_ms)
+            self.reference.rescale(result)
+        self.outcome.results.append(result)
+        self.measured[key] = result
+        best = self.outcome.best
+        if result.recipe.get("steps") and result.passed and beats_baseline(result, result.speedup) and (best is None or result.speedup > best.speedup):
+            self.outcome.best = result
+            if self.outcome.first_improvement_s is None:
+                self.outcome.first_improvement_s = round(self.budget.elapsed(), 1)
+
+    def _best_so_far(self) -> str:
+        best = self.outcome.best
+        return f" (best so far: {best.name}, {best.speedup:.2f}x)" if best is not None else ""
+
+    def finish(self) -> SearchOutcome:
+        outcome = self.outcome
+        outcome.notes.extend(self.strategy.learned_notes())
+        if self.peers is not None and self.peers.pending:
+            for peer in list(self.peers.pending):
+                self.peers.leave_out(peer, f"not reached: expected to take {self.peers.expected(peer):.0f} s; raise --budget to compare it")
+        if self.peers is not None and self.peers.note():
+            outcome.notes.append(self.peers.note())
+        if self.reference is not None:
+            for result in outcome.results:  # the finalists ranked on one scale
+                self.reference.rescale(result)
+            outcome.notes.extend([self.reference.note()] if self.reference.note() else [])
+            outcome.best = _best_of(outcome.results)  # the rescale can reorder them
+        return outcome
+
+
+def _best_of(results: list[CandidateResult]) -> CandidateResult | None:
+    fast = [r for r in results if r.recipe.get("steps") and r.passed and beats_baseline(r, r.speedup)]
+    return max(fast, key=lambda r: r.speedup, default=None)
+
+
+def run_peer_variant(runner, name: str, device_report: DeviceReport, config: SearchConfig, timeout: float) -> CandidateResult:
+    """A peer that is not a recipe, measured beside the baseline; whatever happens is its record."""
+    t0 = time.perf_counter()
+    result = CandidateResult(name=name, recipe={"steps": [], "variant": name}, key=f"peer:{name}", prior=1.0, status="ok", peer=name)
+    try:
+        base, variant = runner.call(screening_variants, device_report, config, [name], timeout=timeout)
+    except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
+        result.status, result.reason = ("timeout" if isinstance(exc, WorkerTimeout) else "failed"), str(exc)
+        return _timed(result, t0)
+    result.status, result.reason = variant.status, variant.reason
+    result.latency_ms, result.correctness, result.setup_s = variant.latency_ms, variant.correctness, variant.setup_s
+    result.peak_memory_bytes, result.model_bytes = variant.peak_memory_bytes, variant.model_bytes
+    if base.status == "ok" and variant.status == "ok" and variant.latency_ms is not None:
+        result.baseline_ms = base.latency_ms.median
+        result.speedup = base.latency_ms.median / variant.latency_ms.median
+        result.speedup_interval, result.faster_beyond_noise = variant.speedup_interval, variant.faster_beyond_noise
+    return _timed(result, t0)
+
+
+def screening_variants(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, names: list[str], progress=None) -> list:
+    """The baseline and the named variants in one short interleaved run: their results."""
+    return screening_run(workload, device, device_report, config, names, progress).variants
 
 
 def _candidate_limit(config: SearchConfig, budget: Budget, reserve, results: list[CandidateResult], left: float) -> tuple[float, bool]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from agnitra.results import BenchReport, CandidateResult, VariantResult
-from agnitra.search.ranking import peer_recipe_key, rank
+from agnitra.search.ranking import rank
 
 
 def win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult] | None = None) -> str:
@@ -28,9 +28,7 @@ def _best_own(bench: BenchReport, chosen: VariantResult, peers: list[str], resul
     """When a peer won: how close the best of the recipes the search found came to it."""
     own = [v for v in bench.variants[1:] if v.name not in peers and v.status == "ok" and v.latency_ms and v.correctness is not None and v.correctness.passed]
     if not own:
-        ranked = rank(results, "latency")
-        if ranked and ranked[0].key in {peer_recipe_key(peer) for peer in peers}:  # so no finalist of its own
-            return f"; the best recipe the search found, {ranked[0].name} ({ranked[0].speedup:.2f}x in its own run), is a peer's own recipe"
+        ranked = [r for r in rank(results, "latency") if r.peer is None]
         if ranked:
             return "; the recipes the search found did not finish with correct outputs in the final run"
         passed = sum(r.passed for r in results)
@@ -77,11 +75,21 @@ def _final_said(bench: BenchReport, name: str) -> str:
     return f"{name}: {speedup:.2f}x{interval}, not beyond the noise" if speedup else name
 
 
-def best_searched(finalists: list[CandidateResult]) -> str:
-    if not finalists:
-        return ""
-    best = finalists[0]
-    return f"; the best candidate in its own search run was {best.name} at {best.speedup:.2f}x: raise --budget to confirm it"
+def screened_verdict(best: CandidateResult, results: list[CandidateResult], why: str) -> str:
+    """One line for an answer taken from the search without a final run: its speedup in its own
+    run beside the baseline, against the fastest compile mode that passed in the search."""
+    interval = f" ({best.speedup_interval[0]:.2f}-{best.speedup_interval[1]:.2f})" if best.speedup_interval else ""
+    line = f"{best.name}: {best.speedup:.2f}x{interval} faster than the baseline in its own run of the search"
+    compiled = [r for r in results if r.peer and r.peer.startswith("compile") and r.passed and r.speedup and r is not best]
+    if compiled:
+        peer = max(compiled, key=lambda r: r.speedup)
+        line += f", {best.speedup / peer.speedup:.2f}x the best compile mode measured, {peer.peer} ({peer.speedup:.2f}x in its run)"
+    elif best.peer is None:
+        line += ", no compile mode finished with correct outputs"
+    if best.peer:
+        line += f" (the peer '{best.peer}' is the answer: its recipe)"
+    c = best.correctness
+    return line + f"; {c.metric} {c.value:.6g} within tolerance; not confirmed in a final run ({why})"
 
 
 def failure_reason(result: CandidateResult) -> str | None:

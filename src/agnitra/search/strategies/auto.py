@@ -1,7 +1,9 @@
-"""`auto`: the strategy that fits the space: every candidate in the order of the transforms'
-priors (`enumerate`) when a budget can plausibly measure them all; when the space is larger, the
-cost model (`model`) where the store holds enough measurements on this kind of device to train
-it, else Optuna's TPE (`tpe`). The notes say which, and why."""
+"""`auto`, the default: the cost model (`model`) where one trains for this kind of device (the
+store's measurements, or the seed datasets shipped with the package), else every candidate in an
+order that puts those likely to pass this run's tolerance first: recipes without a lossy step
+(`Transform.lossy`) before those with one, each in the order of the transforms' priors. Around
+either, `FamilyGate`: near-identical variants wait once their family failed verification. The
+notes say which order ran, and why."""
 
 from __future__ import annotations
 
@@ -10,10 +12,18 @@ from typing import Any
 from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.enumerate import Enumerate
+from agnitra.search.strategies.family import FamilyGate
 from agnitra.search.strategies.model import ModelGuided
-from agnitra.search.strategies.tpe import TPE
+from agnitra.transforms.base import get_transform
 
-ENUMERATE_UP_TO = 32  # candidates
+
+def lossy(candidate: Candidate) -> bool:
+    return any(get_transform(step.transform).lossy(step.params) for step in candidate.recipe.steps)
+
+
+def pass_first(space: list[Candidate]) -> list[Candidate]:
+    """Lossless recipes first, then lossy ones, each by prior (a stable sort keeps ties in order)."""
+    return sorted(space, key=lambda c: (lossy(c), -c.prior))
 
 
 @register_strategy
@@ -22,16 +32,16 @@ class Auto(Strategy):
 
     def __init__(self, space: list[Candidate]) -> None:
         super().__init__(space)
-        self.chosen: Strategy = Enumerate(space) if len(space) <= ENUMERATE_UP_TO else TPE(space)
+        self.chosen: Strategy = FamilyGate(Enumerate(pass_first(space)))
+        self.guided = False
+        self.rest: Strategy | None = None  # after the model's stop rule: the rest, lossless first
 
     def attach(self, context: SearchContext) -> list[str]:
-        if len(self.space) <= ENUMERATE_UP_TO:
-            return [f"auto: enumerate ({len(self.space)} candidates, at most {ENUMERATE_UP_TO})"]
         guided = ModelGuided(self.space)
         notes = guided.attach(context)
         if guided.model is None:
-            return [f"auto: tpe ({len(self.space)} candidates; no cost model)"] + notes
-        self.chosen = guided
+            return [f"auto: lossless recipes first, by prior ({len(self.space)} candidates; no cost model)"] + notes
+        self.chosen, self.guided = FamilyGate(guided), True
         return [f"auto: model ({len(self.space)} candidates)"] + notes
 
     def predicted(self, candidate: Candidate) -> dict | None:
@@ -41,13 +51,24 @@ class Auto(Strategy):
         return self.chosen.learned_from_store()
 
     def stop_note(self) -> str:
-        return self.chosen.stop_note()
+        return ""  # the model's stop rule does not end an anytime search: the rest follows (`ask`)
+
+    def learned_notes(self) -> list[str]:
+        stopped = self.chosen.stop_note()
+        then = [f"{stopped}; the budget left went to the other candidates, lossless first"] if stopped and self.rest is not None else []
+        return self.chosen.learned_notes() + then
 
     def time_left(self, seconds: float | None) -> None:
         self.chosen.time_left(seconds)
 
     def ask(self) -> Candidate | None:
-        return self.chosen.ask()
+        if self.rest is not None:
+            return self.rest.ask()
+        candidate = self.chosen.ask()
+        if candidate is None and self.guided and self.chosen.stop_note():
+            self.rest = FamilyGate(Enumerate(pass_first(self.space)))
+            return self.rest.ask()
+        return candidate
 
     def tell(self, candidate: Candidate, result: Any) -> None:
-        self.chosen.tell(candidate, result)
+        (self.rest or self.chosen).tell(candidate, result)

@@ -1,9 +1,7 @@
 """Around any strategy, what is known before it asks. `WarmStart`: the recipes that passed on the
 nearest stored workloads are measured first, whatever the strategy's own order, and the strategy
 is told their results (a cost model learns from them, Optuna adds them as trials); afterwards the
-strategy asks as it would, and what it proposes that was measured already is passed over.
-`Observed`: recipes already measured in this run (the peers' compile modes) are told to the
-strategy before its first ask and never measured again."""
+strategy asks as it would, and what it proposes that was measured already is passed over."""
 
 from __future__ import annotations
 
@@ -59,22 +57,5 @@ class WarmStart(Around):
         while (candidate := self.inner.ask()) is not None:
             if candidate.recipe.key() not in self.measured:
                 self.measured.add(candidate.recipe.key())
-                return candidate
-        return None
-
-
-class Observed(Around):
-    name = "observed"
-
-    def __init__(self, observed: list[tuple[Candidate, Any]], inner: Strategy) -> None:
-        super().__init__(inner)
-        self.pending = list(observed)
-        self.known = {candidate.recipe.key() for candidate, _ in observed}
-
-    def ask(self) -> Candidate | None:
-        while self.pending:  # told once, before the strategy's first ask
-            self.inner.tell(*self.pending.pop(0))
-        while (candidate := self.inner.ask()) is not None:
-            if candidate.recipe.key() not in self.known:
                 return candidate
         return None
