@@ -339,10 +339,11 @@ def test_peers_are_candidates_the_opener_first_the_others_in_turn_and_one_that_c
     queue = PeerQueue.of(["compile-max-autotune", "onnxruntime", "compile", "compile-reduce-overhead"], [], "cuda")
     assert [p.name for p in queue.pending] == ["compile", "onnxruntime", "compile-reduce-overhead", "compile-max-autotune"]
     assert queue.due(0.0, strategy_done=False).name == "compile"  # the opener, at once
-    queue.measured(queue.pending[0], 60.0)  # twice what was expected: the others are expected to take longer too
+    queue.measured(queue.pending[0], 60.0)  # twice what was expected: the other compile modes are expected to take longer too
     assert queue.due(60.0, strategy_done=False) is None  # the strategy's turn: 60 s of 60 on peers
     assert queue.due(60.0 / PEER_SHARE + 1, strategy_done=False).name == "onnxruntime"
     assert queue.expected(queue.pending[-1]) == pytest.approx(2 * 120.0)
+    assert queue.expected(queue.pending[0]) == pytest.approx(25.0)  # ONNX Runtime: not a compile
     queue.leave_out(queue.pending[-1], "expected to take 240 s, 100 s were left")
     assert queue.due(61.0, strategy_done=True).name == "onnxruntime"  # once the strategy is done, the peers go on
     assert "compile-max-autotune (expected to take 240 s" in queue.note()
@@ -459,7 +460,7 @@ def test_a_decoders_final_run_reserve_holds_what_its_final_run_took():
     latency = Latency(median=1.25, p95=1.3, min=1.2, mean=1.26, samples=254)
     baseline = [VariantResult("eager", "ok", latency_ms=latency, setup_s=3.0)]
     finalist = CandidateResult("triton-kernels + compile", {"steps": [{"transform": "triton-kernels", "params": {}}]}, "k", 1.0, "ok", latency_ms=Latency(median=19.3, p95=20, min=19, mean=19.4, samples=254),
-                               baseline_ms=32.3, speedup=1.67, correctness=Correctness("logits", 25.0, True, 20.0), eval_s=52.4)
+                               baseline_ms=32.3, speedup=1.67, correctness=Correctness("logits", 25.0, True, 20.0), eval_s=52.4, setup_s=40.0)
     budget = Budget(360.0)
     decoder = FinalReserve(40.0, baseline, budget, gpu=True, restart_s=1.0, decoder=True)([finalist])
     forward = FinalReserve(40.0, baseline, budget, gpu=True, restart_s=1.0)([finalist])
@@ -481,7 +482,7 @@ def test_after_a_stopped_candidate_the_final_run_is_reserved_for_cold_compiles()
     def done(name: str, eval_s: float, speedup: float) -> CandidateResult:
         ms = Latency(median=1.8 / speedup, p95=2.0, min=1.0, mean=1.8 / speedup, samples=30)
         return CandidateResult(name, {"steps": [{"transform": "compile", "params": {"n": name}}]}, name, 1.0, "ok", latency_ms=ms, baseline_ms=1.8, speedup=speedup,
-                               correctness=Correctness("rel_error", 1e-7, True, 1e-3), eval_s=eval_s)
+                               correctness=Correctness("rel_error", 1e-7, True, 1e-3), eval_s=eval_s, setup_s=eval_s - 1.0)
 
     results = [done("a", 18.7, 1.56), done("b", 17.4, 1.5), done("c", 3.0, 1.1)]
     reserve = FinalReserve(5.0, baseline, Budget(120.0), gpu=False, restart_s=2.0)

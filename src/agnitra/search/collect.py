@@ -110,7 +110,7 @@ def collect_workload(
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances), lossy_part_first=False)  # every recipe timed: the speed model's data
     runner = Worker(source, progress) if source is not None else InProcess(workload, device, progress)
     with runner:
-        probe = measure_baseline(runner, device_report, config, budget)
+        probe, _ = measure_baseline(runner, device_report, config, budget)
         reference = ReferenceBaseline.for_device(device)
         if reference is not None:
             reference.add(baseline_median(probe.variants))

@@ -14,6 +14,7 @@ from agnitra.search.ranking import FINALISTS, final_lineup, rank
 RESERVE_FLOOR = 0.03  # of the budget, kept for the final run at least
 FINAL_SHARE_SCALE = 1.5  # a variant's share of the final run against a search-length run's (50 timed calls vs 20, the checks the same)
 DECODER_FINAL_SHARE_SCALE = 3.0  # a decoder's: 5 timed generations vs 2, and every checked position vs one window
+MIN_VARIANT_SHARE = 0.25  # of the baseline's run, a variant's part at least (its timing and checks)
 WARM_EVAL = 0.35  # a setup in the final run against the search's (the compilers' caches warm)
 COLD_EVAL = 0.8  # the same in a worker started after the finalists were measured: only the disk caches warm
 ENERGY_S = 1.0  # the NVML energy pass of each final-run variant on a GPU
@@ -27,14 +28,14 @@ class FinalReserve:
     final run (the baseline, the peers to compare and the finalists: `ranking.final_lineup`) and
     building the answer here. Called before each candidate.
 
-    Each variant of the final run costs its share of the baseline's own run besides setups
-    (held-out inputs, timing, checks), scaled for the final run's longer timing, or WARM_EVAL of
-    its whole search run where that is more (its compile, with warm caches)."""
+    The baseline costs what its own run took (setups aside: held-out inputs, timing, checks); each
+    variant of the lineup what its search run took beyond the baseline's share of it, scaled for
+    the final run's longer timing, plus WARM_EVAL of its setup (its compile, with warm caches)."""
 
     def __init__(self, baseline_s: float, baseline: list[VariantResult], budget: Budget, gpu: bool, restart_s: float = 0.0,
                  decoder: bool = False, running: Callable[[], bool] | None = None) -> None:
-        per_variant = max(0.0, baseline_s - sum(v.setup_s or 0.0 for v in baseline))
-        self.share_s = (DECODER_FINAL_SHARE_SCALE if decoder else FINAL_SHARE_SCALE) * per_variant
+        self.baseline_s = max(0.0, baseline_s - sum(v.setup_s or 0.0 for v in baseline))
+        self.scale = DECODER_FINAL_SHARE_SCALE if decoder else FINAL_SHARE_SCALE
         self.budget = budget
         self.energy_s = (DECODER_ENERGY_S if decoder else ENERGY_S) if gpu else 0.0
         self.restart_s = restart_s  # a candidate cut short at the reserve's edge leaves a worker to start again
@@ -57,9 +58,15 @@ class FinalReserve:
         peers, own = final_lineup(results, "latency")
         return peers + own
 
+    def variant_s(self, result: CandidateResult, factor: float) -> float:
+        """What one variant of the lineup adds to the final run, from its own search run."""
+        setup = result.setup_s or 0.0
+        beyond_baseline = (result.eval_s or 0.0) - setup - self.baseline_s
+        return self.scale * max(MIN_VARIANT_SHARE * self.baseline_s, beyond_baseline) + factor * setup
+
     def _estimate(self, results: list[CandidateResult], lineup: list[CandidateResult], cold: bool, restart: bool) -> float:
         factor = COLD_EVAL if cold else WARM_EVAL
-        variants_s = self.share_s + sum(max(self.share_s, factor * (r.eval_s or 0.0)) for r in lineup)
+        variants_s = self.baseline_s + sum(self.variant_s(r, factor) for r in lineup)
         estimate = (self.restart_s if restart else 0.0) + variants_s + self.energy_s * (1 + len(lineup)) + self.assembly(results)
         return max(RESERVE_FLOOR * self.budget.total_s, SAFETY * estimate)
 

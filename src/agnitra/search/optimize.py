@@ -14,6 +14,7 @@ the best verified result of the search is the answer, with its own run's figures
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -136,9 +137,8 @@ def run_optimize(
     budget.mark("loading")
     with runner:
         progress("measuring the original model", 0.02)
-        probe_started = budget.elapsed()
-        probe = measure_baseline(runner, device_report, config, budget)
-        reserve = FinalReserve(budget.elapsed() - probe_started, probe.variants, budget, device.type == "cuda", restart_s=runner.start_s,
+        probe, probe_s = measure_baseline(runner, device_report, config, budget)
+        reserve = FinalReserve(probe_s, probe.variants, budget, device.type == "cuda", restart_s=runner.start_s,
                                decoder=workload.decoder is not None, running=lambda: runner.running)
         budget.mark("original model")
         searcher = _searcher(strategy, space, signature, workload, device_report, device, resumed=bool(setup.done), notes=notes)
@@ -344,15 +344,17 @@ def _time_note(budget: Budget, reserved_s: float | None) -> str:
     return f"time: {stages}{kept}; {max(0.0, budget.remaining()):.1f} s of the {budget.total_s:.0f} s budget not used"
 
 
-def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> BenchReport:
-    """The baseline, first: a model that cannot be measured ends the run with the reason."""
+def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> tuple[BenchReport, float]:
+    """The baseline, first: a model that cannot be measured ends the run with the reason. Its run's
+    seconds (the worker's start aside) come with it: what the final run spends on the baseline."""
     limit = BASELINE_SHARE * budget.remaining()  # not a candidate: the run needs it, whatever --candidate-timeout says
     try:
         runner.ensure_started(budget.remaining())
     except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
         raise UserError(f"the model could not be loaded in a worker process: {exc}; check that it loads (`agnitra bench`), or raise --budget") from None
     try:
-        return runner.call(probe_baseline, device_report, config, timeout=limit)
+        started = time.monotonic()
+        return runner.call(probe_baseline, device_report, config, timeout=limit), time.monotonic() - started
     except WorkerError as exc:
         if exc.user_error:
             raise UserError(str(exc)) from None

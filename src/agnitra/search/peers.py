@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from agnitra.search.space import Candidate
 
-PEER_SHARE = 0.35  # of the search's seconds so far, at most, on peers before a recipe's turn again
+PEER_SHARE = 0.5  # of the search's seconds so far, at most, on peers before a recipe's turn again
 # expected seconds of a peer's run on a fresh machine (its compile or export, the timed rounds, the
 # checks), before one is measured; a measured peer moves the others by its own miss (`calibrate`)
 EXPECTED_S = {
@@ -39,9 +39,8 @@ class PeerQueue:
     pending: list[Peer]
     opener: str | None = None
     spent_s: float = 0.0  # seconds the peers' runs took so far
-    miss: float = 1.0  # measured / expected seconds of the peers measured so far (their product's mean)
     left_out: list[str] = field(default_factory=list)  # peers not measured, each with why
-    _misses: list[float] = field(default_factory=list)
+    _misses: dict[bool, list[float]] = field(default_factory=dict)  # measured / expected seconds, compile peers apart from the others
 
     @classmethod
     def of(cls, names: list[str], space: list[Candidate], device_type: str) -> "PeerQueue":
@@ -70,13 +69,16 @@ class PeerQueue:
         return None
 
     def expected(self, peer: Peer) -> float:
-        return peer.expected_s * self.miss
+        """Its prior seconds, moved by the mean miss of the measured peers of its kind (a compile
+        mode by the compiles', ONNX Runtime by its own)."""
+        misses = self._misses.get(peer.name in COMPILE_PEERS, [])
+        return peer.expected_s * (sum(misses) / len(misses) if misses else 1.0)
 
     def measured(self, peer: Peer, seconds: float) -> None:
         self.pending.remove(peer)
         self.spent_s += seconds
-        self._misses.append(max(0.2, min(5.0, seconds / peer.expected_s)))
-        self.miss = sum(self._misses) / len(self._misses)
+        if seconds > 0:  # 0: the strategy had measured its recipe already
+            self._misses.setdefault(peer.name in COMPILE_PEERS, []).append(max(0.2, min(5.0, seconds / peer.expected_s)))
 
     def leave_out(self, peer: Peer, why: str) -> None:
         self.pending.remove(peer)
