@@ -311,9 +311,10 @@ def test_memory_objective_ranks_by_the_candidates_own_weights():
     from agnitra.search.ranking import rank
 
     ok = Correctness(metric="logits", value=40.0, passed=True)
-    shared = CandidateResult("bf16 compile", {}, "a", 1.0, "ok", speedup=1.5, peak_memory_bytes=2_300, model_bytes=2_200, correctness=ok)
-    int4 = CandidateResult("int4", {}, "b", 1.0, "ok", speedup=1.3, peak_memory_bytes=3_100, model_bytes=800, correctness=ok)
-    unknown = CandidateResult("ort", {}, "c", 1.0, "ok", speedup=1.2, peak_memory_bytes=2_250, correctness=ok)  # weights outside torch: its peak
+    steps = {"steps": [{"transform": "compile", "params": {}}]}
+    shared = CandidateResult("bf16 compile", steps, "a", 1.0, "ok", speedup=1.5, peak_memory_bytes=2_300, model_bytes=2_200, correctness=ok)
+    int4 = CandidateResult("int4", steps, "b", 1.0, "ok", speedup=1.3, peak_memory_bytes=3_100, model_bytes=800, correctness=ok)
+    unknown = CandidateResult("ort", steps, "c", 1.0, "ok", speedup=1.2, peak_memory_bytes=2_250, correctness=ok)  # weights outside torch: its peak
     assert [r.name for r in rank([shared, int4, unknown], "memory")] == ["int4", "bf16 compile", "ort"]
     assert [r.name for r in rank([shared, int4, unknown], "latency")] == ["bf16 compile", "int4", "ort"]
 
@@ -486,17 +487,17 @@ def test_after_a_stopped_candidate_the_final_run_is_reserved_for_cold_compiles()
 
     results = [done("a", 18.7, 1.56), done("b", 17.4, 1.5), done("c", 3.0, 1.1)]
     reserve = FinalReserve(5.0, baseline, Budget(120.0), gpu=False, restart_s=2.0)
-    warm, cold = reserve(results), reserve.if_stopped(results)
-    assert cold > warm + 15  # the two finalists' compiles, counted cold
     stopped = results + [CandidateResult("d", {"steps": []}, "d", 1.0, "timeout", reason="ran past its time limit")]
-    assert reserve(stopped) == cold  # a worker killed after the finalists: cold from then on
+    warm, cold = reserve(results), reserve(stopped)
+    assert cold > warm + 15  # a worker killed after the finalists: their compiles counted cold from then on
     assert reserve(results[:1] + [stopped[-1]] + results[1:]) == cold  # one finalist measured before the kill is enough
     assert reserve([stopped[-1]] + results) == warm  # killed before any finalist was measured: they ran in the worker that is up
 
 
-def test_a_candidate_at_the_budgets_edge_leaves_room_for_a_cold_final_run():
-    from agnitra.results import CandidateResult
+def test_a_candidate_at_the_budgets_edge_gets_what_the_reserve_leaves_and_nothing_to_confirm_reserves_nothing():
+    from agnitra.results import CandidateResult, Latency, VariantResult
     from agnitra.search.budget import Budget
+    from agnitra.search.final_reserve import ANSWER_S, FinalReserve
     from agnitra.search.space import Candidate
     from agnitra.search.strategies.enumerate import Enumerate
     from agnitra.search.tuner import SearchConfig, search
@@ -512,19 +513,15 @@ def test_a_candidate_at_the_budgets_edge_leaves_room_for_a_cold_final_run():
             limits.append(round(timeout))
             return CandidateResult(candidate.recipe.name, candidate.recipe.to_dict(), candidate.recipe.key(), 1.0, "ok", speedup=1.0)
 
-    class Reserve:
-        def __call__(self, results):
-            return 40.0
-
-        def if_stopped(self, results):
-            return 70.0
-
     space = [Candidate(Recipe((Step("threads", {"count": n}),)), 1.0) for n in (1, 2)]
-    search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=300.0), Budget(100.0), Reserve())
-    assert limits == [30, 30]  # not the 60 s the warm reserve leaves: stopped there, the final run would start cold
+    search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=300.0), Budget(100.0), lambda results: 40.0)
+    assert limits == [60, 60]  # the budget less the reserve: stopped there, the best verified result is the answer
     limits.clear()
-    search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=10.0), Budget(100.0), Reserve())
+    search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=10.0), Budget(100.0), lambda results: 40.0)
     assert limits == [10, 10]  # a candidate's own limit well inside the budget: unchanged
+    latency = Latency(median=30.0, p95=31, min=29, mean=30, samples=20)
+    reserve = FinalReserve(35.0, [VariantResult("eager", "ok", latency_ms=latency, setup_s=1.0)], Budget(120.0), gpu=True, decoder=True)
+    assert reserve([]) == ANSWER_S  # no final run before anything passed: the opener gets the whole budget
 
 
 def test_the_report_says_where_the_budget_went(tmp_path):
@@ -562,7 +559,6 @@ def test_the_final_reserve_counts_a_worker_start_only_where_none_is_up_and_the_a
     warm = reserve(lazy)
     up[0] = False  # the last candidate was stopped: the final run starts a worker
     assert reserve(lazy) == pytest.approx(warm + SAFETY * 20.0)
-    assert reserve.if_stopped(lazy) > reserve(lazy)
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe", "nsga2", "auto"])

@@ -45,13 +45,10 @@ class FinalReserve:
 
     def __call__(self, results: list[CandidateResult]) -> float:
         lineup = self.lineup(results)
+        if not lineup:  # nothing to confirm yet: no final run, the whole budget is the search's
+            return ANSWER_S
         restart = self.running is None or not self.running()
         return self._estimate(results, lineup, cold=_stopped_since(results, lineup), restart=restart)
-
-    def if_stopped(self, results: list[CandidateResult]) -> float:
-        """What the rest of the run needs if the next candidate is stopped at its limit: a fresh
-        worker, where the finalists' compiles find only the disk caches warm."""
-        return self._estimate(results, self.lineup(results), cold=True, restart=True)
 
     @staticmethod
     def lineup(results: list[CandidateResult]) -> list[CandidateResult]:

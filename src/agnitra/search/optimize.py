@@ -28,7 +28,7 @@ from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult
 from agnitra.search.budget import Budget
-from agnitra.search.final_reserve import FinalReserve
+from agnitra.search.final_reserve import SAFETY, FinalReserve
 from agnitra.search.peers import COMPILE_PEERS, PeerQueue
 from agnitra.search.ranking import beats_baseline, final_lineup, rank, score
 from agnitra.search.reference import ReferenceBaseline
@@ -152,8 +152,8 @@ def run_optimize(
         budget.mark("search")
         reserved_s = reserve(results)  # what the search left for the final run and the answer
         compared, finalists = final_lineup(results, objective)
-        final, final_failure = None, "the run was interrupted"
-        if outcome.interrupted is None:
+        final, final_failure = None, _why_no_final(outcome, compared + finalists, reserved_s, budget)
+        if not final_failure:
             progress("final interleaved run: baseline, peers, finalists", 0.9)
             final, final_failure = _final(runner, device_report, [r.peer for r in compared], finalists, tolerances, budget, reserve.assembly(results))
         budget.mark("final run")
@@ -234,6 +234,18 @@ def _answer(workload, device, recipe: Recipe, name: str, report: OptimizeReport,
     prepared = RecipeVariant(recipe, name=name).prepare(workload, device)  # as the worker built what it verified
     model = prepared.model if prepared.model is not None else prepared.call
     return _finish(report, budget, OptimizeResult(model, recipe, report, interrupted))
+
+
+def _why_no_final(outcome, lineup: list[CandidateResult], needed_s: float, budget: Budget) -> str:
+    """Why the final run is not started ('' where it is): an interruption, nothing that passed to
+    confirm, or less time left than it is expected to need (it would be stopped unfinished)."""
+    if outcome.interrupted is not None:
+        return "the run was interrupted"
+    if not lineup:
+        return "no candidate or peer passed verification: nothing to confirm"
+    if budget.remaining() < needed_s / SAFETY:
+        return f"it needed about {needed_s / SAFETY:.0f} s and {max(0.0, budget.remaining()):.0f} s of the budget were left"
+    return ""
 
 
 def _best_compile(results: list[CandidateResult]) -> dict | None:

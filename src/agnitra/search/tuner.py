@@ -208,8 +208,7 @@ def search(
     rest of the run needs (`reserve(results so far)`), is spent; anytime: the outcome's `best` is
     the fastest verified result that beats the baseline so far, kept through a stop or a Ctrl-C
     (`interrupted`). The peers (`peers.PeerQueue`) take their turns in the same queue. A candidate
-    whose limit is the budget's edge gets less where the reserve says (`reserve.if_stopped`) what
-    the rest needs if it is stopped there. With a `reference` (on a GPU), each speedup is taken
+    whose limit is the budget's edge gets what the reserve leaves. With a `reference` (on a GPU), each speedup is taken
     against the median of the baselines measured so far (`search.reference`)."""
     loop = _Loop(strategy, runner, device_report, config, budget, reserve, folder, done or {}, progress, reference, peers)
     try:
@@ -245,7 +244,7 @@ class _Loop:
                 continue
             if self.strategy_done:
                 return
-            self.strategy.time_left(max(0.0, _candidate_limit(self.config, self.budget, self.reserve, self.outcome.results, left)[0]))
+            self.strategy.time_left(max(0.0, _candidate_limit(self.config, left)))
             candidate = self.strategy.ask()
             if candidate is None:
                 self.strategy_done = True
@@ -327,11 +326,7 @@ class _Loop:
         if left < MIN_CANDIDATE_S:
             self._stop(f"the rest of the {self.budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
             return None
-        limit, at_edge = _candidate_limit(self.config, self.budget, self.reserve, self.outcome.results, left)
-        if at_edge and limit < MIN_CANDIDATE_S:
-            self._stop(f"stopping one at the end of the {self.budget.total_s:.0f} s budget would leave too little for the final run; raise --budget to measure them")
-            return None
-        return limit
+        return _candidate_limit(self.config, left)
 
     def _stop(self, why: str) -> None:
         self.outcome.unmeasured = _count_left(self.strategy, len(self.outcome.results))
@@ -400,15 +395,12 @@ def screening_variants(workload: Workload, device: torch.device, device_report: 
     return screening_run(workload, device, device_report, config, names, progress).variants
 
 
-def _candidate_limit(config: SearchConfig, budget: Budget, reserve, results: list[CandidateResult], left: float) -> tuple[float, bool]:
+def _candidate_limit(config: SearchConfig, left: float) -> float:
     """The seconds the next candidate may take, given `left` (the budget less the reserve): its
-    time limit, or at the budget's edge what stopping it there leaves the rest of the run (a fresh
-    worker, the finalists' compiles cold: `reserve.if_stopped`); and whether it is that edge."""
-    limit = min(config.candidate_timeout_s, left)
-    if_stopped = getattr(reserve, "if_stopped", None)
-    if if_stopped is not None and limit == left:
-        return budget.remaining() - if_stopped(results), True
-    return limit, False
+    time limit, or `left` at the budget's edge. A candidate stopped there may leave the final run
+    no room (a fresh worker, cold compiles): the answer is then the best verified result of the
+    search, unconfirmed, which the search holds anyway."""
+    return min(config.candidate_timeout_s, left)
 
 
 def _start(runner, limit: float) -> str:
