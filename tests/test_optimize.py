@@ -573,3 +573,20 @@ def test_other_strategies_search_verify_and_report(tmp_path, strategy):
 def test_an_unknown_strategy_is_refused_before_any_work():
     with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: auto, enumerate, model, nsga2, random, tpe"):
         agnitra.optimize(_mlp(), device="cpu", strategy="annealing", budget="60s")
+
+
+def test_the_final_run_lineup_is_cut_to_the_time_left_keeping_the_best():
+    """A final run that cannot hold the whole lineup runs a smaller one (the other finalists go
+    first, then ONNX Runtime, then the compile mode) rather than none, and keeps the best result."""
+    from agnitra.search.budget import Budget
+    from agnitra.search.optimize import fitting_lineup
+
+    best, second = _passing("own", 3.0), _passing("own2", 2.5)
+    compiled, ort = _passing("compile", 2.0, peer="compile"), _passing("onnxruntime", 1.5, peer="onnxruntime")
+    notes: list[str] = []
+    needed = lambda lineup: 20.0 * (1 + len(lineup))  # noqa: E731 - each variant 20 s, the baseline too
+    compared, finalists = fitting_lineup([compiled, ort], [best, second], best, needed, Budget(61.0), notes)
+    assert (compared, finalists) == ([compiled], [best])  # 60 s: the baseline, the compile mode and the best
+    assert notes and notes[0].startswith("final run: own2, onnxruntime left out to fit the")
+    compared, finalists = fitting_lineup([compiled, ort], [best, second], best, needed, Budget(30.0), [])
+    assert (compared, finalists) == ([], [best])  # nothing left to drop but the best: the caller decides whether it fits

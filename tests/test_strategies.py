@@ -6,10 +6,9 @@ import pytest
 
 from agnitra.results import Correctness
 from agnitra.search.space import Candidate
-from agnitra.search.strategies.auto import ENUMERATE_UP_TO, Auto
+from agnitra.search.strategies.auto import Auto
 from agnitra.search.strategies.enumerate import Enumerate
 from agnitra.search.strategies.nsga2 import quality_error
-from agnitra.search.strategies.tpe import TPE
 from agnitra.transforms.recipe import Recipe
 
 
@@ -17,9 +16,22 @@ def _space(n: int) -> list[Candidate]:
     return [Candidate(Recipe.parse(f"threads(count={i + 1})"), prior=1.0) for i in range(n)]
 
 
-def test_auto_enumerates_small_spaces_and_uses_tpe_on_large_ones():
-    assert isinstance(Auto(_space(ENUMERATE_UP_TO)).chosen, Enumerate)
-    assert isinstance(Auto(_space(ENUMERATE_UP_TO + 1)).chosen, TPE)
+def test_auto_orders_lossless_first_until_a_cost_model_trains_and_continues_past_its_stop_rule():
+    from agnitra.search.strategies.family import FamilyGate
+
+    auto = Auto(_space(40))
+    assert isinstance(auto.chosen, FamilyGate) and isinstance(auto.chosen.inner, Enumerate) and not auto.guided
+
+    class Stopped(Enumerate):
+        def ask(self):
+            return None
+
+        def stop_note(self):
+            return "model: stopped: no open candidate is expected to gain 0.2%"
+
+    auto.chosen, auto.guided = FamilyGate(Stopped(_space(3))), True
+    assert auto.ask() is not None and auto.stop_note() == ""  # the rest of the space follows the model's stop
+    assert auto.learned_notes()[-1].endswith("the budget left went to the other candidates, lossless first")
 
 
 @pytest.mark.parametrize("metric,value,error", [("cosine", 0.99, 0.01), ("top1", 0.9, 0.1), ("logits", 20.0, 0.01), ("rel_error", 0.003, 0.003), ("perplexity", 0.02, 0.02)])

@@ -44,7 +44,10 @@ class FinalReserve:
         self.running = running
 
     def __call__(self, results: list[CandidateResult]) -> float:
-        lineup = self.lineup(results)
+        return self.needed(results, self.lineup(results))
+
+    def needed(self, results: list[CandidateResult], lineup: list[CandidateResult]) -> float:
+        """What a final run of `lineup` (besides the baseline) and the answer need, kept."""
         if not lineup:  # nothing to confirm yet: no final run, the whole budget is the search's
             return ANSWER_S
         restart = self.running is None or not self.running()

@@ -151,8 +151,8 @@ def run_optimize(
         results = outcome.results
         budget.mark("search")
         reserved_s = reserve(results)  # what the search left for the final run and the answer
-        compared, finalists = final_lineup(results, objective)
-        final, final_failure = None, _why_no_final(outcome, compared + finalists, reserved_s, budget)
+        compared, finalists = fitting_lineup(*final_lineup(results, objective), outcome.best, lambda lineup: reserve.needed(results, lineup) / SAFETY, budget, notes)
+        final, final_failure = None, _why_no_final(outcome, compared + finalists, reserve.needed(results, compared + finalists), budget)
         if not final_failure:
             progress("final interleaved run: baseline, peers, finalists", 0.9)
             final, final_failure = _final(runner, device_report, [r.peer for r in compared], finalists, tolerances, budget, reserve.assembly(results))
@@ -234,6 +234,24 @@ def _answer(workload, device, recipe: Recipe, name: str, report: OptimizeReport,
     prepared = RecipeVariant(recipe, name=name).prepare(workload, device)  # as the worker built what it verified
     model = prepared.model if prepared.model is not None else prepared.call
     return _finish(report, budget, OptimizeResult(model, recipe, report, interrupted))
+
+
+def fitting_lineup(compared: list[CandidateResult], finalists: list[CandidateResult], best: CandidateResult | None, needed, budget: Budget,
+                   notes: list[str]) -> tuple[list[CandidateResult], list[CandidateResult]]:
+    """The final run's lineup cut to what the time left can hold (`needed(lineup)` seconds): the
+    other finalists go first, then the peers other than a compile mode, then the compile mode;
+    the best result of the search stays. What was left out is said."""
+    dropped: list[str] = []
+    while needed(compared + finalists) > budget.remaining():
+        droppable = [r for r in finalists[1:][::-1] + [r for r in compared if r.peer not in COMPILE_PEERS] + compared + finalists[:1] if r is not best]
+        if not droppable:
+            break
+        out = droppable[0]
+        compared, finalists = [r for r in compared if r is not out], [r for r in finalists if r is not out]
+        dropped.append(out.peer or out.name)
+    if dropped:
+        notes.append(f"final run: {', '.join(dropped)} left out to fit the {max(0.0, budget.remaining()):.0f} s left; their figures are their search runs'")
+    return compared, finalists
 
 
 def _why_no_final(outcome, lineup: list[CandidateResult], needed_s: float, budget: Budget) -> str:

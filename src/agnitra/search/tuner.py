@@ -36,6 +36,9 @@ from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
 
 MIN_CANDIDATE_S = 2.0  # below this much time, a candidate is not started
+# once the run holds a verified answer, one candidate of the strategy may take at most this share of
+# the budget (or CANDIDATE_CAP_MIN_S): a cold max-autotune compile took 64 s of a 3-minute demo
+CANDIDATE_SHARE, CANDIDATE_CAP_MIN_S = 0.2, 30.0
 
 
 @dataclass
@@ -233,6 +236,7 @@ class _Loop:
         self.measured: dict[str, CandidateResult] = {}  # by recipe key
         self.started_s = budget.elapsed()
         self.strategy_done = False
+        self.capped = False  # a candidate's limit was cut to its share of the budget
 
     def run(self) -> None:
         while True:
@@ -289,6 +293,8 @@ class _Loop:
             limit = self._limit()
             if limit is None:
                 return False
+            if peer is None and self.outcome.best is not None:
+                limit = self._capped(limit)
             what = f"peer {peer}" if peer else f"candidate {len(self.outcome.results) + 1}: {candidate.recipe.name}"
             self.progress(what + self._best_so_far(), min(0.9, self.budget.elapsed() / self.budget.total_s))
             result = run_candidate(self.runner, candidate, self.device_report, self.config, limit)
@@ -327,6 +333,13 @@ class _Loop:
             self._stop(f"the rest of the {self.budget.total_s:.0f} s budget was kept for the final run; raise --budget to measure them")
             return None
         return _candidate_limit(self.config, left)
+
+    def _capped(self, limit: float) -> float:
+        cap = max(CANDIDATE_CAP_MIN_S, CANDIDATE_SHARE * self.budget.total_s)
+        if limit > cap and not self.capped:
+            self.capped = True
+            self.outcome.notes.append(f"once a verified answer was held, each candidate had at most {cap:.0f} s ({CANDIDATE_SHARE:.0%} of the budget), so that one slow setup does not take the time of many")
+        return min(limit, cap)
 
     def _stop(self, why: str) -> None:
         self.outcome.unmeasured = _count_left(self.strategy, len(self.outcome.results))
