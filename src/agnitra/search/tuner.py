@@ -39,6 +39,7 @@ MIN_CANDIDATE_S = 2.0  # below this much time, a candidate is not started
 # once the run holds a verified answer, one candidate of the strategy may take at most this share of
 # the budget (or CANDIDATE_CAP_MIN_S): a cold max-autotune compile took 64 s of a 3-minute demo
 CANDIDATE_SHARE, CANDIDATE_CAP_MIN_S = 0.2, 30.0
+MIN_P_FINISH, MAX_PASSED_OVER = 0.2, 20  # a candidate less likely than this to finish in its time is not started
 
 
 @dataclass
@@ -74,6 +75,7 @@ class SearchOutcome:
     best: CandidateResult | None = None  # the fastest verified result that beats the baseline, so far
     first_improvement_s: float | None = None  # the run's clock when the first such result was known
     interrupted: BaseException | None = None  # the Ctrl-C or SIGTERM that stopped the search
+    skipped_unlikely: int = 0  # candidates passed over as unlikely to finish in the time left
 
 
 # ---- the worker's side: these run where the workload is held --------------------------------
@@ -237,6 +239,7 @@ class _Loop:
         self.started_s = budget.elapsed()
         self.strategy_done = False
         self.capped = False  # a candidate's limit was cut to its share of the budget
+        self.passed_over = 0  # candidates passed over in a row as unlikely to finish
 
     def run(self) -> None:
         while True:
@@ -259,7 +262,10 @@ class _Loop:
             if key in self.measured:  # a peer's recipe, measured already: the strategy is told, not measured again
                 self.strategy.tell(candidate, self.measured[key])
                 continue
-            if not self._measure(candidate, self.strategy.predicted(candidate), tell=self.strategy.tell):
+            prediction = self.strategy.predicted(candidate)
+            if self._unlikely_to_finish(prediction):
+                continue
+            if not self._measure(candidate, prediction, tell=self.strategy.tell):
                 return
 
     def _peer_turn(self, peer: Peer, left: float) -> bool:
@@ -334,6 +340,20 @@ class _Loop:
             return None
         return _candidate_limit(self.config, left)
 
+    def _unlikely_to_finish(self, prediction: dict | None) -> bool:
+        """A candidate the strategy itself gives less than MIN_P_FINISH to finish in the time left
+        is passed over, not started: stopping it would also cost the worker (and the final run a
+        fresh one). After MAX_PASSED_OVER in a row, the search ends."""
+        if not prediction or prediction.get("p_finish", 1.0) >= MIN_P_FINISH:
+            self.passed_over = 0
+            return False
+        self.passed_over += 1
+        self.outcome.skipped_unlikely += 1
+        if self.passed_over >= MAX_PASSED_OVER:
+            self.strategy_done = True
+            self.outcome.notes.append(f"budget: the search ended: the next {MAX_PASSED_OVER} candidates were each unlikely to finish in the time left (P(finish) < {MIN_P_FINISH})")
+        return True
+
     def _capped(self, limit: float) -> float:
         cap = max(CANDIDATE_CAP_MIN_S, CANDIDATE_SHARE * self.budget.total_s)
         if limit > cap and not self.capped:
@@ -366,6 +386,8 @@ class _Loop:
     def finish(self) -> SearchOutcome:
         outcome = self.outcome
         outcome.notes.extend(self.strategy.learned_notes())
+        if outcome.skipped_unlikely:
+            outcome.notes.append(f"{outcome.skipped_unlikely} candidate(s) passed over: each was unlikely to finish in the time left (P(finish) < {MIN_P_FINISH})")
         if self.peers is not None and self.peers.pending:
             for peer in list(self.peers.pending):
                 self.peers.leave_out(peer, f"not reached: expected to take {self.peers.expected(peer):.0f} s; raise --budget to compare it")

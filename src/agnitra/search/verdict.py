@@ -89,6 +89,11 @@ def screened_verdict(best: CandidateResult, results: list[CandidateResult], why:
         line += f", {best.speedup / peer.speedup:.2f}x the best compile mode measured, {peer.peer} ({peer.speedup:.2f}x in its run)"
     elif best.peer is None:
         line += ", no compile mode finished with correct outputs"
+    for peer in [r for r in results if r.peer and not r.peer.startswith("compile") and r.status == "ok" and r.speedup]:
+        if peer.passed:
+            line += f"; {peer.peer} was faster ({peer.speedup:.2f}x in its run) but is not a recipe Agnitra can return" if peer.speedup > best.speedup else f", {best.speedup / peer.speedup:.2f}x {peer.peer} ({peer.speedup:.2f}x in its run)"
+        else:
+            line += f"; {peer.peer} ran {peer.speedup:.2f}x in its run but failed verification ({failure_reason(peer)})"
     if best.peer:
         line += f" (the peer '{best.peer}' is the answer: its recipe)"
     c = best.correctness
