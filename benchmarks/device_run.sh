@@ -7,17 +7,13 @@
 #   bash benchmarks/device_run.sh peers CASES                  # peers.py --preset h100 (every built-in peer of a workload; PEERS_LIMIT)
 #   bash benchmarks/device_run.sh kernels                      # kernel GPU tests, tune-matmul, kernels.py at llama-1b/8b shapes
 #   bash benchmarks/device_run.sh gemv SHAPES [TAG]            # the GEMV rows of record: kernels.py --only gemv, tuned exhaustively
-#   bash benchmarks/device_run.sh floor read|overlap|held|heldgemv|tail   # read floors of the decode GEMVs' weight bytes
 #   bash benchmarks/device_run.sh optimize [CASES]             # optimize.py --preset h100 (default case llama-1b-decode-short; OPTIMIZE_FILE, OPTIMIZE_LIMIT)
 #   bash benchmarks/device_run.sh gputests                     # the kernels' GPU tests alone
 #   bash benchmarks/device_run.sh trust [CASE]                 # the trust tests (TRUST_TESTS=expr), then optimize CASE (default bert-base-b1-short)
-#   bash benchmarks/device_run.sh trained                      # tinylm-py large: trained here, then int8/int4/kernels vs compile by held-out perplexity
 #   bash benchmarks/device_run.sh collect K/N                  # the cost model's H100 data: part K of N of `agnitra collect --plan` (COLLECT_S per workload, COLLECT_GENERATED, COLLECT_EXTRA flags, COLLECT_TIMEOUT)
 #   bash benchmarks/device_run.sh decoders [SPECS]             # structural triton-kernels GPU test, then decode-step data: zoo:tinylm and COLLECT_GENERATED gen:lm decoders (the llama preset's transforms)
 #   bash benchmarks/device_run.sh hf FAMILIES [TAG]            # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), HF_BUDGET (170s) each, HF_PEERS, each against a fresh copy of the carried store; HF_LANES=N: N GPUs side by side
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model), each with cold compile caches
-#   bash benchmarks/device_run.sh screen [WORKLOADS]          # screen_agreement.py: a recipe's median in the search's screening run against the final run's (default hf:mistral,hf:whisper-encoder, fp16)
-#   bash benchmarks/device_run.sh spread [WORKLOADS]          # baseline_spread.py: the eager baseline run after run, cold, after a compile, workers shut (default hf:mistral,hf:whisper-encoder)
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 #   bash benchmarks/device_run.sh curve BUDGETS WORKLOADS [TAG] # budget_curve.py: `agnitra optimize` as a user runs it at each budget, a workload a GPU side by side (CURVE_DEADLINE, default 540 s)
 set -u
@@ -87,15 +83,6 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$s TRITON_CACHE_DIR=/tmp/triton-$s timeout $((570 / n)) python3 benchmarks/optimize.py --preset h100 --cases "${2:?CASE}" --strategy "$s" --budget "${3:-4m}" --out-file "$OUT/strategies-${2}.json"
       done
       ;;
-    screen)  # the screening run against the final run, recipe by recipe (CUDA-graph recipes were misranked)
-      timeout "${SCREEN_LIMIT:-560}" python3 benchmarks/screen_agreement.py --device cuda --dtype fp16 --workloads "${2:-hf:mistral,hf:whisper-encoder}" --out-file "$OUT/screen-agreement.json"
-      ;;
-    spread)  # the host-bound eager baseline's spread between runs of one process
-      ws="${2:-hf:mistral,hf:whisper-encoder}"
-      for w in ${ws//,/ }; do
-        timeout 200 python3 benchmarks/baseline_spread.py --device cuda --dtype fp16 --workload "$w" --out-file "$OUT/baseline-spread-${w#hf:}.json" 2>&1 | tail -25
-      done
-      ;;
     peers) peers "${PEERS_LIMIT:-560}" "${2:?CASES, e.g. llama-1b-decode or bert-base-b1,bert-base-b32 (benchmarks/peers.py)}" ;;
     kernels)  # the kernels' GPU tests, tune-matmul at 4096^3, the kernel benchmark (tunes what the cache lacks)
       AGNITRA_GPU_TESTS=1 timeout 180 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 170 tests/test_kernels_*.py 2>&1 | tail -15
@@ -104,18 +91,6 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       ;;
     gemv)  # the file of record for GEMV rows: 8b (llama-8b per projection) or 6144x4096,28672x4096 (after fuse-projections)
       timeout 560 python3 benchmarks/kernels.py --only gemv --shapes "${2:?SHAPES}" --runs 30 --max-trials 128 --out-file "$OUT/kernels-gemv${3:+-$3}.json" 2>&1 | grep -v "^ "
-      ;;
-    floor)
-      case "${2:?read|overlap|held|heldgemv|tail}" in
-        read) timeout 450 python3 benchmarks/read_floor.py --sizes 4096x2048,4096x4096,14336x2048 --out-file "$OUT/read-floor-pdl.json" ;;
-        overlap) timeout 300 python3 benchmarks/overlap_floor.py --sizes 4096x2048,4096x4096,14336x2048 --out-file "$OUT/overlap-floor.json" ;;
-        held) timeout 560 python3 benchmarks/held_floor.py --sizes 4096x2048,14336x2048,4096x7168,4096x4096 --out-file "$OUT/held-floor.json" 2>&1 | tail -20 ;;
-        heldgemv) timeout 560 python3 benchmarks/held_floor.py --gemv-like --sizes 14336x2048,4096x2048 --out-file "$OUT/held-floor-gemv-like.json" 2>&1 | tail -20 ;;
-        tail)
-          timeout 250 python3 benchmarks/held_floor.py --sizes 4096x2048 --tail-test 64,16,8,4 --tails 0,2,4,8 --out-file "$OUT/held-floor-tail-4096x2048.json" 2>&1 | tail -16
-          timeout 250 python3 benchmarks/held_floor.py --sizes 14336x2048 --tail-test 16,16,4,1 --tails 0,2,4,8 --out-file "$OUT/held-floor-tail-14336x2048.json" 2>&1 | tail -16
-          ;;
-      esac
       ;;
     optimize) optimize "${OPTIMIZE_LIMIT:-560}" "${2:-llama-1b-decode-short}" ;;
     gputests)  # the kernels' GPU tests alone
@@ -127,10 +102,6 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 200 -k "$TRUST_TESTS" tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_run_safety.py tests/test_model_untouched.py > "$OUT/pytest-trust.txt" 2>&1; tail -25 "$OUT/pytest-trust.txt"
       fi
       optimize "${TRUST_LIMIT:-330}" "${2:-bert-base-b1-short}"
-      ;;
-    trained)  # tinylm-py large trained on the GPU (cached under the run's cache dir), then its recipes against compile
-      timeout 570 python3 benchmarks/trained.py --size large --device cuda --train
-      cp benchmarks/results/trained-tinylm-py-large-*.json /tmp/agnitra-cache/zoo/tinylm-py-large.json "$OUT/" 2>/dev/null
       ;;
     curve)  # the budget curve: one `agnitra optimize` process a run (CLI defaults, a fresh --out), N GPUs side by side; rows that would end
       # after CURVE_DEADLINE (seconds from the script's start) are skipped; each run against a fresh copy of the carried store, with empty compile caches
