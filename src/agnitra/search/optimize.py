@@ -217,6 +217,8 @@ def _screened_answer(workload, device, probe, signature, objective, results, out
     """The answer without a final run (it could not finish, or the run was interrupted): the best
     verified result of the search, with the figures of its own run beside the baseline."""
     bench = with_hotspots(probe, signature)
+    if signature and not bench.workload.get("signature"):  # the store keys the workload by it, as a final run's report has it
+        bench.workload["signature"] = {k: v for k, v in signature.items() if k != "measured"}
     bench.notes.append(f"final run: {why}")
     best = outcome.best if objective == "latency" else next(iter(rank(results, objective)), None)
     if best is None:
