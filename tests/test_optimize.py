@@ -590,3 +590,25 @@ def test_the_final_run_lineup_is_cut_to_the_time_left_keeping_the_best():
     assert notes and notes[0].startswith("final run: own2, onnxruntime left out to fit the")
     compared, finalists = fitting_lineup([compiled, ort], [best, second], best, needed, Budget(30.0), [])
     assert (compared, finalists) == ([], [best])  # nothing left to drop but the best: the caller decides whether it fits
+
+
+def test_the_final_run_confirms_a_win_its_search_run_had_beyond_the_noise_and_names_a_compile_mode_left_out():
+    """MiniLM on the CPU at 5 minutes: the compile recipe ran 1.20x beyond the noise in its search
+    run and 1.14x (0.94-1.25) in the final run; the original was returned. Two runs faster, one
+    beyond the noise, keep the answer; one slower by its median does not."""
+    from agnitra.results import BenchReport, Correctness, Latency, VariantResult
+    from agnitra.search.optimize import _choose
+    from agnitra.search.verdict import win_verdict
+
+    def variant(name, ms, beyond):
+        return VariantResult(name, "ok", latency_ms=Latency(median=ms, p95=ms, min=ms, mean=ms, samples=50), correctness=Correctness("cosine", 1.0, True, 0.99),
+                             speedup_interval=[0.94, 1.25], faster_beyond_noise=beyond)
+
+    bench = BenchReport(device={}, workload={}, conditions={}, variants=[variant("eager", 43.1, None), variant("compiled", 37.8, False), variant("slower", 44.0, False)])
+    assert _choose(bench, ["compiled", "slower"], "latency") is None
+    chosen = _choose(bench, ["compiled", "slower"], "latency", {"compiled", "slower"})
+    assert chosen.name == "compiled"  # "slower" is slower by its median: never the answer
+    searched = [_passing("compile", 1.3, peer="compile")]
+    line = win_verdict(bench, chosen, [], searched)
+    assert "within the noise in the final run, beyond it in its own search run" in line
+    assert "the fastest compile mode, compile, ran 1.30x in its own search run (not in the final run)" in line and "no peer measured" not in line

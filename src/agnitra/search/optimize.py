@@ -30,7 +30,7 @@ from agnitra.results import BenchReport, CandidateResult, DeviceReport, Optimize
 from agnitra.search.budget import Budget
 from agnitra.search.final_reserve import SAFETY, FinalReserve
 from agnitra.search.peers import COMPILE_PEERS, PeerQueue
-from agnitra.search.ranking import beats_baseline, final_lineup, rank, score
+from agnitra.search.ranking import MIN_GAIN, beats_baseline, final_lineup, rank, score
 from agnitra.search.reference import ReferenceBaseline
 from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate, recipe_space
@@ -183,7 +183,8 @@ def run_optimize(
         return _screened_answer(workload, device, probe, signature, objective, results, outcome, final_failure, search_info, budget, progress)
     bench = with_hotspots(final.bench, signature)
     peer_names = [r.peer for r in compared]
-    chosen = _choose(bench, list(final.recipes), objective)
+    searched_beyond = {r.peer or r.name for r in results if r.faster_beyond_noise and r.passed}
+    chosen = _choose(bench, list(final.recipes), objective, searched_beyond)
     if chosen is None:
         verdict = nothing_helped(results, finalists, bench) + common_failure(results)
         report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
@@ -407,16 +408,19 @@ def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, 
         return None, str(exc)
 
 
-def _choose(bench: BenchReport, names: list[str], objective: str) -> VariantResult | None:
-    """The finalist that did best in the final run, if it passed and beat the baseline."""
+def _choose(bench: BenchReport, names: list[str], objective: str, searched_beyond: set[str] = frozenset()) -> VariantResult | None:
+    """The finalist that did best in the final run, if it passed and beat the baseline: beyond the
+    noise there, or by its median there where its own search run had it beyond the noise (the final
+    run confirms; two runs faster, one of them beyond the noise, is not a tie)."""
     by_name = {v.name: v for v in bench.variants}
     baseline = bench.variants[0]
     best = None
     for name in names:
         v = by_name.get(name)
-        if v is None or v.status != "ok" or v.correctness is None or not v.correctness.passed:
+        if v is None or v.status != "ok" or v.correctness is None or not v.correctness.passed or baseline.status != "ok":
             continue
-        if baseline.status != "ok" or not beats_baseline(v, baseline.latency_ms.median / v.latency_ms.median):
+        speedup = baseline.latency_ms.median / v.latency_ms.median
+        if not beats_baseline(v, speedup) and not (name in searched_beyond and speedup > MIN_GAIN):
             continue  # never slower than the baseline, nor equal within the noise
         if best is None or score(v, objective) < score(best, objective):
             best = v

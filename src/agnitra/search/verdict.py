@@ -17,11 +17,25 @@ def win_verdict(bench: BenchReport, chosen: VariantResult, peers: list[str], res
     value = "" if c.value is None else f" {c.value:+.2%} (held-out)" if c.metric == "perplexity" else f" {c.value:.6g}"
     interval = f" ({chosen.speedup_interval[0]:.2f}-{chosen.speedup_interval[1]:.2f})" if chosen.speedup_interval else ""
     line = f"{chosen.name}: {base_ms / ms:.2f}x{interval} faster than the baseline ({base_ms:.3f} -> {ms:.3f} ms)"
-    line += _against_peers(bench, chosen, peers)
+    if chosen.faster_beyond_noise is False:
+        line += " (within the noise in the final run, beyond it in its own search run)"
+    against = _against_peers(bench, chosen, peers)
+    searched = "" if any(v.name in peers for v in bench.variants[1:]) else _searched_compile(results or [], chosen)
+    line += (against.replace(", no peer measured", "", 1) if searched else against) + searched
     line += f"; {c.metric}{value} within tolerance"
     if chosen.name in peers:
         line += f" (the peer '{chosen.name}' won the final run: its recipe is the answer{_best_own(bench, chosen, peers, results or [])})"
     return line
+
+
+def _searched_compile(results: list[CandidateResult], chosen: VariantResult) -> str:
+    """Where no compile mode ran in the final run (left out to fit the time): the fastest one of the
+    search, in its own run."""
+    compiled = [r for r in results if r.peer and r.peer.startswith("compile") and r.passed and r.speedup]
+    if not compiled:
+        return ""
+    best = max(compiled, key=lambda r: r.speedup)
+    return f"; the fastest compile mode, {best.peer}, ran {best.speedup:.2f}x in its own search run (not in the final run)"
 
 
 def _best_own(bench: BenchReport, chosen: VariantResult, peers: list[str], results: list[CandidateResult]) -> str:
