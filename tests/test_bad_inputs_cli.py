@@ -323,3 +323,22 @@ def test_a_signal_inside_an_import_is_an_interruption_not_an_internal_error():
     wrapped = RuntimeError("Error calling __set_name__")
     wrapped.__cause__ = KeyboardInterrupt()
     assert interruption_in(wrapped) == 130 and interruption_in(ValueError("plain")) is None
+
+
+# ---- agnitra.toml with a value of the wrong type -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "toml, fragments",
+    [
+        ("device = 3\n", ["agnitra.toml: `device` must be a string (cpu, cuda or auto), got 3", 'device = "cpu"']),
+        ("cache_dir = []\n", ["agnitra.toml: `cache_dir` must be a string (a folder), got []"]),
+        ("[agnitra]\ndb_url = 5\n", ["agnitra.toml: `db_url` must be a string (a database URL), got 5"]),
+        ("device = true\n", ["`device` must be a string (cpu, cuda or auto), got true"]),
+        ("agnitra = 3\n", ["`agnitra` must be a table"]),
+    ],
+    ids=["device-3", "cache-dir-list", "db-url-5", "device-true", "agnitra-3"],
+)
+def test_a_setting_of_the_wrong_type_in_agnitra_toml_is_one_line(toml, fragments, tmp_path, capsys):
+    (tmp_path / "agnitra.toml").write_text(toml)
+    _assert_one_line_error(*_cli(["bench", "zoo:tinylm", "--size", "tiny"], capsys), *fragments)

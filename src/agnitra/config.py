@@ -42,10 +42,26 @@ def _from_file(path: Path) -> dict[str, Any]:
         raise UserError(f"{path} is not valid TOML ({exc}); fix or remove it") from exc
     known = {f.name for f in fields(Settings)}
     section = data.get("agnitra", data)
+    if not isinstance(section, dict):
+        raise UserError(f"{path.name}: `agnitra` must be a table ([agnitra] with its settings under it), got {section!r}")
     unknown = sorted(set(section) - known)
     if unknown:
         raise UserError(f"{path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    for name, value in section.items():
+        if not isinstance(value, str):
+            kind, example = _EXPECTED[name]
+            raise UserError(f"{path.name}: `{name}` must be a string ({kind}), got {_toml_value(value)}; write it in quotes, e.g. {name} = \"{example}\"")
     return dict(section)
+
+
+# what each setting's string holds, for the message when agnitra.toml gives another type
+_EXPECTED = {"device": ("cpu, cuda or auto", "cpu"), "cache_dir": ("a folder", "~/.cache/agnitra"), "db_url": ("a database URL", "sqlite:////path/to/store.db")}
+
+
+def _toml_value(value: Any) -> str:
+    """A value as TOML writes it, shortened: what the user typed, for a one-line message."""
+    text = ("true" if value else "false") if isinstance(value, bool) else repr(value)
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _from_env(environ: dict[str, str]) -> dict[str, Any]:
