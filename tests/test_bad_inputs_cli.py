@@ -342,3 +342,49 @@ def test_a_signal_inside_an_import_is_an_interruption_not_an_internal_error():
 def test_a_setting_of_the_wrong_type_in_agnitra_toml_is_one_line(toml, fragments, tmp_path, capsys):
     (tmp_path / "agnitra.toml").write_text(toml)
     _assert_one_line_error(*_cli(["bench", "zoo:tinylm", "--size", "tiny"], capsys), *fragments)
+
+
+# ---- damaged cache files: set aside as <name>.corrupt, measured again, said so ---------------------
+
+DAMAGED_CACHE = {
+    "garbage": b"\xff\xfe\x00\x81garbage",
+    "truncated": b'{"version": 2, "copy_gbps": 10.1, "matmul_tfl',
+    "list": b"[1, 2, 3]",
+    "wrong-fields": b'{"version": 2, "copy_gbps": "fast", "matmul_tflops": [1, 2]}',
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGED_CACHE, ids=list(DAMAGED_CACHE))
+def test_a_damaged_ceilings_file_is_set_aside_and_measured_again(damage, tmp_path, monkeypatch, capsys):
+    from agnitra.telemetry import ceilings
+    from agnitra.telemetry.signature import device_signature
+
+    measured = {"version": ceilings.CEILINGS_VERSION, "copy_gbps": 12.5, "matmul_tflops": {"float32": 0.1}}
+    monkeypatch.setattr(ceilings, "measure_ceilings", lambda device: measured)
+    path = ceilings.ceilings_path(tmp_path / "cache", device_signature(torch.device("cpu")))
+    path.parent.mkdir(parents=True)
+    path.write_bytes(DAMAGED_CACHE[damage])
+    code, out, err = _cli(["device", "--device", "cpu"], capsys)
+    assert code == 0 and err == "", err
+    said = " ".join(out.split())
+    assert "ceilings (measured now): copy 12.5 GB/s" in said
+    assert f"note: the cached ceilings {path} were damaged (" in said and f"set aside as {path.name}.corrupt and measured again" in said
+    assert path.with_name(path.name + ".corrupt").read_bytes() == DAMAGED_CACHE[damage]
+    assert json.loads(path.read_text())["copy_gbps"] == 12.5
+    code, out, _ = _cli(["device", "--device", "cpu"], capsys)  # the next run reads the new file, no note
+    assert code == 0 and "ceilings (cached)" in out and "note:" not in out
+
+
+@pytest.mark.parametrize("damage", DAMAGED_CACHE, ids=list(DAMAGED_CACHE))
+def test_a_damaged_tuning_cache_is_set_aside_and_tuned_again(damage, tmp_path):
+    from agnitra.kernels.tuning_cache import TuningCache
+
+    cache = TuningCache(tmp_path, "sig")
+    cache.path.parent.mkdir(parents=True)
+    cache.path.write_bytes(DAMAGED_CACHE[damage].replace(b'"version": 2', b'"version": 1'))
+    with pytest.warns(UserWarning, match="was damaged"):
+        assert cache.get("k") is None  # its kernels tuned again
+    assert len(cache.notes) == 1 and f"the tuning cache {cache.path} was damaged (" in cache.notes[0] and f"set aside as {cache.path.name}.corrupt" in cache.notes[0]
+    assert cache.path.with_name(cache.path.name + ".corrupt").is_file() and not cache.path.exists()
+    cache.put("k", {"config": {"BLOCK": 1}, "ms": 1.0})
+    assert TuningCache(tmp_path, "sig").get("k")["config"] == {"BLOCK": 1}

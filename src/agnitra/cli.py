@@ -457,6 +457,8 @@ def _print_device(device) -> None:
     tflops = ", ".join(f"{k} {v:.1f}" for k, v in c.get("matmul_tflops", {}).items() if v)
     cached = "cached" if c.get("cached") else "measured now"
     out.print(f"device: [bold]{device.name}[/] ({device.kind}, signature {device.signature.get('id')}); ceilings ({cached}): copy {c.get('copy_gbps')} GB/s, matmul TFLOP/s {tflops}")
+    if c.get("note"):
+        out.print(f"note: {c['note']}", style="dim", markup=False, highlight=False)
 
 
 @app.command()

@@ -38,3 +38,15 @@ def ensure_writable_dir(path: str | Path, flag: str = "--out") -> Path:
         reason = exc.strerror or type(exc).__name__
         raise UserError(f"{flag} {path} cannot be written ({reason}); choose a folder you can write to") from exc
     return path
+
+
+def set_aside(path: str | Path) -> Path | None:
+    """Move a damaged cache file out of the way, to `<name>.corrupt` beside it (replacing an older
+    one), so it can be looked at and is never read again; None when it was gone already."""
+    path = Path(path)
+    aside = path.with_name(path.name + ".corrupt")
+    try:
+        os.replace(path, aside)
+    except FileNotFoundError:
+        return None
+    return aside

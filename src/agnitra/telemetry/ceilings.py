@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from agnitra.fileio import set_aside
 from agnitra.telemetry.signature import signature_id
 from agnitra.telemetry.timing import best_ms
 
@@ -82,16 +83,43 @@ def ceilings_path(cache_dir: Path, signature: dict) -> Path:
 def load_or_measure(device: torch.device, signature: dict, cache_dir: Path, refresh: bool = False) -> dict:
     """Cached ceilings for this signature, measuring (and caching) them the first time."""
     path = ceilings_path(cache_dir, signature)
+    note = None
     if path.is_file() and not refresh:
         try:
-            cached = json.loads(path.read_text())
-            if cached.get("version") == CEILINGS_VERSION:
+            data = path.read_bytes()
+        except OSError:
+            data = None  # unreadable: measured again, and the write below says why if it fails too
+        if data is not None:
+            cached, damage = _parse(data)
+            if cached is not None:
                 return {**cached, "cached": True}
-        except (OSError, json.JSONDecodeError):
-            pass  # a corrupt cache entry is measured again
+            if damage:  # set aside, never read again, and measured again
+                aside = set_aside(path)
+                note = f"the cached ceilings {path} were damaged ({damage}): set aside as {aside.name if aside else 'gone'} and measured again"
     ceilings = measure_ceilings(device)
     _atomic_write(path, json.dumps(ceilings, indent=2))
-    return {**ceilings, "cached": False}
+    return {**ceilings, "cached": False, **({"note": note} if note else {})}
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _parse(data: bytes) -> tuple[dict | None, str]:
+    """A cached ceilings file's contents, or None with what is wrong with it ('' for a file of an
+    older version: measured again, nothing damaged)."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        return None, f"not JSON: {str(exc).splitlines()[0][:80]}"
+    if not isinstance(doc, dict) or not _number(doc.get("version")):
+        return None, f"a JSON {type(doc).__name__} without a version, not a ceilings record"
+    if doc["version"] != CEILINGS_VERSION:
+        return None, ""
+    tflops = doc.get("matmul_tflops")
+    if not (_number(doc.get("copy_gbps")) and isinstance(tflops, dict) and all(v is None or _number(v) for v in tflops.values())):
+        return None, "copy_gbps or matmul_tflops missing or not numbers"
+    return doc, ""
 
 
 def _atomic_write(path: Path, text: str) -> None:
