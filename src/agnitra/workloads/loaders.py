@@ -195,14 +195,28 @@ def _as_workload(made, source: str, device: torch.device) -> Workload:
         inputs = inputs if isinstance(inputs, tuple) else (tuple(inputs) if isinstance(inputs, list) else (inputs,))
         workload = Workload(name=Path(source.split(":")[0]).stem, model=model, example_inputs=inputs, task=TaskKind.GENERIC)
     else:
+        if isinstance(made, torch.nn.Module):  # a model without values is the first thing to fix
+            refuse_meta(made, source)
         raise WorkloadError(f"{source} returned {type(made).__name__}; it must return (model, example_inputs) or an agnitra.Workload")
     workload.source = source
+    refuse_meta(workload.model, source)
     workload.model = inference_mode(workload.model.to(device))
     workload.example_inputs = on_device(workload.example_inputs, device)
     first = next((t for t in workload.example_inputs if isinstance(t, torch.Tensor)), None)
     if first is not None and first.dim() > 0:
         workload.batch = first.shape[0]
     return workload
+
+
+def refuse_meta(model: torch.nn.Module, source: str | None = None) -> None:
+    """A model whose parameters or buffers are on the meta device has shapes but no values: one
+    line, before anything tries to move or run it."""
+    empty = [name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta]
+    if empty:
+        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        prefix = f"{source}: " if source else ""
+        raise WorkloadError(f"{prefix}the model's parameters are on the meta device (no values: {shown}): load real weights first"
+                            " (e.g. `model.to_empty(device=...)` then load a state dict)")
 
 
 def inference_mode(model: torch.nn.Module) -> torch.nn.Module:

@@ -22,7 +22,7 @@ from agnitra.config import load_settings
 from agnitra.device import resolve_device
 from agnitra.errors import UserError
 from agnitra.workloads.base import TaskKind, Workload
-from agnitra.workloads.loaders import inference_mode, load_workload, on_device, smoke_test, with_task
+from agnitra.workloads.loaders import inference_mode, load_workload, on_device, refuse_meta, smoke_test, with_task
 from agnitra.workloads.model_copy import independent_copy
 from agnitra.workloads.registry import BuildOptions
 
@@ -89,6 +89,7 @@ def _from_python(model: Workload | torch.nn.Module, example_inputs: Sequence | N
 
 def _inference_copy(model: torch.nn.Module, dev: torch.device) -> torch.nn.Module:
     """The user's module copied (the original keeps its mode, dtype, device and tensors), on `dev`, in eval mode."""
+    refuse_meta(model)
     return inference_mode(independent_copy(model).to(dev))
 
 

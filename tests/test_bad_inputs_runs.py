@@ -1,0 +1,73 @@
+"""Faults the user caused that show up once a model is loaded or a run starts: one line naming the
+problem and the fix, exit 2, never an internal error; or, where the run can go on, a note.
+
+The CLI runs in-process (`agnitra.cli.main`) on tiny factories written to tmp_path.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+import agnitra
+from agnitra.cli import main
+from agnitra.errors import UserError
+
+
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch, tmp_path):
+    """Logs, the store and cached ceilings under tmp_path."""
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("AGNITRA_DB_URL", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def _cli(argv, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _one_line(code, err, *fragments):
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err and "internal error" not in err, err
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def _factory(tmp_path, source: str, name: str = "m.py") -> str:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return str(path)
+
+
+# ---- a model on the meta device -----------------------------------------------------------------
+
+META = """
+    import torch
+
+    def alone():
+        return torch.nn.Linear(4, 4, device="meta")
+
+    def with_inputs():
+        return torch.nn.Linear(4, 4, device="meta"), (torch.randn(2, 4),)
+    """
+META_FIX = "load real weights first (e.g. `model.to_empty(device=...)` then load a state dict)"
+
+
+@pytest.mark.parametrize("verb, factory", [("bench", "alone"), ("bench", "with_inputs"), ("profile", "with_inputs"), ("optimize", "with_inputs")])
+def test_a_model_on_the_meta_device_is_one_line(verb, factory, tmp_path, capsys):
+    path = _factory(tmp_path, META)
+    extra = ["--budget", "20s"] if verb == "optimize" else []
+    code, _, err = _cli([verb, f"{path}:{factory}", "--device", "cpu", *extra], capsys)
+    _one_line(code, err, f"{path}:{factory}: the model's parameters are on the meta device (no values: weight, bias)", META_FIX)
+
+
+@pytest.mark.parametrize("call", [lambda m, x: agnitra.optimize(m, x, device="cpu", budget="20s"), lambda m, x: agnitra.benchmark(m, x, device="cpu")], ids=["optimize", "benchmark"])
+def test_a_model_on_the_meta_device_through_the_sdk(call):
+    with pytest.raises(UserError) as info:
+        call(torch.nn.Linear(4, 4, device="meta"), (torch.randn(2, 4),))
+    assert str(info.value).startswith("the model's parameters are on the meta device") and META_FIX in str(info.value)
