@@ -6,6 +6,7 @@ The CLI runs in-process (`agnitra.cli.main`) on tiny factories written to tmp_pa
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
@@ -18,10 +19,16 @@ from agnitra.errors import UserError
 
 @pytest.fixture(autouse=True)
 def own_cache(monkeypatch, tmp_path):
-    """Logs, the store and cached ceilings under tmp_path."""
+    """Logs, the store and cached ceilings (given, not measured: seconds saved) under tmp_path."""
+    from agnitra.telemetry.ceilings import CEILINGS_VERSION, ceilings_path
+    from agnitra.telemetry.signature import device_signature
+
     monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("AGNITRA_DB_URL", raising=False)
     monkeypatch.chdir(tmp_path)
+    path = ceilings_path(tmp_path / "cache", device_signature(torch.device("cpu")))
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": CEILINGS_VERSION, "copy_gbps": 10.0, "matmul_tflops": {"float32": 0.1}}))
 
 
 def _cli(argv, capsys):
@@ -71,3 +78,49 @@ def test_a_model_on_the_meta_device_through_the_sdk(call):
     with pytest.raises(UserError) as info:
         call(torch.nn.Linear(4, 4, device="meta"), (torch.randn(2, 4),))
     assert str(info.value).startswith("the model's parameters are on the meta device") and META_FIX in str(info.value)
+
+
+# ---- a batch too large for memory ---------------------------------------------------------------
+
+# forward allocates 4 PiB (past any address space: the allocator refuses at once) from batch 64 on:
+# at the first call, or (late) only after the first call, inside the measurements
+TOO_LARGE = """
+    import torch
+
+    class Model(torch.nn.Module):
+        def __init__(self, late):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.late, self.calls = late, 0
+
+        def forward(self, x):
+            self.calls += 1
+            if x.shape[0] >= 64 and self.calls > self.late:
+                torch.empty(1 << 50)
+            return self.linear(x)
+
+    def first(batch=1):
+        return Model(0), (torch.randn(batch, 4),)
+
+    def late(batch=1):
+        return Model(1), (torch.randn(batch, 4),)
+    """
+
+
+@pytest.mark.parametrize(
+    "verb, factory",
+    [("bench", "first"), ("bench", "late"), ("profile", "first"), ("optimize", "first"), ("optimize", "late")],
+)
+def test_a_batch_too_large_for_memory_is_one_line(verb, factory, tmp_path, capsys):
+    path = _factory(tmp_path, TOO_LARGE)
+    extra = ["--budget", "20s"] if verb == "optimize" else ["--runs", "2", "--warmup", "1"] if verb == "bench" else []
+    code, out, err = _cli([verb, f"{path}:{factory}", "--batch", "64", "--device", "cpu", *extra], capsys)
+    _one_line(code, err, "m ran out of memory at batch 64 (it tried to allocate 4.0 PiB; the machine has ", ": pass a smaller --batch")
+
+
+def test_a_batch_too_large_for_memory_through_the_sdk(tmp_path):
+    namespace = {}
+    exec(textwrap.dedent(TOO_LARGE), namespace)
+    model, inputs = namespace["first"](batch=64)
+    with pytest.raises(UserError, match=r"^Model ran out of memory at batch 64 \(.*\): pass example inputs with a smaller batch$"):
+        agnitra.benchmark(model, inputs, device="cpu")

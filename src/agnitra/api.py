@@ -12,13 +12,14 @@ from agnitra import arguments
 from agnitra.bench.harness import BenchConfig, Progress
 from agnitra.bench.harness import benchmark as run_harness
 from agnitra.config import Settings, load_settings
-from agnitra.device import resolve_device
+from agnitra.device import out_of_memory, resolve_device
 from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, DeviceReport, InspectReport, OptimizeReport, ProfileReport
 from agnitra.telemetry.ceilings import load_or_measure
 from agnitra.telemetry.profile import profile_workload
 from agnitra.telemetry.signature import device_signature, signature_id
 from agnitra.workloads.base import Workload
+from agnitra.workloads.loaders import out_of_memory_error
 from agnitra.workloads.prepare import parse_dtype, prepare_workload
 from agnitra.search.settings import SearchSettings
 from agnitra.verify import Tolerances
@@ -114,6 +115,9 @@ def benchmark(
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold)
     report = run_harness(workload, dev, describe_device(dev, settings), config, progress)
+    original = next((v for v in report.variants if v.name == "eager"), None)
+    if original is not None and original.status == "failed" and out_of_memory(original.reason or ""):
+        raise out_of_memory_error(workload, original.reason)
     _record_in_store(report, report.notes)
     return report
 

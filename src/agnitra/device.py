@@ -76,3 +76,63 @@ def context_lost(device: torch.device, failures: list[str]) -> str:
     except Exception as exc:  # noqa: BLE001 - whatever the driver says, the context is gone
         return f"the device no longer answers: {str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}"
     return ""
+
+
+# what torch and Python say when an allocation fails: CUDA's OutOfMemoryError, the CPU allocator's
+# RuntimeError ("DefaultCPUAllocator: can't allocate memory"), MemoryError
+OUT_OF_MEMORY = ("out of memory", "outofmemoryerror", "can't allocate memory", "cannot allocate memory", "not enough memory", "memoryerror")
+
+
+def out_of_memory(error: BaseException | str) -> bool:
+    """Whether an error (or a recorded reason, `Type: message`) is an allocation that failed."""
+    if isinstance(error, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return any(marker in text.lower() for marker in OUT_OF_MEMORY)
+
+
+def _gib(nbytes: float) -> str:
+    """A size in GiB, or TiB/PiB past 1024 of the one before."""
+    value, unit = nbytes / 1024**3, "GiB"
+    for larger in ("TiB", "PiB", "EiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{value:.1f} {unit}"
+
+
+def _requested(text: str) -> str:
+    """How much the failed allocation asked for, as the error says it ('' if it does not)."""
+    import re
+
+    found = re.search(r"tried to allocate ([\d.,]+) ?(bytes|[KMGTPE]i?B)\b", text, re.IGNORECASE)
+    if not found:
+        return ""
+    amount, unit = found.groups()
+    if unit.lower() == "bytes":
+        return _gib(float(amount.replace(",", "")))
+    return f"{amount} {unit}"
+
+
+def memory_summary(device: torch.device) -> str:
+    """The device's memory and what is free now, e.g. 'the GPU has 79.2 GiB, 1.3 GiB free'."""
+    try:
+        if device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(device)
+            return f"the GPU has {_gib(total)}, {_gib(free)} free"
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if ":" in line and len(line.split()) > 1}
+        return f"the machine has {_gib(info['MemTotal'])}, {_gib(info.get('MemAvailable', info.get('MemFree', 0)))} available"
+    except Exception:  # noqa: BLE001 - a summary that cannot be read is left out of the message
+        return ""
+
+
+def out_of_memory_message(name: str, batch: int | None, device: torch.device, error: BaseException | str, from_python: bool = False) -> str:
+    """One line for a model whose own call ran out of memory: the batch, what it asked for and the
+    memory there is, and the fix (a smaller --batch; smaller example inputs for a model passed in Python)."""
+    text = error if isinstance(error, str) else str(error)
+    facts = [f"it tried to allocate {_requested(text)}" if _requested(text) else "", memory_summary(device)]
+    detail = "; ".join(fact for fact in facts if fact)
+    at = f" at batch {batch}" if batch else ""
+    fix = "pass example inputs with a smaller batch" if from_python else "pass a smaller --batch"
+    return f"{name} ran out of {'GPU ' if device.type == 'cuda' else ''}memory{at}{f' ({detail})' if detail else ''}: {fix}"

@@ -25,6 +25,7 @@ from agnitra.bench.heldout import baseline_problem
 from agnitra.bench.isolated import KILLED_EXIT_S, InProcess, Worker, WorkerCrashed, WorkerError, WorkerTimeout, WorkloadSource
 from agnitra.bench.variants.eager import Eager
 from agnitra.bench.variants.recipe import RecipeVariant
+from agnitra.device import out_of_memory
 from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult
 from agnitra.search.budget import Budget
@@ -43,6 +44,7 @@ from agnitra.transforms.base import TransformContext
 from agnitra.transforms.recipe import Recipe
 from agnitra.verify import Tolerances
 from agnitra.workloads.base import Workload
+from agnitra.workloads.loaders import out_of_memory_error
 
 BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search
 HOTSPOT_RUNS, HOTSPOT_WARMUP = 3, 1  # the profiled run of the original model that times its hotspots
@@ -75,11 +77,20 @@ def baseline_median(variants: list[VariantResult]) -> float | None:
 
 
 def probe_baseline(workload: Workload, device: torch.device, device_report: DeviceReport, config: SearchConfig, progress=None) -> BenchReport:
-    """The original model measured alone; a model whose own output is not finite is refused."""
-    problem = baseline_problem(workload)
+    """The original model measured alone; a model whose own output is not finite, or that runs out of
+    memory on its inputs, is refused."""
+    try:
+        problem = baseline_problem(workload)
+        report = None if problem else screening_run(workload, device, device_report, config, [], progress)
+    except Exception as exc:
+        if out_of_memory(exc):
+            raise out_of_memory_error(workload, exc) from exc
+        raise
     if problem:
         raise UserError(f"{problem}; fix the model or its inputs")
-    return screening_run(workload, device, device_report, config, [], progress)
+    if report.variants[0].status != "ok" and out_of_memory(report.variants[0].reason or ""):
+        raise out_of_memory_error(workload, report.variants[0].reason)
+    return report
 
 
 def final_run(workload: Workload, device: torch.device, device_report: DeviceReport, peers: list[str], finalists: list[tuple[str, dict]], tolerances: Tolerances, progress=None) -> FinalRun:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from agnitra.device import out_of_memory, out_of_memory_message
 from agnitra.errors import NotApplicable, UserError, WorkloadError, first_line
 from agnitra.workloads import generated
 from agnitra.workloads.base import TaskKind, Workload, tensor_leaves
@@ -208,6 +209,12 @@ def _as_workload(made, source: str, device: torch.device) -> Workload:
     return workload
 
 
+def out_of_memory_error(workload: Workload, error: BaseException | str) -> WorkloadError:
+    """The original model ran out of memory on its own inputs: one line with the batch, what it asked
+    for and the memory there is, and the fix (a smaller --batch)."""
+    return WorkloadError(out_of_memory_message(workload.name, workload.batch, workload.device, error, from_python=workload.source == "python"))
+
+
 def refuse_meta(model: torch.nn.Module, source: str | None = None) -> None:
     """A model whose parameters or buffers are on the meta device has shapes but no values: one
     line, before anything tries to move or run it."""
@@ -329,8 +336,8 @@ def smoke_test(workload: Workload) -> list[torch.Tensor]:
     try:
         with torch.no_grad():
             return tensor_leaves(workload.model(*workload.example_inputs))
-    except torch.cuda.OutOfMemoryError as exc:
-        raise WorkloadError(f"{workload.name} ran out of GPU memory on its example inputs; lower --batch or --seq-len") from exc
     except Exception as exc:  # noqa: BLE001
+        if out_of_memory(exc):
+            raise out_of_memory_error(workload, exc) from exc
         shapes = ", ".join(str(tuple(t.shape)) for t in workload.example_inputs if isinstance(t, torch.Tensor))
         raise WorkloadError(f"{workload.name} failed on its example inputs {shapes}: {first_line(exc)} (check the input shapes/dtypes)") from exc
