@@ -71,17 +71,24 @@ class BatchTwoOnly(torch.nn.Module):
         return x * 2
 
 
-def test_a_frozen_branch_fails_on_held_out_inputs(device_report):
-    assert EXAMPLE.sum() > 0
-    report = bench(Branch(), (EXAMPLE,), ["eager", "onnxruntime", Wrapped("copy")], device_report)
+def test_a_frozen_branch_is_refused_or_fails_on_the_exploring_inputs(device_report):
+    """The ONNX export that freezes `x.sum() > 0` is refused before it is built (the probe saw the
+    value read, the export's trace froze it at that line); a candidate that froze the branch some
+    other way passes the held-out sets (they echo the example) and fails on the sign-flipped ones."""
+    positive = EXAMPLE.abs() + 1  # held-out sets derived from it keep its sign
+    frozen = Wrapped("frozen", lambda output, x: x * 2)
+    report = bench(Branch(), (positive,), ["eager", "onnxruntime", frozen, Wrapped("copy")], device_report)
     ort = report.variant("onnxruntime")
-    assert ort.status == "ok", ort.reason  # the export froze the x * 2 branch
-    assert not ort.correctness.passed and ort.correctness.value > 0.1
-    assert ort.reason.startswith("verification: output: rel_error")
+    assert ort.status == "skipped" and "froze the value the model reads from its inputs at test_verification_verifies.py:64" in ort.reason
+    failed = report.variant("frozen").correctness
+    assert not failed.passed and failed.details["error"].startswith("on the sign-flipped inputs: output: rel_error")
+    assert failed.details["exploring"]["sign-flipped"]["value"] > 0.1
     assert report.variant("copy").correctness.passed and report.variant("copy").correctness.value == 0.0
     verification = report.conditions["verification"]
     assert verification["held_out"].startswith("3 sets derived from the example inputs")
     assert verification["other_shape"] == "batch 3 (the example's is 2)"
+    assert verification["exploring"]["sign-flipped"] == "checked"
+    assert "bool(tensor) at test_verification_verifies.py:64" in verification["behaviour"]
 
 
 def test_a_candidate_that_runs_only_at_the_example_batch_fails(device_report):

@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_map
 
+from agnitra.bench.checked_call import CheckedCall, checked_call, input_changes_problem
 from agnitra.bench.heldout import InputPlan, ShapeCheck, plan_inputs
 from agnitra.bench.machine import MachineWatch
 from agnitra.bench.noise import MIN_PAIRED_ROUNDS, faster_beyond_noise, round_cv
@@ -38,7 +38,8 @@ from agnitra.telemetry.profile import unit_of_work
 from agnitra.telemetry.roofline import compulsory_bytes, roofline
 from agnitra.telemetry.signature import software_versions
 from agnitra.telemetry.timing import StepClock, summarize, time_calls
-from agnitra.verify import Tolerances, check_reference, compare, compare_sets, renest
+from agnitra.pytree import fresh_copy
+from agnitra.verify import Tolerances, check_reference, compare, compare_sets, default_threshold, exploring_threshold, renest
 from agnitra.verify.perplexity import judge_perplexity, perplexity
 from agnitra.verify.retrieval import same_nearest_neighbour
 
@@ -94,6 +95,8 @@ class _Run:
     rounds: list[list[float]] = field(default_factory=list)  # samples_ms, round by round
     prefill_ms: list[float] = field(default_factory=list)
     run_tokens_per_s: list[float] = field(default_factory=list)
+    checked: list[CheckedCall] = field(default_factory=list)  # its verification calls on the held-out sets
+    exploring: dict[str, Any] = field(default_factory=dict)  # its outputs on the exploring sets, by name
 
     @property
     def ok(self) -> bool:
@@ -134,7 +137,8 @@ class Harness:
         self.plan: InputPlan | None = None  # chosen when the run starts (runs the original model)
         self.input_sets: list[tuple] = [workload.example_inputs]
         self.machine = MachineWatch(device, self.config.load_probe_s, self.config.size_threads)
-        self.reference_problem: str | None = None  # NaN/Inf in the reference's own output
+        self.reference_problem: str | None = None  # NaN/Inf in the reference's own output, or a model that cannot be verified
+        self.reference_run: _Run | None = None  # the variant candidates are verified against
         self.noise_floor: dict[str, Any] | None = None  # random-weight decoders: float32 vs the run's precision
         self.prompt = self._prompt(0) if self.decoder else None
 
@@ -172,6 +176,9 @@ class Harness:
         self.plan = plan_inputs(self.workload, self.config.input_sets, self.config.shape_check and self.config.check)
         self.input_sets = self.plan.rotation
         self.notes += self.plan.notes
+        if self._copy_inputs:
+            self.notes.append(f"the model changes its inputs in place ({', '.join(self.plan.behaviour.mutated_inputs)}): every call gets its own copies, "
+                              "the copy inside every variant's time")
 
     def _prepare_all(self) -> None:
         for i, (variant, run) in enumerate(zip(self.variants, self.runs)):
@@ -202,7 +209,14 @@ class Harness:
     def _one_unit(self, run: _Run, i: int, clock: StepClock | None = None):
         if self.decoder:
             return run.generator.generate(self.prompt, self.decoder.max_new_tokens, clock=clock)
-        return run.prepared.call(*self.input_sets[i % len(self.input_sets)])
+        inputs = self.input_sets[i % len(self.input_sets)]
+        return run.prepared.call(*(fresh_copy(inputs) if self._copy_inputs else inputs))
+
+    @property
+    def _copy_inputs(self) -> bool:
+        """A model that changes its inputs in place gets copies on every call (in every variant's time)."""
+        behaviour = self.plan.behaviour if self.plan else None
+        return bool(behaviour and behaviour.mutates_inputs)
 
     def _time_all(self) -> None:
         total = self.config.runs
@@ -307,9 +321,10 @@ class Harness:
                 _free_cuda(self.device)
         if not outputs:
             return
-        reference_run = next(run for run in self.runs if run.name in outputs)
+        reference_run = self.reference_run = next(run for run in self.runs if run.name in outputs)
         reference = outputs[reference_run.name]
-        self.reference_problem = check_reference(reference)
+        self.reference_problem = self.plan.behaviour.unverifiable() if self.plan.behaviour else None
+        self.reference_problem = self.reference_problem or check_reference(reference)
         if self.reference_problem:
             self.notes.append(self.reference_problem)
         elif self.decoder and self.workload.weights == "random":
@@ -359,6 +374,10 @@ class Harness:
                 self._check_retrieval(result, reference, outputs)
                 self._check_accuracy(result, reference, outputs)
                 self._note_task_checks(run.name, result)
+                if result.passed:
+                    self._verify_input_changes(run, result)
+                if result.passed:
+                    self._verify_exploring(run, result)
             if result.passed and shape_reference is not None:
                 self._verify_other_shape(run, shape_reference, result)
         result.details["reference"] = reference_name
@@ -366,6 +385,29 @@ class Harness:
         if not result.passed and not run.result.reason:
             run.result.reason = f"verification: {result.details.get('error', 'failed')}"
         return result
+
+    def _verify_input_changes(self, run: _Run, result: Correctness) -> None:
+        problem = input_changes_problem(self.reference_run.checked, run.checked)
+        if problem:
+            result.passed = False
+            result.details["error"] = problem
+
+    def _verify_exploring(self, run: _Run, result: Correctness) -> None:
+        """Each exploring set on its own (a frozen branch answers wrongly on one of them); lossy
+        variants there against the looser threshold (verify.exploring_threshold)."""
+        metric, lossy = self._metric(), run.prepared.lossy
+        figures = {}
+        for name, reference in self.reference_run.exploring.items():
+            output = self._as_reference_structure(run, reference, run.exploring[name])
+            own = self.config.threshold if self.config.threshold is not None else self.config.tolerances.threshold(metric)
+            own = own if own is not None else default_threshold(metric, *(t.dtype for t in tensor_leaves(reference)[:1]))
+            check = compare(metric, reference, output, exploring_threshold(metric, own, lossy), self.config.tolerances)
+            figures[name] = {"value": check.value, "threshold": check.threshold, "passed": check.passed}
+            if not check.passed and result.passed:
+                result.passed = False
+                result.details["error"] = f"on the {name} inputs: {check.details.get('error', 'differs')} (the held-out sets passed: an answer that depends on the input's values)"
+        if figures:
+            result.details["exploring"] = figures
 
     def _check_retrieval(self, result: Correctness, reference: list[Any], outputs: list[Any]) -> None:
         """Embeddings of real sentences (check_inputs): does each keep its nearest neighbour?
@@ -431,9 +473,8 @@ class Harness:
             result.details["error"] = error
 
     def _call_on_cpu(self, run: _Run, inputs: tuple) -> Any:
-        """One call's output with its tensors copied to the CPU (a CUDA graph's outputs are
-        overwritten by the next replay)."""
-        return tree_map(lambda leaf: leaf.detach().to("cpu", copy=True) if isinstance(leaf, torch.Tensor) else leaf, run.prepared.call(*inputs))
+        """One call's output on its own copies of the inputs, copied to the CPU."""
+        return checked_call(run.prepared.call, inputs).output
 
     @staticmethod
     def _as_reference_structure(run: _Run, reference: Any, output: Any) -> Any:
@@ -449,7 +490,9 @@ class Harness:
     def _check_outputs(self, run: _Run) -> list[Any]:
         if self.decoder:
             return [torch.cat([run.generator.teacher_forced_logits(prompt, reference) for prompt, reference in self._check_windows()], dim=1).to("cpu")]
-        return [self._call_on_cpu(run, inputs) for inputs in self.plan.held_out]
+        run.checked = [checked_call(run.prepared.call, inputs) for inputs in self.plan.held_out]
+        run.exploring = {name: checked_call(run.prepared.call, inputs).output for name, inputs in self.plan.exploring}
+        return [call.output for call in run.checked]
 
     def _check_windows(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(prompt, teacher tokens) windows covering `check_positions` decode positions: the first
@@ -555,8 +598,10 @@ class Harness:
 
     def _verification(self) -> dict[str, Any]:
         """What correctness was checked on, for the report's conditions."""
-        held_out = self._check_description() if self.decoder else self.plan.held_out_said
-        return {"held_out": held_out, "other_shape": self.plan.shape.said, "reference_problem": self.reference_problem}
+        checks = self.plan.checks()
+        if self.decoder:
+            checks["held_out"] = self._check_description()
+        return {**checks, "reference_problem": self.reference_problem}
 
     def _workload_info(self) -> dict[str, Any]:
         w = self.workload

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from agnitra.errors import NotApplicable, first_line
-from agnitra.pytree import tensor_leaves
+from agnitra.pytree import fresh_copy, sequence_length, tensor_leaves
 
 
 @contextlib.contextmanager
@@ -47,30 +47,59 @@ def input_names(workload: Exportable) -> list[str]:
     return list(workload.hints.get("input_names") or [f"input_{i}" for i in range(len(workload.example_inputs))])
 
 
-def _names(workload: Exportable) -> tuple[list[str], list[str]]:
+# The TorchScript exporter's warnings where a tensor's value became a Python value during the trace:
+# the exported graph holds the path and the constants of the example inputs
+FROZEN_VALUE_WARNINGS = ("Converting a tensor to a Python",)
+
+
+def _axes(workload: Exportable) -> dict[str, dict[int, str]]:
+    """Dynamic axes of the export: dim 0 (batch) of every input and output, and dim 1 of token
+    inputs and of outputs of their sequence length (callers send other lengths)."""
     with torch.no_grad():
-        n_out = len(tensor_leaves(workload.model(*workload.example_inputs)))
-    return input_names(workload), [f"output_{i}" for i in range(n_out)]
+        outputs = tensor_leaves(workload.model(*fresh_copy(workload.example_inputs)))
+    seq = sequence_length(workload.example_inputs)
+    axes = {}
+    for name, tensor in [*zip(input_names(workload), workload.example_inputs), *((f"output_{i}", t) for i, t in enumerate(outputs))]:
+        axes[name] = {0: "batch"}
+        if seq and isinstance(tensor, torch.Tensor) and tensor.dim() >= 2 and tensor.shape[1] == seq:
+            axes[name][1] = "sequence"
+    return axes
 
 
 def export_onnx(workload: Exportable, path: Path, opset: int = 17) -> str:
-    """Write `path`; returns which exporter succeeded. Dim 0 (batch) of inputs/outputs is dynamic."""
-    input_names, output_names = _names(workload)
-    dynamic = {n: {0: "batch"} for n in input_names + output_names}
+    """Write `path`; returns which exporter succeeded. Dim 0 (batch) of inputs/outputs is dynamic.
+    A trace that read a tensor's value into Python is refused: the graph would answer every input
+    as it answered the example's."""
+    dynamic = _axes(workload)
+    inputs, outputs = input_names(workload), [name for name in dynamic if name.startswith("output_")]
     errors = []
-    with eager_attention(workload.model, bool(workload.hints.get("eager_attention_for_onnx"))), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with eager_attention(workload.model, bool(workload.hints.get("eager_attention_for_onnx"))):
         for dynamo in (False, True):
             try:
-                torch.onnx.export(
-                    workload.model, workload.example_inputs, str(path), dynamo=dynamo, opset_version=opset,
-                    input_names=input_names, output_names=output_names, dynamic_axes=dynamic if not dynamo else None,
-                    **({"external_data": False} if dynamo else {}),
-                )
-                return "dynamo" if dynamo else "torchscript"
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    torch.onnx.export(
+                        workload.model, fresh_copy(workload.example_inputs), str(path), dynamo=dynamo, opset_version=opset,
+                        input_names=inputs, output_names=outputs, dynamic_axes=dynamic if not dynamo else None,
+                        **({"external_data": False} if dynamo else {}),
+                    )
             except Exception as exc:  # noqa: BLE001 - both exporters raise many types
                 errors.append(f"{'dynamo' if dynamo else 'torchscript'} exporter: {first_line(exc)}")
+                continue
+            _refuse_frozen_values(caught, getattr(workload, "behaviour", None))
+            return "dynamo" if dynamo else "torchscript"
     raise NotApplicable("the model does not export to ONNX: " + "; ".join(errors))
+
+
+def _refuse_frozen_values(caught: list[warnings.WarningMessage], behaviour) -> None:
+    """Refuse a trace that turned a tensor into a Python value where the model, run eagerly, reads
+    its inputs' values (the probe's `value_reads`, workloads.behaviour): the trace warns for shapes
+    too (they are tensors while tracing), which the other-shape check covers."""
+    reads = {read.rsplit(" at ", 1)[-1] for read in getattr(behaviour, "value_reads", None) or []}
+    frozen = sorted({f"{Path(w.filename).name}:{w.lineno}" for w in caught if str(w.message).startswith(FROZEN_VALUE_WARNINGS)} & reads)
+    if frozen:
+        raise NotApplicable(f"the ONNX export froze the value the model reads from its inputs at {', '.join(frozen[:3])}: "
+                            "the exported graph would answer every input as the example inputs took it")
 
 
 def optimize_transformer(path: Path, out: Path, hints: dict, use_gpu: bool) -> dict:

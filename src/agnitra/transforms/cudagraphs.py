@@ -36,6 +36,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from agnitra.errors import NotApplicable, WorkloadError, check
 from agnitra.transforms.base import Choice, Step, Transform, TransformContext, register_transform
 from agnitra.transforms.wrappers import ModelWrapper
+from agnitra.workloads.behaviour import check_not_frozen
 
 
 def _signature(tensors) -> list[tuple[tuple[int, ...], torch.dtype]]:
@@ -169,6 +170,7 @@ class CudaGraphs(Transform):
         check(ctx.device.type == "cuda", f"CUDA graphs need a GPU; this run is on {ctx.device.type}")
         check(not ctx.decoder, "decoders get CUDA graphs through compile mode=reduce-overhead on their decode step")
         check(all(isinstance(t, torch.Tensor) for t in ctx.workload.example_inputs), "CUDA graphs capture tensor inputs only; the workload passes other values")
+        check_not_frozen(ctx.workload, "a CUDA graph")
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         return CudaGraphRunner(model, ctx.workload.example_inputs, ctx.device, params.warmup)

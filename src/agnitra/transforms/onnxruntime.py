@@ -32,6 +32,8 @@ from agnitra.transforms.cudagraphs import CudaGraphRunner
 from agnitra.transforms.patcher import unwrap
 from agnitra.transforms.threads import ThreadsWrapper
 from agnitra.transforms.wrappers import ModelWrapper
+from agnitra.pytree import fresh_copy
+from agnitra.workloads.behaviour import check_not_frozen
 
 BF16_REASON = "ONNX Runtime has few bfloat16 kernels; keep the model in fp32 (or fp16 on a GPU) for ONNX Runtime"
 CONSTANT_LEAVES = (int, float, bool, str, type(None))
@@ -166,6 +168,7 @@ class OnnxRuntime(Transform):
         check(not (params.int8 and ctx.device.type != "cpu"), "ONNX Runtime dynamic int8 quantisation targets the CPU provider")
         check(ctx.dtype != torch.bfloat16, BF16_REASON)
         check(all(isinstance(t, torch.Tensor) for t in ctx.workload.example_inputs), "ONNX models take tensors; the workload passes other values")
+        check_not_frozen(ctx.workload, "an ONNX export")
         provider_for(ctx.device)  # NotApplicable early, before a costly export
 
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
@@ -173,7 +176,7 @@ class OnnxRuntime(Transform):
         _check_no_bf16(model)
         own_configs(model)  # the export switches attention to eager for a while: in the copy only
         with torch.no_grad():
-            structure = OutputStructure.record(model(*ctx.workload.example_inputs))
+            structure = OutputStructure.record(model(*fresh_copy(ctx.workload.example_inputs)))
         workload = dataclasses.replace(ctx.workload, model=FlatOutputs(model))
         workdir = Path(tempfile.mkdtemp(prefix="agnitra-ort-"))
         try:

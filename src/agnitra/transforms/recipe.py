@@ -53,6 +53,13 @@ class Recipe:
             object.__setattr__(self, "_key", cached)
         return cached
 
+    @property
+    def lossy(self) -> bool:
+        """Whether a step changes the numbers beyond float rounding (`Transform.lossy`)."""
+        from agnitra.transforms.base import get_transform
+
+        return any(get_transform(s.transform).lossy(dict(s.params)) for s in self.steps)
+
     def to_dict(self) -> dict[str, Any]:
         return {"version": RECIPE_VERSION, "steps": [{"transform": s.transform, "params": dict(s.params)} for s in self.steps]}
 

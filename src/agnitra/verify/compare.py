@@ -204,6 +204,23 @@ def _shortfall(result: Correctness) -> str:
     return f"{result.metric} {result.value:.4g} {below} {result.threshold:.4g}"
 
 
+# Lossy recipes on exploring inputs (sign-flipped, scaled, zeros, wide: bench.explore), far from what
+# they were calibrated on: judged for an answer that differs (a frozen branch: relative error ~1),
+# not for one a little less precise. The threshold is this much looser (logits: 20 dB lower).
+EXPLORING_LOOSER = 10.0
+
+
+def exploring_threshold(metric: str, threshold: float, lossy: bool) -> float:
+    """The threshold an exploring set is judged by: the run's own, or for a lossy recipe the looser one."""
+    if not lossy:
+        return threshold
+    if metric == "rel_error":
+        return threshold * EXPLORING_LOOSER
+    if metric == "logits":
+        return threshold - 20.0
+    return max(0.0, 1.0 - (1.0 - threshold) * (EXPLORING_LOOSER if metric == "cosine" else EXPLORING_LOOSER / 2))
+
+
 def default_threshold(metric: str, *dtypes: torch.dtype) -> float:
     if metric == "rel_error":
         return max(REL_ERROR_BY_DTYPE.get(d, 1e-3) for d in dtypes) if dtypes else 1e-3

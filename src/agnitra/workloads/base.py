@@ -74,6 +74,9 @@ class Workload:
     # decoders with held-out text: window i -> (prompt [B, prompt_len], continuation [B, new
     # tokens]); verification then teacher-forces real text and judges held-out perplexity
     text_windows: Callable[[int], tuple] | None = None
+    # what the original model does besides its output (inputs changed in place, values read into
+    # Python, state, repeatability): workloads.behaviour, probed once before anything is measured
+    behaviour: Any = None
 
     def __post_init__(self) -> None:
         self.task = TaskKind(self.task)
@@ -121,7 +124,7 @@ class Workload:
         return sum(p.numel() for p in self.model.parameters())
 
 
-def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -> Any:
+def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None, seq: tuple[int, int] | None = None) -> Any:
     """Fresh inputs like `example`, seeded: same structure, shapes, dtypes and devices.
 
     Floating tensors get normal values with each tensor's own mean and std, kept within its range
@@ -131,7 +134,7 @@ def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -
     meaning: they keep the example's rows (a mask with holes where real padding has none would
     test inputs no caller gives); other leaves are kept. `batch=(old, new)` also resizes dim 0 of
     every tensor whose dim 0 is `old` to `new` (another shape of the same inputs), the kept rows
-    taken in turn.
+    taken in turn; `seq=(old, new)` likewise dim 1 of [batch, sequence] tensors.
     """
     generator = torch.Generator().manual_seed(seed)
 
@@ -141,6 +144,8 @@ def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -
         shape = list(leaf.shape)
         if batch is not None and shape and shape[0] == batch[0]:
             shape[0] = batch[1]
+        if seq is not None and len(shape) == 2 and shape[1] == seq[0]:
+            shape[1] = seq[1]
         return _values_like(leaf.detach().cpu(), shape, generator).to(leaf.device)
 
     return torch.utils._pytree.tree_map(fresh, example)
@@ -149,7 +154,10 @@ def like_inputs(example: Any, seed: int, batch: tuple[int, int] | None = None) -
 def _values_like(example: torch.Tensor, shape: list[int], generator: torch.Generator) -> torch.Tensor:
     low, high = example.min(), example.max()
     if not example.is_floating_point() and example.unique().numel() <= 2:  # masks, flags: kept
-        return example[torch.arange(shape[0]) % example.shape[0]] if shape else example.clone()
+        if not shape:
+            return example.clone()
+        kept = example[torch.arange(shape[0]) % example.shape[0]]
+        return kept[:, torch.arange(shape[1]) % example.shape[1]] if len(shape) == 2 else kept
     if not example.is_floating_point():  # integers and bools: uniform in the example's range
         values = torch.randint(int(low), min(int(high) + 1, torch.iinfo(torch.int64).max), shape, generator=generator)
         return values.to(example.dtype)

@@ -28,6 +28,7 @@ import torch
 
 from agnitra.device import out_of_memory, out_of_memory_message
 from agnitra.errors import NotApplicable, UserError, WorkloadError, first_line
+from agnitra.pytree import fresh_copy
 from agnitra.workloads import generated
 from agnitra.workloads.base import TaskKind, Workload, tensor_leaves
 from agnitra.workloads.registry import BuildOptions, build_workload, get_entry
@@ -335,7 +336,7 @@ def smoke_test(workload: Workload) -> list[torch.Tensor]:
     """Run the model once on its example inputs; a failure is the user's shape/type problem."""
     try:
         with torch.no_grad():
-            return tensor_leaves(workload.model(*workload.example_inputs))
+            return tensor_leaves(workload.model(*fresh_copy(workload.example_inputs)))
     except Exception as exc:  # noqa: BLE001
         if out_of_memory(exc):
             raise out_of_memory_error(workload, exc) from exc

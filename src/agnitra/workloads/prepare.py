@@ -22,6 +22,7 @@ from agnitra.config import load_settings
 from agnitra.device import resolve_device
 from agnitra.errors import UserError
 from agnitra.workloads.base import TaskKind, Workload
+from agnitra.workloads.behaviour import ensure_behaviour
 from agnitra.workloads.loaders import inference_mode, load_workload, on_device, refuse_meta, smoke_test, with_task
 from agnitra.workloads.model_copy import independent_copy
 from agnitra.workloads.registry import BuildOptions
@@ -62,6 +63,7 @@ def prepare_workload(
     if dtype and not (isinstance(model, str) and model.startswith(("zoo:", "gen:"))):
         _cast(workload, parse_dtype(dtype))
     smoke_test(workload)
+    ensure_behaviour(workload)
     return workload, dev
 
 

@@ -29,6 +29,9 @@ class Prepared:
     # set when the variant computes in another precision than the workload (e.g. "int8"): the
     # workload's roofline, built on its own dtype's ceiling, does not bound it
     arithmetic: str = ""
+    # changes the numbers beyond float rounding (a weight format, a lower precision): judged on the
+    # exploring inputs for an answer that differs, not for precision (verify.exploring_threshold)
+    lossy: bool = False
 
 
 class Variant(abc.ABC):

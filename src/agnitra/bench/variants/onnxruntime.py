@@ -20,6 +20,7 @@ from agnitra.errors import check
 from agnitra.ort.export import build_ort_model
 from agnitra.ort.session import OrtModule, open_session, provider_for
 from agnitra.workloads.base import Workload
+from agnitra.workloads.behaviour import check_not_frozen
 
 
 class OnnxRuntime(Variant):
@@ -30,9 +31,10 @@ class OnnxRuntime(Variant):
         check(workload.decoder is None, "decoders run in Agnitra's static-KV-cache decode loop, which is not exported to ONNX")
         check(not (self.int8 and device.type == "cuda"), "ONNX Runtime dynamic int8 quantisation targets the CPU provider")
         check(workload.dtype != torch.bfloat16, "ONNX Runtime has few bfloat16 kernels; run this variant with --dtype fp16 or fp32")
-        provider_for(device)  # NotApplicable early, before a costly export
         if isinstance(workload.model, OrtModule):  # already an ONNX model: run it as it is
             return Prepared(call=workload.model, notes="the given ONNX model")
+        check_not_frozen(workload, "an ONNX export")
+        provider_for(device)  # NotApplicable early, before a costly export
         workdir = Path(tempfile.mkdtemp(prefix="agnitra-ort-"))
         try:
             return self._build(workload, device, workdir)
@@ -44,7 +46,7 @@ class OnnxRuntime(Variant):
         path, notes = build_ort_model(workload, workdir, device, optimize=True, int8=self.int8)
         module = OrtModule(open_session(path, device), device, path=path)
         weakref.finalize(module, shutil.rmtree, workdir, True)  # the files live as long as the session
-        return Prepared(call=module, notes="; ".join(notes), arithmetic="int8" if self.int8 else "")
+        return Prepared(call=module, notes="; ".join(notes), arithmetic="int8" if self.int8 else "", lossy=self.int8)
 
 
 register_variant(OnnxRuntime("onnxruntime", False, "ONNX Runtime, graph optimisations (+ transformer fusions)"))

@@ -24,8 +24,8 @@ class RecipeVariant(Variant):
         patched = apply_recipe(self.recipe, TransformContext(workload, device, calibration))
         arithmetic = _arithmetic(self.recipe)
         if workload.decoder is not None:
-            return Prepared(model=patched.model, arithmetic=arithmetic, notes="; ".join(patched.notes))
-        return Prepared(call=patched.model, model=patched.model, arithmetic=arithmetic, notes="; ".join(patched.notes))
+            return Prepared(model=patched.model, arithmetic=arithmetic, notes="; ".join(patched.notes), lossy=self.recipe.lossy)
+        return Prepared(call=patched.model, model=patched.model, arithmetic=arithmetic, notes="; ".join(patched.notes), lossy=self.recipe.lossy)
 
 
 def _arithmetic(recipe: Recipe) -> str:
