@@ -75,6 +75,7 @@ TokensOpt = typer.Option(None, "--tokens", help="decoders: new tokens per genera
 SizeOpt = typer.Option("full", "--size", help="zoo workloads: full, or tiny (every dimension shrunk, for smoke tests)")
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
 PickleOpt = typer.Option(False, "--allow-pickle", help="load pickled objects from the model file: this runs code from it; only for files you trust")
+CheckInputsOpt = typer.Option(None, "--check-inputs", help="your own inputs to verify every candidate on (.pt of a tensor or tuple of tensors, or .npz; rows in batches of --batch): replaces the held-out sets derived from the example")
 OutOpt = typer.Option(None, "--out", help="write report.json, metrics.csv and report.html here (and agnitra.log, what libraries printed)")
 
 
@@ -351,6 +352,11 @@ def _names(text: Optional[str]) -> Optional[list[str]]:
     return None if text is None else [name.strip() for name in text.split(",") if name.strip()]
 
 
+def _check_inputs(path: Path | None) -> dict:
+    """--check-inputs as a load option, passed only when given (a path: a worker reads it again)."""
+    return {"check_inputs": str(path)} if path is not None else {}
+
+
 def _pickle(allow_pickle: bool) -> dict:
     """--allow-pickle as a load option, passed only when given (the default is the loader's own: no)."""
     return {"allow_pickle": True} if allow_pickle else {}
@@ -415,6 +421,7 @@ def bench(
     no_ops: bool = typer.Option(False, "--no-ops", help="skip the operator breakdown"),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="also measure a recipe against the variants: a recipe.json, or inline as 'int8-weight-only + compile(mode=reduce-overhead)' (repeatable)"),
     allow_pickle: bool = PickleOpt,
+    check_inputs: Optional[Path] = CheckInputsOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = OutOpt,
 ) -> None:
@@ -423,7 +430,7 @@ def bench(
         report = _api().benchmark(
             model, variants=variants.split(",") + _recipe_variants(recipe or []), device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
             input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k,
-            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress, **_pickle(allow_pickle),
+            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress, **_pickle(allow_pickle), **_check_inputs(check_inputs),
         )
     _emit(report, as_json, out_dir, _render_bench)
 
@@ -489,6 +496,7 @@ def optimize(
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants, measured as candidates and compared in the final run (default: the compile modes, and ONNX Runtime where it applies)"),
     resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
     allow_pickle: bool = PickleOpt,
+    check_inputs: Optional[Path] = CheckInputsOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = typer.Option(Path("runs/optimize"), "--out", help="run directory: report, recipe, journal"),
 ) -> None:
@@ -507,7 +515,7 @@ def optimize(
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
             candidate_timeout=candidate_timeout, strategy=strategy,
-            peers=_names(peers), out=out_dir, resume=resume, progress=progress, **_pickle(allow_pickle),
+            peers=_names(peers), out=out_dir, resume=resume, progress=progress, **_pickle(allow_pickle), **_check_inputs(check_inputs),
         )
     if out_dir is not None:
         err.print(f"wrote {out_dir}/: report.json, report.html, metrics.csv, candidates.csv, recipe.json, agnitra.json")

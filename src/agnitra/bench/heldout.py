@@ -101,7 +101,7 @@ def baseline_problem(workload: Workload, plan: InputPlan | None = None) -> str |
 def _held_out(workload: Workload, judge: "_Acceptance") -> tuple[list[tuple], str]:
     if workload.check_inputs is not None:
         sets = _in_batches(workload.check_inputs, workload.batch)
-        return sets, f"the workload's check data ({len(sets)} batches)"
+        return sets, f"{workload.hints.get('check_inputs_from', 'the workload' + chr(39) + 's check data')} ({len(sets)} batches)"
     seeds = range(HELD_OUT_SEED, HELD_OUT_SEED + HELD_OUT_SETS)
     sets = judge.keep([workload.inputs(seed) for seed in seeds], "held-out")
     source = "from the workload's input generator" if workload.make_inputs else "derived from the example inputs"

@@ -14,7 +14,7 @@ unless `allow_pickle` says the user trusts them (`safe_load`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -23,6 +23,7 @@ from agnitra.device import resolve_device
 from agnitra.errors import UserError
 from agnitra.workloads.base import TaskKind, Workload
 from agnitra.workloads.behaviour import ensure_behaviour
+from agnitra.workloads.check_inputs import attach_check_inputs
 from agnitra.workloads.loaders import inference_mode, load_workload, on_device, refuse_meta, smoke_test, with_task
 from agnitra.workloads.model_copy import independent_copy
 from agnitra.workloads.registry import BuildOptions
@@ -51,8 +52,10 @@ def prepare_workload(
     task: str | None = None,
     size: str = "full",
     allow_pickle: bool = False,
+    check_inputs: Any = None,
 ) -> tuple[Workload, torch.device]:
-    """A runnable Workload on the resolved device, checked once on its example inputs."""
+    """A runnable Workload on the resolved device, checked once on its example inputs;
+    `check_inputs` (a file or tensors: workloads.check_inputs) replaces its held-out data."""
     dev = device if isinstance(device, torch.device) else resolve_device(device or load_settings().device)
     if isinstance(model, (Workload, torch.nn.Module)):
         _refuse_file_options(model, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shapes, size=None if size == "full" else size, allow_pickle=allow_pickle or None)
@@ -63,6 +66,7 @@ def prepare_workload(
     if dtype and not (isinstance(model, str) and model.startswith(("zoo:", "gen:"))):
         _cast(workload, parse_dtype(dtype))
     smoke_test(workload)
+    attach_check_inputs(workload, check_inputs)
     ensure_behaviour(workload)
     return workload, dev
 
