@@ -97,3 +97,13 @@ def test_sdk_check_inputs(tmp_path, monkeypatch):
     assert report.conditions["verification"]["held_out"] == "check_inputs given in Python (3 batches)"
     with pytest.raises(UserError, match="holds 1 tensor"):
         agnitra.benchmark(torch.nn.Bilinear(8, 8, 4), (torch.randn(2, 8), torch.randn(2, 8)), device="cpu", check_inputs=torch.randn(6, 8))
+
+
+def test_the_reports_list_what_verification_checked(model_file, tmp_path, capsys):
+    code = main(["bench", model_file, "--device", "cpu", "--variants", "eager", "--runs", "2", "--warmup", "0", "--no-ops", "--out", "run"])
+    out = capsys.readouterr().out
+    assert code == 0
+    flat = " ".join(out.split())
+    assert "exploring inputs: sign-flipped, scaled x4, zeros, wide" in flat and "other shape: batch 3" in flat
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "What verification checked" in page and "exploring.sign-flipped" in page and "behaviour" in page

@@ -441,12 +441,12 @@ def _recipe_variants(texts: list[str]) -> list:
 
 
 def _render_bench(report) -> None:
-    from agnitra.report.console import bench_table, decode_summary, ops_table, weights_summary
+    from agnitra.report.console import bench_table, checks_summary, decode_summary, ops_table, weights_summary
 
     _print_device(report.device)
-    out.print(f"conditions: {json.dumps({k: v for k, v in report.conditions.items() if k != 'shapes'})}")
+    out.print(f"conditions: {json.dumps({k: v for k, v in report.conditions.items() if k not in ('shapes', 'verification')})}")
     _show(bench_table(report))
-    for summary in (decode_summary(report), weights_summary(report)):
+    for summary in (checks_summary(report), decode_summary(report), weights_summary(report)):
         if summary:
             out.print(summary)
     if report.roofline:
@@ -535,11 +535,14 @@ def _list_transforms() -> None:
 
 
 def _render_optimize(report) -> None:
-    from agnitra.report.console import bench_table, candidates_table
+    from agnitra.report.console import bench_table, candidates_table, checks_summary
 
     _print_device(report.bench.device)
     _show(candidates_table(report))
     _show(bench_table(report.bench, title="Final interleaved run: baseline, peers, finalists"))
+    checks = checks_summary(report.bench)
+    if checks:
+        out.print(f"[dim]{checks}[/]", highlight=False)
     for item in report.search["not_applicable"]:
         out.print(f"[dim]not applicable: {item['transform']}: {item['reason']}[/]")
     for note in report.search.get("notes", []) + report.bench.notes:

@@ -94,6 +94,22 @@ def weights_summary(report: BenchReport) -> str | None:
     return "weights and buffers on the device: " + ", ".join(f"{v.name} {format_mib(v.model_bytes)} MiB" for v in known)
 
 
+def checks_summary(report: BenchReport) -> str | None:
+    """One line: what verification ran every variant on (held-out, exploring sets, other shape,
+    what the original model does besides its output); None when nothing was checked."""
+    checks = report.conditions.get("verification")
+    if not checks:
+        return None
+    exploring = checks.get("exploring") or {}
+    checked = [name for name, said in exploring.items() if said.startswith("checked")]
+    left = [name for name, said in exploring.items() if not said.startswith("checked")]
+    parts = [f"verified on {checks.get('held_out')}",
+             f"exploring inputs: {', '.join(checked) or 'none'}" + (f" ({', '.join(left)} left out)" if left else ""),
+             f"other shape: {checks.get('other_shape')}",
+             f"the model: {checks.get('behaviour')}"]
+    return "; ".join(parts)
+
+
 def decode_summary(report: BenchReport) -> str | None:
     """A line per variant that decoded tokens (tokens/s, per-token latency, prefill); None if none."""
     decoded = [v for v in report.variants if v.status == "ok" and v.decode is not None]

@@ -141,6 +141,12 @@ def _flatten(pairs: Iterable[tuple[Any, Any]], prefix: str = "") -> list[tuple[s
     return flat
 
 
+def _checks_section(conditions: dict[str, Any]) -> str:
+    """What verification ran every variant on: held-out, exploring sets, other shape, the model's behaviour."""
+    checks = conditions.get("verification")
+    return _section("What verification checked", _kv_table(checks)) if checks else ""
+
+
 def _section(title: str, *parts: str) -> str:
     content = "".join(part for part in parts if part)
     return f"<section><h2>{html.escape(title)}</h2>{content}</section>" if content else ""
@@ -340,6 +346,7 @@ def bench_html(report: BenchReport) -> str:
         _section("Latency and throughput", _chart_grid(charts, latency_figure(report.variants),
                                                        throughput_figure(report.variants))),
         _section("Results", _results_table(report.variants), _notes_list(report.notes)),
+        _checks_section(report.conditions),
         _section("Decode", _decode_table(report.variants)),
         _section("Roofline", _roofline_table(report)),
         _section("Operator breakdown", *_op_breakdown_parts(report, charts)),

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 from agnitra.report.console_units import candidate_cells
 from agnitra.report.files import _write_csv, _write_json, _write_text, write_bench_report
 from agnitra.report.html import (
-    _base_layout, _chart_grid, _chart_label, _Charts, _context_section, _header, _notes_list, _page,
+    _base_layout, _chart_grid, _chart_label, _Charts, _checks_section, _context_section, _header, _notes_list, _page,
     _results_table, _section, _table, _workload_name, latency_figure,
 )
 from agnitra.results import OptimizeReport, own_memory_bytes
@@ -94,6 +94,7 @@ def optimize_html(report: OptimizeReport) -> str:
         _section("Search", _chart_grid(charts, pareto_figure(report)), _chart_grid(charts, prediction_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(4, 10))),
         _section("Not applicable here", _table(["transform", "reason"], skipped) if skipped else '<p class="muted">Every transform applied.</p>'),
         _section("Recipe", f"<pre>{html.escape(json.dumps(report.recipe, indent=2))}</pre>"),
+        _checks_section(bench.conditions),
         _context_section(bench.workload, bench.device, {**bench.conditions, **{f"search.{k}": v for k, v in report.search.items() if k != "not_applicable"}}, bench.versions),
         f'<p class="muted">Schema {html.escape(report.schema)}</p>',
     ])
