@@ -7,6 +7,8 @@ The CLI runs in-process (`agnitra.cli.main`) on tiny factories written to tmp_pa
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -124,3 +126,25 @@ def test_a_batch_too_large_for_memory_through_the_sdk(tmp_path):
     model, inputs = namespace["first"](batch=64)
     with pytest.raises(UserError, match=r"^Model ran out of memory at batch 64 \(.*\): pass example inputs with a smaller batch$"):
         agnitra.benchmark(model, inputs, device="cpu")
+
+
+# ---- a model path with bytes that are not UTF-8 -------------------------------------------------
+
+
+def test_a_model_path_with_undecodable_bytes_works(tmp_path):
+    """os.fsdecode turns the byte 0xff into a lone surrogate: the log, the report files and the
+    store take it (written as \\udcff), and the run ends as any other."""
+    import os
+
+    folder = os.fsencode(tmp_path)
+    with open(folder + b"/m\xff.py", "w") as f:
+        f.write(textwrap.dedent(META).replace('device="meta"', 'device="cpu"'))
+    model = os.fsdecode(folder + b"/m\xff.py") + ":with_inputs"
+    run = tmp_path / "run"
+    argv = [sys.executable, "-m", "agnitra.cli", "bench", model, "--device", "cpu", "--runs", "2", "--warmup", "1", "--no-ops", "--no-check", "--out", str(run)]
+    done = subprocess.run([os.fsencode(a) for a in argv], capture_output=True, timeout=120)  # as a shell passes the bytes
+    assert done.returncode == 0, done.stderr
+    assert b"not recorded" not in done.stdout and b"error" not in done.stderr and b"Traceback" not in done.stderr
+    assert "m\\udcff.py:with_inputs" in (run / "agnitra.log").read_text()
+    assert json.loads((run / "report.json").read_text())["workload"]["source"] == model
+    assert (run / "report.html").read_text().endswith("</html>\n")  # whole, and UTF-8

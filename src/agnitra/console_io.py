@@ -68,7 +68,7 @@ def library_output_to(path: Path, header: str, echo_to: IO[str] | None = None) -
     write to those descriptors and are left in place (a logging handler holding one keeps working
     afterwards); where they do not (a notebook, a test's capture), they point at the log meanwhile."""
     log = _open_log(path)
-    log.write(f"---- {header}\n".encode())
+    log.write(f"---- {header}\n".encode("utf-8", "backslashreplace"))  # a path with undecodable bytes (surrogates) too
     _flush_python_streams()
     saved = os.dup(1), os.dup(2)
     tee = _Tee(log, echo_to) if echo_to is not None else None

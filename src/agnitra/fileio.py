@@ -14,7 +14,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
     path = Path(path)
     handle, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
+        with os.fdopen(handle, "w", encoding="utf-8", errors="backslashreplace") as f:  # a path's undecodable bytes (surrogates) as \udcff
             f.write(text)
             f.flush()
             os.fsync(f.fileno())

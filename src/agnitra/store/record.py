@@ -25,6 +25,7 @@ def _hash(value: Any) -> str:
 
 def record_report(session: Session, doc: dict, origin: str = "") -> RunRow | None:
     """Add the run a report document describes; None when this very report is stored already."""
+    doc = _encodable(doc)
     schema = doc.get("schema")
     if schema not in (BENCH_SCHEMA, OPTIMIZE_SCHEMA):
         raise ValueError(f"not a bench or optimize report (schema {schema!r})")
@@ -115,6 +116,22 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value if value is None or isinstance(value, (str, int, bool)) else str(value)
+
+
+def _encodable(value: Any) -> Any:
+    """Text a database can store: a path's undecodable bytes (surrogates, as os.fsdecode gives them
+    on Linux) written as \\udcff instead of failing the insert."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def _parse_time(text: str | None) -> dt.datetime | None:
