@@ -388,3 +388,16 @@ def test_a_damaged_tuning_cache_is_set_aside_and_tuned_again(damage, tmp_path):
     assert cache.path.with_name(cache.path.name + ".corrupt").is_file() and not cache.path.exists()
     cache.put("k", {"config": {"BLOCK": 1}, "ms": 1.0})
     assert TuningCache(tmp_path, "sig").get("k")["config"] == {"BLOCK": 1}
+
+
+# ---- --out naming a file -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("verb", ["bench", "optimize", "profile", "inspect"])
+@pytest.mark.parametrize("under", [False, True], ids=["the-file", "under-the-file"])
+def test_out_naming_a_file_is_refused_before_any_work(verb, under, tmp_path, capsys):
+    (tmp_path / "afile").write_text("mine\n")
+    out = tmp_path / "afile" / "run" if under else tmp_path / "afile"
+    expected = f"--out {out} is inside {tmp_path / 'afile'}, a file, not a folder" if under else f"--out {out} is a file, not a folder"
+    _assert_one_line_error(*_cli([verb, *TINY, "--out", str(out)], capsys), expected, "name a folder (it is created)")
+    assert (tmp_path / "afile").read_text() == "mine\n"

@@ -29,7 +29,10 @@ def ensure_writable_dir(path: str | Path, flag: str = "--out") -> Path:
     """Create `path` if needed and prove a file can be written there; a one-line error if not."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise UserError(f"{flag} {path} is a file, not a folder; give a folder path")
+        raise UserError(f"{flag} {path} is a file, not a folder: name a folder (it is created)")
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise UserError(f"{flag} {path} is inside {blocking}, a file, not a folder: name a folder (it is created)")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=path, prefix=".agnitra-probe-", delete=True)
