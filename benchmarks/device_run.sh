@@ -15,6 +15,7 @@
 #   bash benchmarks/device_run.sh hf FAMILIES [TAG]            # hf_families.py --optimize FAMILIES (all: twelve) at size moderate, fp16, HF_STRATEGY (default model), HF_BUDGET (170s) each, HF_PEERS, each against a fresh copy of the carried store; HF_LANES=N: N GPUs side by side
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model), each with cold compile caches
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
+#   bash benchmarks/device_run.sh adversarial [WORKLOADS]        # the runtime and verification tests on the GPU, then adversarial.py (the adversarial zoo on every CUDA runtime; exploring inputs on WORKLOADS)
 #   bash benchmarks/device_run.sh curve BUDGETS WORKLOADS [TAG] # budget_curve.py: `agnitra optimize` as a user runs it at each budget, a workload a GPU side by side (CURVE_DEADLINE, default 540 s)
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -102,6 +103,10 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         AGNITRA_GPU_TESTS=1 timeout 240 python3 -m pytest -q -p no:cacheprovider --timeout 200 -k "$TRUST_TESTS" tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_run_safety.py tests/test_model_untouched.py > "$OUT/pytest-trust.txt" 2>&1; tail -25 "$OUT/pytest-trust.txt"
       fi
       optimize "${TRUST_LIMIT:-330}" "${2:-bert-base-b1-short}"
+      ;;
+    adversarial)  # verification that cannot be fooled, on the GPU: the trust tests, then the adversarial zoo and the exploring inputs' cost
+      AGNITRA_GPU_TESTS=1 timeout "${ADV_TESTS_LIMIT:-200}" python3 -m pytest -q -p no:cacheprovider --timeout 190 tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_adversarial.py -k "not optimize" > "$OUT/pytest-verification.txt" 2>&1; tail -8 "$OUT/pytest-verification.txt"
+      timeout "${ADV_LIMIT:-330}" python3 benchmarks/adversarial.py --device cuda --workloads "${2:-zoo:bert-base@b8,zoo:resnet50@b16}" --out "$OUT/adversarial-gpu.json" 2>&1 | grep -v "^W1\|Warning\|warn"
       ;;
     curve)  # the budget curve: one `agnitra optimize` process a run (CLI defaults, a fresh --out), N GPUs side by side; rows that would end
       # after CURVE_DEADLINE (seconds from the script's start) are skipped; each run against a fresh copy of the carried store, with empty compile caches

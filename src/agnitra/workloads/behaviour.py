@@ -85,6 +85,8 @@ class Behaviour:
             found.append(f"updates buffers in forward ({', '.join(self.changed_buffers)})")
         if self.unrepeatable:
             found.append(f"answers differently on two calls with the same inputs ({self.unrepeatable})")
+        if self.said:
+            found.append(self.said)
         return "; ".join(found) or "none found (no input changed in place, no tensor value read into Python, same answer on two calls)"
 
 
@@ -97,6 +99,8 @@ class _ValueReads(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", "")
+        if torch.compiler.is_compiling():  # inside torch.cond's own TorchDynamo trace: nothing to walk there
+            return func(*args, **(kwargs or {}))
         if name in VALUE_READS and len(self.found) < LISTED:
             self.found.setdefault(f"{VALUE_READS[name]} at {_user_frame()}", None)
         return func(*args, **(kwargs or {}))
@@ -105,6 +109,8 @@ class _ValueReads(TorchFunctionMode):
 def _user_frame() -> str:
     """The innermost stack frame outside torch and Agnitra: where the model's code read the value."""
     for frame in reversed(traceback.extract_stack(limit=40)):
+        if frame.filename.startswith("<"):  # code generated at run time (an FX graph): not the model's own
+            continue
         if not frame.filename.startswith(_LIBRARY_DIRS) or frame.filename.startswith(_MODEL_DIRS):
             return f"{os.path.basename(frame.filename)}:{frame.lineno}"
     return "inside torch"
@@ -123,14 +129,15 @@ def probe(workload) -> Behaviour:
     model, example = workload.model, workload.example_inputs
     buffers = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
     given = fresh_copy(example)
-    reads = _ValueReads()
+    reads, said = _ValueReads(), ""
     try:
         with torch.no_grad():
             try:
                 with reads:
                     first = _kept(model(*given))
-            except Exception:  # noqa: BLE001 - a model the mode upsets: probed without it
-                reads.found = {"not checked (the model does not run under a torch function mode)": None}
+            except Exception as exc:  # noqa: BLE001 - a model the mode upsets: probed without it
+                reads.found = {}
+                said = f"tensor values read into Python: not checked (the model fails under a torch function mode: {first_line(exc)})"
                 given = fresh_copy(example)
                 first = _kept(model(*given))
             changed = [name for name, buffer in model.named_buffers() if name in buffers and not same_values(buffer, buffers[name])]
@@ -138,7 +145,7 @@ def probe(workload) -> Behaviour:
     except Exception as exc:  # noqa: BLE001 - the smoke test has run: a second failure is said, not raised
         return Behaviour(checked=False, said=f"the probe call failed: {first_line(exc)}")
     mutated = [f"input {path}" for path, (before, after) in paired_tensors(example, given) if not same_values(before, after)]
-    return Behaviour(mutated_inputs=mutated, value_reads=list(reads.found), changed_buffers=changed[:LISTED], unrepeatable=_difference(first, second))
+    return Behaviour(mutated_inputs=mutated, value_reads=list(reads.found), changed_buffers=changed[:LISTED], unrepeatable=_difference(first, second), said=said)
 
 
 def _kept(output: Any) -> Any:
