@@ -60,7 +60,7 @@ class Behaviour:
         """Why no candidate can be verified against this model, or None."""
         if not self.unrepeatable:
             return None
-        state = f"; it changes {', '.join(self.changed_buffers)} on every call" if self.changed_buffers else " (randomness in forward?)"
+        state = f"; it updates its buffer(s) {', '.join(self.changed_buffers)} on every call" if self.changed_buffers else " (randomness in forward?)"
         return f"the original model answers differently on two calls with the same inputs ({self.unrepeatable}){state}: nothing can be verified against it"
 
     def frozen_by(self, runtime: str) -> str | None:
