@@ -105,7 +105,7 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       optimize "${TRUST_LIMIT:-330}" "${2:-bert-base-b1-short}"
       ;;
     adversarial)  # verification that cannot be fooled, on the GPU: the trust tests, then the adversarial zoo and the exploring inputs' cost
-      AGNITRA_GPU_TESTS=1 timeout "${ADV_TESTS_LIMIT:-200}" python3 -m pytest -q -p no:cacheprovider --timeout 190 tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_adversarial.py -k "not optimize" > "$OUT/pytest-verification.txt" 2>&1; tail -8 "$OUT/pytest-verification.txt"
+      [ "${ADV_TESTS:-1}" = 0 ] || AGNITRA_GPU_TESTS=1 timeout "${ADV_TESTS_LIMIT:-200}" python3 -m pytest -q -p no:cacheprovider --timeout 190 tests/test_transforms_runtime.py tests/test_verification_verifies.py tests/test_adversarial.py -k "not optimize" > "$OUT/pytest-verification.txt" 2>&1; tail -8 "$OUT/pytest-verification.txt"
       timeout "${ADV_LIMIT:-330}" python3 benchmarks/adversarial.py --device cuda --workloads "${2:-zoo:bert-base@b8,zoo:resnet50@b16}" --out "$OUT/adversarial-gpu.json" 2>&1 | grep -v "^W1\|Warning\|warn"
       ;;
     curve)  # the budget curve: one `agnitra optimize` process a run (CLI defaults, a fresh --out), N GPUs side by side; rows that would end
@@ -123,4 +123,4 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       ;;
     *) echo "unknown phase: $1 (see the head of benchmarks/device_run.sh)"; exit 2 ;;
   esac
-} 2>&1 | tee "$OUT/log-$1$(echo "${2:+-$2}" | tr ,/ _-).txt"
+} 2>&1 | tee "$OUT/log-$1$(echo "${2:+-$2}" | tr ,/:@ _---).txt"

@@ -163,8 +163,8 @@ def wrong_answer(original: nn.Module, candidate: Callable[..., Any], truth: list
     for i, inputs in enumerate(truth):
         mine, theirs = fresh_copy(inputs), fresh_copy(inputs)
         with torch.no_grad():
-            expected = [t.detach().clone() for t in tensor_leaves(original(*mine))] + list(mine)
-            got = [t.detach().to("cpu").clone() for t in tensor_leaves(candidate(*theirs))] + [t.to("cpu") for t in theirs]
+            expected = [t.detach().to("cpu", copy=True) for t in tensor_leaves(original(*mine))] + [t.to("cpu") for t in mine]
+            got = [t.detach().to("cpu", copy=True) for t in tensor_leaves(candidate(*theirs))] + [t.to("cpu") for t in theirs]
         if len(expected) != len(got):
             return f"truth set {i}: {len(got)} tensors where the original gives {len(expected)}"
         for j, (a, b) in enumerate(zip(expected, got)):
