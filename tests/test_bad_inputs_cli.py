@@ -401,3 +401,45 @@ def test_out_naming_a_file_is_refused_before_any_work(verb, under, tmp_path, cap
     expected = f"--out {out} is inside {tmp_path / 'afile'}, a file, not a folder" if under else f"--out {out} is a file, not a folder"
     _assert_one_line_error(*_cli([verb, *TINY, "--out", str(out)], capsys), expected, "name a folder (it is created)")
     assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+# ---- the measurement store: a store the user named must open; the default one's damage is a note --------
+
+BAD_STORES = {
+    "unreachable": ("postgresql://nobody:s3cret@127.0.0.1:1/x", "postgresql://nobody@127.0.0.1:1/x"),
+    "unparsable": ("notaurl", "notaurl"),
+    "garbage-file": ("sqlite:///{tmp}/x.db", "sqlite:///{tmp}/x.db"),
+}
+
+
+@pytest.mark.parametrize("verb", ["bench", "optimize"])
+@pytest.mark.parametrize("store", BAD_STORES, ids=list(BAD_STORES))
+def test_a_named_store_that_cannot_be_opened_ends_the_run_before_any_work(verb, store, tmp_path, monkeypatch, capsys):
+    url, shown = (text.format(tmp=tmp_path) for text in BAD_STORES[store])
+    (tmp_path / "x.db").write_bytes(b"\x00garbage, not SQLite" * 100)
+    monkeypatch.setenv("AGNITRA_DB_URL", url)
+    code, out, err = _cli([verb, *TINY], capsys)
+    _assert_one_line_error(code, out, err, f"the measurement store at {shown} cannot be opened (", "): fix AGNITRA_DB_URL or pass --no-store")
+    assert "s3cret" not in err
+
+
+def test_a_store_named_in_agnitra_toml_names_its_setting(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("AGNITRA_DB_URL", raising=False)  # conftest names a store for every test
+    (tmp_path / "agnitra.toml").write_text('db_url = "notaurl"\n')
+    _assert_one_line_error(*_cli(["bench", *TINY], capsys), "the measurement store at notaurl cannot be opened", "fix `db_url` in agnitra.toml or pass --no-store")
+
+
+def test_store_info_on_a_damaged_default_store_names_the_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("AGNITRA_DB_URL", raising=False)
+    path = tmp_path / "cache" / "agnitra.db"
+    path.parent.mkdir()
+    path.write_bytes(b"\x00garbage, not SQLite" * 100)
+    code, out, err = _cli(["store", "info"], capsys)
+    _assert_one_line_error(code, out, err, f"the default store {path} is damaged (", "): move it away (a new one is created)")
+    assert "AGNITRA_DB_URL" not in err and "--no-store" not in err
+
+
+@pytest.mark.parametrize("verb", ["bench", "optimize"])
+def test_no_store_is_a_flag_of_bench_and_optimize(verb, capsys):
+    code, out, _ = _cli([verb, "--help"], capsys)
+    assert code == 0 and "--no-store" in out

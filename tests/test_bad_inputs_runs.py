@@ -148,3 +148,29 @@ def test_a_model_path_with_undecodable_bytes_works(tmp_path):
     assert "m\\udcff.py:with_inputs" in (run / "agnitra.log").read_text()
     assert json.loads((run / "report.json").read_text())["workload"]["source"] == model
     assert (run / "report.html").read_text().endswith("</html>\n")  # whole, and UTF-8
+
+
+# ---- the measurement store ------------------------------------------------------------------------
+
+BENCH_QUICK = ["--device", "cpu", "--runs", "2", "--warmup", "1", "--no-ops", "--no-check"]
+
+
+def test_no_store_runs_without_the_store_the_user_named(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("AGNITRA_DB_URL", "notaurl")
+    path = _factory(tmp_path, META.replace('device="meta"', 'device="cpu"'))
+    code, out, err = _cli(["bench", f"{path}:with_inputs", *BENCH_QUICK, "--no-store"], capsys)
+    assert code == 0 and "store" not in out, err
+    assert not (tmp_path / "cache" / "agnitra.db").exists()
+    report = agnitra.benchmark(torch.nn.Linear(4, 4), (torch.randn(2, 4),), device="cpu", runs=2, warmup=1, check=False, op_breakdown=False, store=False)
+    assert not any("store" in note for note in report.notes)
+
+
+def test_a_damaged_default_store_is_a_note_naming_the_file_and_the_fix(tmp_path, capsys):
+    store = tmp_path / "cache" / "agnitra.db"
+    store.write_bytes(b"\x00garbage, not SQLite" * 100)
+    path = _factory(tmp_path, META.replace('device="meta"', 'device="cpu"'))
+    code, out, err = _cli(["bench", f"{path}:with_inputs", *BENCH_QUICK], capsys)
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert f"note: store: this run was not recorded: the default store {store} is damaged (" in said
+    assert "): move it away (a new one is created) or pass --no-store" in said and "AGNITRA_DB_URL" not in said

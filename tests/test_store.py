@@ -13,6 +13,7 @@ from test_optimize import _mlp  # tests/: the small MLP workload
 
 import agnitra
 from agnitra import api
+from agnitra.errors import UserError
 from agnitra.store import counts, export_csv, import_runs, open_store, record_report
 from agnitra.store.io import dataset_rows
 
@@ -96,11 +97,13 @@ def test_bench_and_optimize_record_every_measurement_and_import_counts_a_run_onc
         store.close()
 
 
-def test_a_store_that_cannot_be_opened_is_said_not_fatal(monkeypatch, tmp_path):
+def test_a_named_store_that_cannot_be_opened_is_refused_unless_no_store(monkeypatch, tmp_path):
     monkeypatch.setenv("AGNITRA_DB_URL", "postgresql://nobody:secret@127.0.0.1:1/none")
-    report = api.benchmark("zoo:tinylm", variants=["eager"], device="cpu", size="tiny", runs=2, warmup=1, op_breakdown=False)
-    notes = [n for n in report.notes if n.startswith("store: this run was not recorded")]
-    assert len(notes) == 1 and "secret" not in notes[0]
+    with pytest.raises(UserError, match="fix AGNITRA_DB_URL or pass --no-store") as info:
+        api.benchmark("zoo:tinylm", variants=["eager"], device="cpu", size="tiny", runs=2, warmup=1, op_breakdown=False)
+    assert "secret" not in str(info.value) and "nobody@127.0.0.1:1/none" in str(info.value)
+    report = api.benchmark("zoo:tinylm", variants=["eager"], device="cpu", size="tiny", runs=2, warmup=1, op_breakdown=False, store=False)
+    assert not [n for n in report.notes if n.startswith("store:")]
 
 
 def test_store_cli_imports_exports_and_tells(db_url, tmp_path, capsys):

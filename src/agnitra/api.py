@@ -98,9 +98,11 @@ def benchmark(
     threshold: float | None = None,
     progress: Progress | None = None,
     settings: Settings | None = None,
+    store: bool = True,
     **load_options,
 ) -> BenchReport:
-    """Measure several variants of one workload side by side in one interleaved run."""
+    """Measure several variants of one workload side by side in one interleaved run (recorded in
+    the measurement store unless `store=False`, `--no-store`)."""
     from agnitra.bench.variants import Variant
 
     names = [v if isinstance(v, Variant) else v.strip() for v in variants if isinstance(v, Variant) or v.strip()]
@@ -112,13 +114,14 @@ def benchmark(
     arguments.count("--top-k", top_k)
     arguments.positive("--threshold", threshold)
     _check_load_options(device, load_options)
+    _check_named_store(store)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold)
     report = run_harness(workload, dev, describe_device(dev, settings), config, progress)
     original = next((v for v in report.variants if v.name == "eager"), None)
     if original is not None and original.status == "failed" and out_of_memory(original.reason or ""):
         raise out_of_memory_error(workload, original.reason)
-    _record_in_store(report, report.notes)
+    _record_in_store(report, report.notes, store)
     return report
 
 
@@ -128,17 +131,36 @@ def _strategy_names() -> list[str]:
     return sorted(STRATEGIES)
 
 
-def _record_in_store(report, notes: list[str]) -> None:
-    """Every measured run goes to the store; a store that cannot take it is said, never fatal."""
+def _check_named_store(store: bool) -> None:
+    """A store the user named (AGNITRA_DB_URL, `db_url`) that cannot be opened ends the run before
+    any work, in one line: its measurements would not be recorded where they asked. `--no-store`
+    (store=False) runs without it; the default store's failures stay notes (`_record_in_store`)."""
+    if store and load_settings().db_url:
+        from agnitra.store import open_store
+        from agnitra.store.db import held_elsewhere
+
+        try:
+            open_store(otherwise="pass --no-store").close()
+        except UserError as exc:
+            if not held_elsewhere(exc):  # a store another process holds now is tried again at the end
+                raise
+
+
+def _record_in_store(report, notes: list[str], store: bool = True) -> None:
+    """Every measured run goes to the store unless --no-store; a store that cannot take it is said, never fatal."""
     from agnitra.store import open_store, record_report
 
+    if not store:
+        return
     try:
-        store = open_store()
+        opened = open_store(otherwise="pass --no-store")
         try:
-            with store.session() as session:
+            with opened.session() as session:
                 record_report(session, report.to_dict())
         finally:
-            store.close()
+            opened.close()
+    except UserError as exc:  # the store named, what is wrong and the fix
+        notes.append(f"store: this run was not recorded: {exc}")
     except Exception as exc:  # noqa: BLE001 - the measurements are in the report either way
         notes.append(f"store: this run was not recorded ({first_line(exc)})")
 
@@ -466,9 +488,11 @@ def optimize(
     strategy: str | None = None,
     candidate_timeout: str | float | None = None,
     peers: Sequence[str] | None = None,
+    store: bool = True,
     **load_options,
 ):
-    """Search recipes within the budget, verify each, and return the fastest correct model.
+    """Search recipes within the budget, verify each, and return the fastest correct model (the run
+    recorded in the measurement store unless `store=False`, `--no-store`).
 
     The answer is never slower than the baseline: when no candidate beats it in the final
     interleaved run, the original model is returned and the report says so. What the answer must
@@ -501,9 +525,10 @@ def optimize(
         raise UserError("resume needs the run folder of the earlier run: give out=DIR (--out DIR)")
     from agnitra.search.run_folder import RunFolder
 
+    _check_named_store(store)
     folder = RunFolder(out) if out else None  # writable and ours before any work is done
     try:
-        return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, search=search, resume=resume, progress=progress, settings=settings, load_options=load_options)
+        return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, search=search, resume=resume, progress=progress, settings=settings, load_options=load_options, store=store)
     finally:
         if folder is not None:
             folder.close()
@@ -543,7 +568,7 @@ def _searched_transforms(search: SearchSettings) -> list[str] | None:
     return [t.name for t in all_transforms() if t.name not in excluded and (not search.transforms or t.name in search.transforms)]
 
 
-def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, search, resume, progress, settings, load_options):
+def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, search, resume, progress, settings, load_options, store=True):
     from agnitra.bench.isolated import workload_source
     from agnitra.optimized import OptimizedModel
     from agnitra.search.optimize import RunSetup, run_optimize
@@ -569,7 +594,7 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         setup=setup, progress=progress,
     )
     optimized = OptimizedModel(result.model, result.recipe, workload, result.report)
-    _record_in_store(result.report, result.report.bench.notes)
+    _record_in_store(result.report, result.report.bench.notes, store)
     if folder is not None:
         write_reports(result.report, folder.path)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
         optimized.save(folder.path)  # + what load() needs to rebuild the model

@@ -76,6 +76,7 @@ SizeOpt = typer.Option("full", "--size", help="zoo workloads: full, or tiny (eve
 JsonOpt = typer.Option(False, "--json", help="print one JSON document on stdout")
 PickleOpt = typer.Option(False, "--allow-pickle", help="load pickled objects from the model file: this runs code from it; only for files you trust")
 CheckInputsOpt = typer.Option(None, "--check-inputs", help="your own inputs to verify every candidate on (.pt of a tensor or tuple of tensors, or .npz; rows in batches of --batch): replaces the held-out sets derived from the example")
+NoStoreOpt = typer.Option(False, "--no-store", help="do not record this run in the measurement store (AGNITRA_DB_URL, else SQLite in the cache dir)")
 OutOpt = typer.Option(None, "--out", help="write report.json, metrics.csv and report.html here (and agnitra.log, what libraries printed)")
 
 
@@ -427,13 +428,14 @@ def bench(
     check_inputs: Optional[Path] = CheckInputsOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = OutOpt,
+    no_store: bool = NoStoreOpt,
 ) -> None:
     """Measure variants of one workload side by side, interleaved, with correctness and roofline."""
     with _working(out_dir, not as_json) as progress:
         report = _api().benchmark(
             model, variants=variants.split(",") + _recipe_variants(recipe or []), device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
             input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k,
-            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress, **_pickle(allow_pickle), **_check_inputs(check_inputs),
+            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress, store=not no_store, **_pickle(allow_pickle), **_check_inputs(check_inputs),
         )
     _emit(report, as_json, out_dir, _render_bench)
 
@@ -502,6 +504,7 @@ def optimize(
     check_inputs: Optional[Path] = CheckInputsOpt,
     as_json: bool = JsonOpt,
     out_dir: Optional[Path] = typer.Option(Path("runs/optimize"), "--out", help="run directory: report, recipe, journal"),
+    no_store: bool = NoStoreOpt,
 ) -> None:
     """Search recipes, verify each against the original, return the fastest correct model."""
     if list_transforms:
@@ -518,7 +521,7 @@ def optimize(
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
             candidate_timeout=candidate_timeout, strategy=strategy,
-            peers=_names(peers), out=out_dir, resume=resume, progress=progress, **_pickle(allow_pickle), **_check_inputs(check_inputs),
+            peers=_names(peers), out=out_dir, resume=resume, progress=progress, store=not no_store, **_pickle(allow_pickle), **_check_inputs(check_inputs),
         )
     if out_dir is not None:
         err.print(f"wrote {out_dir}/: report.json, report.html, metrics.csv, candidates.csv, recipe.json, agnitra.json")

@@ -82,6 +82,15 @@ def load_settings(cwd: Path | None = None, environ: dict[str, str] | None = None
     return Settings(**values)
 
 
+def where_set(name: str, cwd: Path | None = None, environ: dict[str, str] | None = None) -> str:
+    """Where a setting's value comes from, for a message's fix: AGNITRA_NAME, `name` in agnitra.toml,
+    or '' (its default)."""
+    environ = dict(os.environ) if environ is None else environ
+    if environ.get(_ENV_PREFIX + name.upper()):
+        return _ENV_PREFIX + name.upper()
+    return f"`{name}` in {_CONFIG_FILE}" if name in _from_file((cwd or Path.cwd()) / _CONFIG_FILE) else ""
+
+
 def kernel_pdl_enabled() -> bool:
     """AGNITRA_PDL=0 turns programmatic dependent launch off for Agnitra's kernels. Asked at every
     kernel launch, so from the environment alone (no agnitra.toml read on that path)."""

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Iterator
 
 from sqlalchemy import Engine, create_engine, inspect
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DatabaseError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from agnitra.config import Settings, load_settings
+from agnitra.config import Settings, load_settings, where_set
 from agnitra.errors import UserError, first_line
 
 DB_FILE = "agnitra.db"
@@ -53,17 +53,43 @@ class Store:
         self.engine.dispose()
 
 
-def open_store(url: str | None = None) -> Store:
-    """The store at `url` (default: `store_url()`), migrated to the newest schema."""
-    url = _with_driver(url) if url else store_url()
+def open_store(url: str | None = None, *, otherwise: str = "") -> Store:
+    """The store at `url` (default: `store_url()`), migrated to the newest schema. A store that
+    cannot be opened is one line naming it (a URL without its password, the default store's file)
+    and the fix; `otherwise`: another way out the caller offers, e.g. 'pass --no-store'."""
+    settings = load_settings()
+    given = url or settings.db_url
+    full = _with_driver(url) if url else store_url(settings)
+    alternative = f" or {otherwise}" if otherwise else ""
     try:
-        engine = create_engine(url)
+        engine = create_engine(full)
         migrate(engine)
-    except SQLAlchemyError as exc:
-        raise UserError(f"the measurement store at {safe_url(url)} cannot be opened: {first_line(exc)}; check AGNITRA_DB_URL") from exc
     except ModuleNotFoundError as exc:
-        raise UserError(f"the measurement store at {safe_url(url)} needs the {exc.name} package: pip install 'agnitra[store]'") from exc
-    return Store(url, engine)
+        raise UserError(f"the measurement store at {safe_url(given or full)} needs the {exc.name} package: pip install 'agnitra[store]'{alternative}") from exc
+    except (SQLAlchemyError, ValueError, OSError) as exc:  # a URL SQLAlchemy cannot parse, a driver's refusal, a damaged file
+        reason = _without_password(first_line(exc), given or full)
+        if given:
+            where = "the URL given" if url else (where_set("db_url") or "AGNITRA_DB_URL")
+            raise UserError(f"the measurement store at {safe_url(given)} cannot be opened ({reason}): fix {where}{alternative}") from exc
+        path = settings.cache_path / DB_FILE
+        if isinstance(exc, DatabaseError) and not isinstance(exc, OperationalError):  # "file is not a database", "malformed"
+            raise UserError(f"the default store {path} is damaged ({reason}): move it away (a new one is created){alternative}") from exc
+        raise UserError(f"the default store {path} cannot be opened ({reason}): set AGNITRA_CACHE_DIR to a folder you can write{alternative}") from exc
+    return Store(full, engine)
+
+
+def held_elsewhere(error: BaseException) -> bool:
+    """Whether open_store failed only because another process holds the store (SQLite's lock): a
+    passing state, not a fault in the store or its URL."""
+    cause = error.__cause__ if isinstance(error, UserError) else error
+    return isinstance(cause, OperationalError) and "locked" in str(cause).lower()
+
+
+def _without_password(text: str, url: str) -> str:
+    """An error's text with the URL's password, should the driver repeat it, masked."""
+    head, sep, _ = url.partition("@")
+    password = head.partition("://")[2].partition(":")[2] if sep else ""
+    return text.replace(password, "***") if password else text
 
 
 def migrate(engine: Engine, revision: str = "head") -> None:
