@@ -23,6 +23,7 @@ they are not inputs the model takes. Decoders are verified on teacher-forced log
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,16 @@ class InputPlan:
 
 def plan_inputs(workload: Workload, rotation_sets: int, shape_check: bool = True) -> InputPlan:
     """Rotation sets, held-out sets, exploring sets and the other shape for `workload` (runs the
-    original model on derived sets and the other shape to see that it takes them)."""
+    original model on derived sets and the other shape to see that it takes them); planned once
+    per workload and settings in a process (a search's every candidate run asks again)."""
+    plans = workload.__dict__.setdefault("_input_plans", {})
+    key = (rotation_sets, shape_check)
+    if key not in plans:
+        plans[key] = _plan(workload, rotation_sets, shape_check)
+    return dataclasses.replace(plans[key])  # a run may replace its shape check: not the cached plan's
+
+
+def _plan(workload: Workload, rotation_sets: int, shape_check: bool) -> InputPlan:
     behaviour = ensure_behaviour(workload)
     if workload.decoder is not None:
         decoder_said = "not checked: decoders are verified on teacher-forced logits at the timed batch"
