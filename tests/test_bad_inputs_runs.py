@@ -174,3 +174,40 @@ def test_a_damaged_default_store_is_a_note_naming_the_file_and_the_fix(tmp_path,
     said = " ".join(out.split())
     assert f"note: store: this run was not recorded: the default store {store} is damaged (" in said
     assert "): move it away (a new one is created) or pass --no-store" in said and "AGNITRA_DB_URL" not in said
+
+
+# ---- a model handed over in training mode ----------------------------------------------------------
+
+TRAINING_NOTE = "the model was in training mode; it was measured and optimized in eval mode (dropout off, batch norms on their running statistics): the answer is an eval-mode model"
+
+
+def _training_model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5), torch.nn.BatchNorm1d(8)).train()
+
+
+def test_a_model_in_training_mode_is_optimized_in_eval_mode_and_said():
+    model = _training_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.warns(UserWarning, match=r"^the model was in training mode; it was measured and optimized in eval mode") as caught:
+        optimized = agnitra.optimize(model, (torch.randn(4, 8),), device="cpu", transforms=["threads"], peers=[], budget="30s")
+    assert [str(w.message) for w in caught if "training mode" in str(w.message)] == [TRAINING_NOTE]
+    assert optimized.report.bench.notes[0] == TRAINING_NOTE
+    assert optimized.report.bench.variants[0].status == "ok" and optimized.report.bench.variants[0].correctness.passed  # eval mode: repeatable
+    assert all(m.training for m in model.modules())  # the user's object: still in training mode, its running statistics untouched
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_model_in_training_mode_is_benchmarked_in_eval_mode_and_said():
+    model = _training_model()
+    with pytest.warns(UserWarning, match="the model was in training mode; it was measured in eval mode"):
+        report = agnitra.benchmark(model, (torch.randn(4, 8),), device="cpu", runs=2, warmup=1, op_breakdown=False, store=False)
+    assert report.notes[0].startswith("the model was in training mode; it was measured in eval mode (dropout off, batch norms on their running statistics)")
+    assert report.variants[0].correctness.passed and all(m.training for m in model.modules())
+
+
+def test_a_model_in_eval_mode_or_without_mode_dependent_layers_gets_no_note(recwarn):
+    report = agnitra.benchmark(torch.nn.Linear(4, 4), (torch.randn(2, 4),), device="cpu", runs=2, warmup=1, op_breakdown=False, store=False)  # training, but nothing depends on it
+    report_eval = agnitra.benchmark(_training_model().eval(), (torch.randn(4, 8),), device="cpu", runs=2, warmup=1, op_breakdown=False, store=False)
+    assert not any("training mode" in n for n in report.notes + report_eval.notes)
+    assert not any("training mode" in str(w.message) for w in recwarn)

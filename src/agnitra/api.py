@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -21,6 +22,7 @@ from agnitra.telemetry.signature import device_signature, signature_id
 from agnitra.workloads.base import Workload
 from agnitra.workloads.loaders import out_of_memory_error
 from agnitra.workloads.prepare import parse_dtype, prepare_workload
+from agnitra.workloads.training_mode import training_mode_note
 from agnitra.search.settings import SearchSettings
 from agnitra.verify import Tolerances
 
@@ -115,12 +117,17 @@ def benchmark(
     arguments.positive("--threshold", threshold)
     _check_load_options(device, load_options)
     _check_named_store(store)
+    trained = training_mode_note(model)
+    if trained:
+        warnings.warn(trained, UserWarning, stacklevel=2)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold)
     report = run_harness(workload, dev, describe_device(dev, settings), config, progress)
     original = next((v for v in report.variants if v.name == "eager"), None)
     if original is not None and original.status == "failed" and out_of_memory(original.reason or ""):
         raise out_of_memory_error(workload, original.reason)
+    if trained:
+        report.notes.insert(0, trained)
     _record_in_store(report, report.notes, store)
     return report
 
@@ -526,6 +533,9 @@ def optimize(
     from agnitra.search.run_folder import RunFolder
 
     _check_named_store(store)
+    trained = training_mode_note(model, optimized=True)
+    if trained:
+        warnings.warn(trained, UserWarning, stacklevel=2)
     folder = RunFolder(out) if out else None  # writable and ours before any work is done
     try:
         return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, search=search, resume=resume, progress=progress, settings=settings, load_options=load_options, store=store)
@@ -594,6 +604,9 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         setup=setup, progress=progress,
     )
     optimized = OptimizedModel(result.model, result.recipe, workload, result.report)
+    trained = training_mode_note(model, optimized=True)
+    if trained:
+        result.report.bench.notes.insert(0, trained)
     _record_in_store(result.report, result.report.bench.notes, store)
     if folder is not None:
         write_reports(result.report, folder.path)  # report.json, report.html, metrics.csv, candidates.csv, recipe.json
