@@ -91,10 +91,7 @@ def _api():
 def _working(out_dir: Optional[Path], show_progress: bool):
     """The work of a command: what libraries print goes to the log, a progress bar on a terminal."""
     from agnitra.config import load_settings
-    from agnitra.fileio import ensure_writable_dir
 
-    if out_dir is not None:  # before any work, and before the log goes there
-        ensure_writable_dir(out_dir)
     path = log_path(out_dir, load_settings().cache_path)
     echo_to = _session.streams.stderr if _session.verbose else None
     with library_output_to(path, f"agnitra {' '.join(_session.argv)} (pid {os.getpid()})", echo_to=echo_to):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Iterator
 
 from agnitra.errors import UserError
+from agnitra.fileio import ensure_writable_dir
 
 LAST_LOG = Path("logs") / "last.log"  # under the cache dir, for runs without a run folder
 RUN_LOG = "agnitra.log"  # in a run folder (--out)
@@ -57,8 +58,11 @@ def _writes_to(stream: IO[str], fd: int) -> bool:
 
 
 def log_path(run_dir: Path | None, cache_dir: Path) -> Path:
-    """The run folder's agnitra.log, else logs/last.log under the cache dir."""
-    return Path(run_dir) / RUN_LOG if run_dir is not None else Path(cache_dir) / LAST_LOG
+    """The run folder's agnitra.log (the folder created and proven writable first: --out naming a
+    file is one line before any work), else logs/last.log under the cache dir."""
+    if run_dir is not None:
+        return ensure_writable_dir(run_dir) / RUN_LOG
+    return Path(cache_dir) / LAST_LOG
 
 
 @contextmanager
