@@ -30,10 +30,11 @@ LAYERS = {
     "testing": 10,
     "optimized": 11,
     "api": 12,
-    "cli": 13, "__init__": 13, "__main__": 13,
+    "service": 13,
+    "cli": 14, "__init__": 14, "__main__": 14,
 }
 FOUNDATION = 0  # modules of layer 0 may import each other (errors, config, results, ...)
-CLI_MAY_IMPORT = {"api", "report", "results", "errors", "arguments", "console_io", "config", "_version"}
+CLI_MAY_IMPORT = {"api", "report", "results", "errors", "arguments", "console_io", "config", "_version", "service"}
 
 
 def _top(dotted: str) -> str:

@@ -37,6 +37,8 @@ zoo_app = typer.Typer(no_args_is_help=True, help="Built-in workloads.")
 app.add_typer(zoo_app, name="zoo")
 store_app = typer.Typer(no_args_is_help=True, help="The measurement store (SQLite in the cache dir, or AGNITRA_DB_URL).")
 app.add_typer(store_app, name="store")
+keys_app = typer.Typer(no_args_is_help=True, help="API keys of the service (stored hashed; a key is shown once).")
+app.add_typer(keys_app, name="keys")
 costmodel_app = typer.Typer(no_args_is_help=True, help="The learned cost model: trained on the store's measurements (or dataset CSVs), evaluated on workloads it never saw.")
 app.add_typer(costmodel_app, name="costmodel")
 
@@ -770,6 +772,50 @@ def _run(argv: list[str], debug: bool) -> int:
     if code == 130:  # typer >= 0.2x returns a KeyboardInterrupt as exit code 130
         return _interrupted(130)
     return code if isinstance(code, int) else 0
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (127.0.0.1: this machine only)"),
+    port: int = typer.Option(8000, "--port", help="TCP port"),
+    workers: int = typer.Option(1, "--workers", help="worker processes started beside the server to run jobs (0: run `agnitra worker` elsewhere)"),
+    data_dir: Path = typer.Option(Path("service-data"), "--data-dir", help="uploaded models and job run folders"),
+    max_upload_mb: int = typer.Option(2048, "--max-upload-mb", help="largest model upload accepted"),
+    allow_pickle: bool = typer.Option(False, "--allow-pickle", help="accept uploads that need unpickling (this runs code from them): only for users you trust"),
+    cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="a web origin allowed to call the API from a browser (repeatable)"),
+) -> None:
+    """The REST API and web service over the same core as the CLI, with its job workers."""
+    from agnitra.service.serve import serve as run
+
+    arguments.count("--port", port)
+    arguments.count("--workers", workers, minimum=0)
+    arguments.count("--max-upload-mb", max_upload_mb)
+    run(host, port, workers, data_dir, max_upload_mb=max_upload_mb, allow_pickle=allow_pickle, cors_origins=cors_origin, announce=lambda text: err.print(text, highlight=False))
+
+
+@app.command()
+def worker(
+    data_dir: Path = typer.Option(Path("service-data"), "--data-dir", help="job run folders (the server's --data-dir when on one machine)"),
+    jobs: Optional[int] = typer.Option(None, "--jobs", help="stop after this many jobs (default: run until stopped)"),
+) -> None:
+    """Take optimization jobs from the service's queue (the store's database) and run them."""
+    from agnitra.service.serve import run_worker_here
+
+    arguments.count("--jobs", jobs)
+    ran = run_worker_here(data_dir, jobs)
+    err.print(f"ran {ran} job(s)")
+
+
+@keys_app.command("create")
+def keys_create(
+    name: str = typer.Option(..., "--name", help="whose key it is"),
+    role: str = typer.Option("viewer", "--role", help="viewer (reads), editor (imports models, submits jobs) or admin (projects, keys, audit log)"),
+    project: Optional[str] = typer.Option(None, "--project", help="the one project the key may act on (default: every project)"),
+) -> None:
+    """Make an API key and print it (the only time it is shown; the store keeps its hash)."""
+    from agnitra.service.serve import make_key
+
+    out.print(make_key(name, role, project), highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:

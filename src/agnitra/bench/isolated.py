@@ -415,7 +415,7 @@ def _exit_reason(code: int | None) -> str:
 
 def worker_main(fd: int) -> None:
     """Entry point of the worker process: set up, load the workload, serve calls until told to stop."""
-    _die_with_parent()
+    die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it stops us when it ends
     conn = Connection(fd)
     try:
@@ -489,7 +489,7 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """Linux: the kernel kills this process when its parent dies, even by SIGKILL."""
     if not sys.platform.startswith("linux"):
         return

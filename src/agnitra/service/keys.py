@@ -1,0 +1,50 @@
+"""API keys: shown once when made, stored as a SHA-256 digest (a random 256-bit key needs no slow
+hash), each with a role for one project or for all; roles nest: viewer < editor < admin."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from agnitra.errors import UserError
+from agnitra.store.service_schema import ApiKeyRow, ProjectRow
+
+ROLES = ("viewer", "editor", "admin")
+PREFIX = "agn_"
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_key(session: Session, name: str, role: str, project: str | None = None) -> tuple[ApiKeyRow, str]:
+    """A new key (the row, and the key itself: the only time it is seen)."""
+    if role not in ROLES:
+        raise UserError(f"unknown role '{role}'; use one of: {', '.join(ROLES)}")
+    project_id = None
+    if project is not None:
+        row = session.scalar(select(ProjectRow).where(ProjectRow.name == project))
+        if row is None:
+            raise UserError(f"no project named '{project}'; create it first (POST /v1/projects) or leave --project out for a key to every project")
+        project_id = row.id
+    key = PREFIX + secrets.token_urlsafe(32)
+    row = ApiKeyRow(name=name, prefix=key[:10], digest=digest(key), role=role, project_id=project_id)
+    session.add(row)
+    session.flush()
+    return row, key
+
+
+def find_key(session: Session, key: str) -> ApiKeyRow | None:
+    """The live key row of `key`, or None (unknown or revoked)."""
+    row = session.scalar(select(ApiKeyRow).where(ApiKeyRow.digest == digest(key)))
+    return row if row is not None and not row.revoked else None
+
+
+def allows(row: ApiKeyRow, role: str, project_id: int | None = None) -> bool:
+    """Whether the key holds at least `role`, on `project_id` (None: an action on no one project)."""
+    if ROLES.index(row.role) < ROLES.index(role):
+        return False
+    return row.project_id is None or project_id is None or row.project_id == project_id

@@ -1,0 +1,130 @@
+"""The job queue, in the store's database: submit (idempotent by key), claim with a lease, renew it,
+finish once, requeue what a dead worker held.
+
+A worker owns a running job while its lease lasts; it renews the lease while the job runs. A worker
+killed outright (kill -9) renews nothing: once the lease has lapsed the job is queued again and the
+next worker runs it from the start. A result is written only by the lease's owner, in the same
+transaction that records its measurements, so nothing is recorded twice.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from agnitra.store.service_schema import JobEventRow, JobRow
+
+# a running job whose worker has not renewed its lease for this long is queued again (AGNITRA_LEASE_S: tests)
+LEASE_S = float(os.environ.get("AGNITRA_LEASE_S", "30"))
+MAX_ATTEMPTS = 3  # a job that took down this many workers is failed, not queued again
+FINISHED = ("done", "failed", "cancelled")
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _aware(moment: dt.datetime | None) -> dt.datetime | None:
+    """SQLite returns naive datetimes for timezone columns: they were written in UTC."""
+    return moment.replace(tzinfo=dt.timezone.utc) if moment is not None and moment.tzinfo is None else moment
+
+
+def submit(session: Session, project_id: int, model_id: int, kind: str, settings: dict[str, Any], idempotency_key: str | None,
+           created_by: int | None) -> tuple[JobRow, bool]:
+    """The job (new, or the one this project already submitted under `idempotency_key`), and whether it is new."""
+    if idempotency_key:
+        found = session.scalar(select(JobRow).where(JobRow.project_id == project_id, JobRow.idempotency_key == idempotency_key))
+        if found is not None:
+            return found, False
+    job = JobRow(project_id=project_id, model_id=model_id, kind=kind, settings=settings, idempotency_key=idempotency_key or None, created_by=created_by,
+                 status="queued", attempts=0, lease_owner="", cancel_requested=False, progress=0.0, result={}, error="")
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:  # the same key submitted at the same moment by another request
+        found = session.scalar(select(JobRow).where(JobRow.project_id == project_id, JobRow.idempotency_key == idempotency_key))
+        return found, False
+    event(session, job.id, "queued")
+    return job, True
+
+
+def event(session: Session, job_id: int, message: str, fraction: float | None = None) -> None:
+    session.add(JobEventRow(job_id=job_id, message=message[:2000], fraction=fraction, at=now()))
+
+
+def claim(session: Session, owner: str) -> JobRow | None:
+    """The oldest queued job, now running under `owner`'s lease; None when the queue is empty. The
+    conditional update makes two workers claiming at once take different jobs."""
+    for job_id in session.scalars(select(JobRow.id).where(JobRow.status == "queued").order_by(JobRow.id).limit(8)):
+        taken = session.execute(
+            update(JobRow).where(JobRow.id == job_id, JobRow.status == "queued")
+            .values(status="running", lease_owner=owner, lease_until=now() + dt.timedelta(seconds=LEASE_S),
+                    attempts=JobRow.attempts + 1, started_at=now())
+        ).rowcount
+        if taken:
+            job = session.get(JobRow, job_id)
+            session.refresh(job)
+            event(session, job_id, f"running (attempt {job.attempts}, worker {owner})")
+            return job
+    return None
+
+
+def renew(session: Session, job_id: int, owner: str) -> bool:
+    """Extend `owner`'s lease; False when the job is no longer its own (taken over, cancelled, finished)."""
+    return bool(session.execute(
+        update(JobRow).where(JobRow.id == job_id, JobRow.lease_owner == owner, JobRow.status == "running")
+        .values(lease_until=now() + dt.timedelta(seconds=LEASE_S))
+    ).rowcount)
+
+
+def progress(session: Session, job_id: int, owner: str, message: str, fraction: float) -> None:
+    if session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.lease_owner == owner, JobRow.status == "running")
+                       .values(progress=round(fraction, 4))).rowcount:
+        event(session, job_id, message, fraction)
+
+
+def finish(session: Session, job_id: int, owner: str, status: str, result: dict[str, Any] | None = None, error: str = "") -> bool:
+    """Record the outcome if `owner` still holds the job; False (nothing written) otherwise."""
+    done = session.execute(
+        update(JobRow).where(JobRow.id == job_id, JobRow.lease_owner == owner, JobRow.status == "running")
+        .values(status=status, result=result or {}, error=error[:4000], finished_at=now(), lease_until=None,
+                progress=1.0 if status == "done" else JobRow.progress)
+    ).rowcount
+    if done:
+        event(session, job_id, status + (f": {error}" if error else ""))
+    return bool(done)
+
+
+def requeue_lapsed(session: Session) -> list[int]:
+    """Running jobs whose lease lapsed (their worker died): queued again, or failed after MAX_ATTEMPTS."""
+    lapsed = session.scalars(select(JobRow).where(JobRow.status == "running", JobRow.lease_until < now())).all()
+    moved = []
+    for job in lapsed:
+        if _aware(job.lease_until) >= now():
+            continue
+        gone = job.lease_owner
+        if job.attempts >= MAX_ATTEMPTS:
+            values = dict(status="failed", error=f"its worker died {job.attempts} times (last: {gone}); not queued again", finished_at=now())
+        else:
+            values = dict(status="queued", lease_owner="")
+        if session.execute(update(JobRow).where(JobRow.id == job.id, JobRow.status == "running", JobRow.lease_owner == gone).values(lease_until=None, **values)).rowcount:
+            event(session, job.id, f"its worker {gone} stopped renewing its lease: " + ("failed" if values["status"] == "failed" else "queued again"))
+            moved.append(job.id)
+    return moved
+
+
+def cancel(session: Session, job: JobRow) -> None:
+    """A queued job is cancelled at once; a running one when its worker sees the request."""
+    if job.status == "queued":
+        session.execute(update(JobRow).where(JobRow.id == job.id, JobRow.status == "queued").values(status="cancelled", finished_at=now()))
+        event(session, job.id, "cancelled")
+    elif job.status == "running":
+        session.execute(update(JobRow).where(JobRow.id == job.id).values(cancel_requested=True))
+        event(session, job.id, "cancel requested")
+    session.refresh(job)

@@ -1,0 +1,101 @@
+"""`agnitra serve`: the API server (Uvicorn) and, with `--workers N`, N worker processes beside it
+that die with it; on a store without keys, a first admin key is made and shown once."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+
+from sqlalchemy import func, select
+
+from agnitra.service import keys, queue
+from agnitra.service.app import ServiceConfig, create_app
+from agnitra.service.worker import WorkerConfig, run_worker
+from agnitra.store import open_store, store_url
+from agnitra.store.service_schema import ApiKeyRow
+
+KEEPER_S = 2.0  # how often dead workers are replaced and lapsed leases requeued
+
+
+def first_admin_key(db_url: str) -> str | None:
+    """An admin key for every project where the store holds no key yet (shown once), else None."""
+    store = open_store(db_url)
+    try:
+        with store.session() as session:
+            if session.scalar(select(func.count()).select_from(ApiKeyRow)):
+                return None
+            _, key = keys.create_key(session, "first admin (made by agnitra serve)", "admin")
+            return key
+    finally:
+        store.close()
+
+
+def make_key(name: str, role: str, project: str | None, db_url: str | None = None) -> str:
+    store = open_store(db_url or store_url())
+    try:
+        with store.session() as session:
+            _, key = keys.create_key(session, name, role, project)
+            return key
+    finally:
+        store.close()
+
+
+def serve(host: str, port: int, workers: int, data_dir: Path, db_url: str | None = None, max_upload_mb: int = 2048, allow_pickle: bool = False,
+          cors_origins: list[str] | None = None, announce=print) -> None:
+    import uvicorn
+
+    url = db_url or store_url()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = first_admin_key(url)
+    if key:
+        announce(f"first admin key (shown once; keep it): {key}")
+    config = ServiceConfig(url, data_dir, max_upload_bytes=max_upload_mb << 20, allow_pickle=allow_pickle, cors_origins=cors_origins or [])
+    app = create_app(config)  # opens (and migrates) the store here, before any thread: Alembic's globals are not thread-safe
+    keeper = _Workers(app.state.store, url, data_dir, workers)
+    keeper.start()
+    announce(f"serving on http://{host}:{port} (OpenAPI at /v1/openapi.json), {workers} worker(s), store {url.split('@')[-1]}")
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning")
+    finally:
+        keeper.stop()
+
+
+class _Workers(threading.Thread):
+    """Keeps `count` worker processes running (one that died is started again) and queues again the
+    jobs whose worker stopped renewing its lease, also where no worker is left to do it."""
+
+    def __init__(self, store, db_url: str, data_dir: Path, count: int) -> None:
+        super().__init__(daemon=True)
+        self.store, self.db_url, self.data_dir, self.count = store, db_url, data_dir, count
+        self.children: list = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            self.children = [c for c in self.children if c.is_alive()]
+            while len(self.children) < self.count:
+                # not a daemon: a worker starts a process for each job; it dies with the server (PDEATHSIG)
+                child = multiprocessing.get_context("spawn").Process(target=_worker_main, args=(self.db_url, str(self.data_dir)))
+                child.start()
+                self.children.append(child)
+            with self.store.session() as session:
+                queue.requeue_lapsed(session)
+            self.stopping.wait(KEEPER_S)
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for child in self.children:
+            child.kill()
+
+
+def run_worker_here(data_dir: Path, jobs: int | None) -> int:
+    """`agnitra worker`: this process takes jobs from the store's queue."""
+    return run_worker(WorkerConfig(store_url(), data_dir), stop_after=jobs)
+
+
+def _worker_main(db_url: str, data_dir: str) -> None:
+    from agnitra.bench.isolated import die_with_parent
+
+    die_with_parent()
+    run_worker(WorkerConfig(db_url, Path(data_dir)))

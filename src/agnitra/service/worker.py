@@ -1,0 +1,132 @@
+"""`agnitra worker`: takes jobs from the queue and runs each in a child process of its own.
+
+The child runs `api.optimize` on the job's model with the job's settings, exactly as the CLI does,
+writing its progress to the job; the outcome is written by the child in one transaction with the
+run's measurements (`finish` only while the lease is its own). The worker renews the lease while
+the child runs, kills it at the job's hard limit (its budget and a grace) or on cancellation, and
+marks a child that died without an outcome failed. The child dies with its worker (PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from agnitra.bench.isolated import die_with_parent
+from agnitra.errors import first_line
+from agnitra.service import queue
+from agnitra.store import open_store, record_report
+from agnitra.store.service_schema import JobRow, ModelRow
+
+POLL_S = 0.5  # an idle worker looks at the queue this often
+RENEW_S = queue.LEASE_S / 6  # lease renewal while a job runs
+GRACE_S = 60.0  # past the job's budget, before its child is killed
+PROGRESS_EVERY_S = 1.0
+
+
+@dataclass
+class WorkerConfig:
+    db_url: str
+    data_dir: Path  # job run folders: data_dir/jobs/<id>
+    owner: str = ""
+
+    def __post_init__(self) -> None:
+        self.owner = self.owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def run_worker(config: WorkerConfig, stop_after: int | None = None, idle_exit_s: float | None = None) -> int:
+    """Take and run jobs until stopped (`stop_after` jobs, or `idle_exit_s` without one); returns how many ran."""
+    store = open_store(config.db_url)
+    ran, idle_since = 0, time.monotonic()
+    try:
+        while stop_after is None or ran < stop_after:
+            with store.session() as session:
+                queue.requeue_lapsed(session)
+                job = queue.claim(session, config.owner)
+                job_id = job.id if job else None
+            if job_id is None:
+                if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+                    break
+                time.sleep(POLL_S)
+                continue
+            try:
+                _supervise(store, config, job_id)
+            except Exception as exc:  # noqa: BLE001 - the job fails, the worker goes on
+                with store.session() as session:
+                    queue.finish(session, job_id, config.owner, "failed", error=f"the worker could not run it: {first_line(exc)}")
+            ran, idle_since = ran + 1, time.monotonic()
+    finally:
+        store.close()
+    return ran
+
+
+def _supervise(store, config: WorkerConfig, job_id: int) -> None:
+    with store.session() as session:
+        budget_s = _budget_s(session.get(JobRow, job_id).settings)
+    # not a daemon: the job's optimize run starts worker processes of its own; it dies with this worker (PDEATHSIG)
+    child = multiprocessing.get_context("spawn").Process(target=_run_job, args=(config.db_url, str(config.data_dir), config.owner, job_id))
+    child.start()
+    deadline, why = time.monotonic() + budget_s + GRACE_S, ""
+    while child.is_alive():
+        child.join(RENEW_S)
+        with store.session() as session:
+            held = queue.renew(session, job_id, config.owner)
+            cancelled = session.get(JobRow, job_id).cancel_requested
+        if cancelled or not held or time.monotonic() > deadline:
+            why = "cancelled" if cancelled else ("its lease was lost" if not held else f"ran past its limit ({budget_s:.0f} s budget + {GRACE_S:.0f} s)")
+            child.kill()
+            child.join()
+    with store.session() as session:
+        if why == "cancelled":
+            queue.finish(session, job_id, config.owner, "cancelled")
+        elif session.get(JobRow, job_id).status == "running":
+            queue.finish(session, job_id, config.owner, "failed", error=why or f"the job's process ended without an outcome (exit code {child.exitcode})")
+
+
+def _budget_s(settings: dict) -> float:
+    from agnitra.arguments import duration
+
+    return duration("budget", settings.get("budget") or "10m")
+
+
+def _run_job(db_url: str, data_dir: str, owner: str, job_id: int) -> None:
+    """The child: the job's optimize run, its progress and outcome written to the job."""
+    die_with_parent()
+    from agnitra import api
+
+    store = open_store(db_url)
+    with store.session() as session:
+        job = session.get(JobRow, job_id)
+        model = session.get(ModelRow, job.model_id)
+        settings, spec, options = dict(job.settings), model.spec, dict(model.options)
+    reporter = _Progress(store, job_id, owner)
+    try:
+        optimized = api.optimize(spec, **options, **settings, out=Path(data_dir) / "jobs" / str(job_id), progress=reporter, store=False)
+        document = optimized.report.to_dict()
+        with store.session() as session:
+            if queue.finish(session, job_id, owner, "done", result=document):
+                record_report(session, document)  # the run's measurements, with the outcome: once
+    except Exception as exc:  # noqa: BLE001 - a user error or a crash: the job's outcome either way
+        with store.session() as session:
+            queue.finish(session, job_id, owner, "failed", error=first_line(exc, limit=1000))
+    finally:
+        store.close()
+
+
+class _Progress:
+    """api's progress callback: at most one event a second into the job."""
+
+    def __init__(self, store, job_id: int, owner: str) -> None:
+        self.store, self.job_id, self.owner, self.last = store, job_id, owner, 0.0
+
+    def __call__(self, message: str, fraction: float) -> None:
+        if time.monotonic() - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = time.monotonic()
+        with self.store.session() as session:
+            queue.progress(session, self.job_id, self.owner, message, fraction)

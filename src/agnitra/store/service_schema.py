@@ -1,0 +1,105 @@
+"""The service's tables, in the store beside the measurements (one database, one Alembic history).
+
+projects: a team's unit of access; api_keys: hashed keys with a role (viewer, editor, admin),
+for one project or all; models: an imported model (a zoo reference or an uploaded file kept under
+the service's data folder) with its IR summary; jobs: the queue (status, settings, the lease of the
+worker running it, attempts, the idempotency key, the result once); job_events: progress lines;
+audit_logs: every change, who made it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import BigInteger, DateTime, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column
+
+from agnitra.store.schema import Base
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class ProjectRow(Base):
+    __tablename__ = "projects"
+    __table_args__ = (UniqueConstraint("name", name="uq_projects_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ApiKeyRow(Base):
+    __tablename__ = "api_keys"
+    __table_args__ = (UniqueConstraint("digest", name="uq_api_keys_digest"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    prefix: Mapped[str] = mapped_column(String(16))  # the key's first characters, to tell keys apart
+    digest: Mapped[str] = mapped_column(String(64))  # sha256 of the key; the key itself is never stored
+    role: Mapped[str] = mapped_column(String(20))  # viewer | editor | admin
+    project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id"), nullable=True)  # None: every project
+    revoked: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class ModelRow(Base):
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    kind: Mapped[str] = mapped_column(String(20))  # zoo | onnx | pt2 | torchscript
+    spec: Mapped[str] = mapped_column(String(1000))  # what api.prepare_workload loads: zoo:NAME or the stored file
+    options: Mapped[dict[str, Any]] = mapped_column(default=dict)  # batch, seq_len, dtype, ...
+    size_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    sha256: Mapped[str] = mapped_column(String(64), default="")
+    summary: Mapped[dict[str, Any]] = mapped_column(default=dict)  # IR summary and signature
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("project_id", "idempotency_key", name="uq_jobs_idempotency"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"))
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    kind: Mapped[str] = mapped_column(String(20))  # schedule (the optimize search)
+    settings: Mapped[dict[str, Any]] = mapped_column(default=dict)  # budget, tolerances, strategy, ...
+    status: Mapped[str] = mapped_column(String(20), default="queued")  # queued | running | done | failed | cancelled
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    lease_owner: Mapped[str] = mapped_column(String(100), default="")
+    lease_until: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    progress: Mapped[float] = mapped_column(default=0.0)
+    result: Mapped[dict[str, Any]] = mapped_column(default=dict)  # the optimize report document, written once
+    error: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    started_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    message: Mapped[str] = mapped_column(Text)
+    fraction: Mapped[float | None] = mapped_column(nullable=True)
+
+
+class AuditLogRow(Base):
+    __tablename__ = "audit_logs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)  # None: the server's own CLI
+    action: Mapped[str] = mapped_column(String(100))  # e.g. project.create, job.submit
+    target: Mapped[str] = mapped_column(String(200), default="")
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -1,0 +1,220 @@
+"""The service through a real server on 127.0.0.1 (`agnitra serve` and `agnitra worker` as processes,
+a SQLite store in a temporary folder): keys and roles on every endpoint, imports, the job queue with
+idempotent submission, a job's outcome, and recovery after `kill -9` of the worker running it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from agnitra.service.serve import make_key
+
+TINY_BERT = {"project": "team", "name": "bert", "zoo": "bert-base", "options": {"size": "tiny", "batch": 2}}
+QUICK_JOB = {"budget": "15s", "transforms": ["threads"], "peers": []}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, folder: Path, workers: int, *extra: str) -> None:
+        self.folder, self.port = folder, _free_port()
+        self.env = dict(os.environ, AGNITRA_DB_URL=f"sqlite:///{folder}/store.db", AGNITRA_CACHE_DIR=str(folder / "cache"), AGNITRA_LEASE_S="6")
+        self.log = (folder / "server.log").open("w")
+        self.process = subprocess.Popen([sys.executable, "-m", "agnitra.cli", "serve", "--port", str(self.port), "--workers", str(workers),
+                                         "--data-dir", str(folder / "data"), *extra], env=self.env, stderr=self.log, stdout=self.log)
+        self.admin = self._wait_for_key()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _wait_for_key(self) -> str:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            text = (self.folder / "server.log").read_text()
+            found = re.search(r"first admin key \(shown once; keep it\): (agn_\S+)", text)
+            if found and "serving on" in text:
+                for _ in range(100):
+                    try:
+                        httpx.get(f"http://127.0.0.1:{self.port}/v1/health", timeout=1)
+                        return found[1]
+                    except httpx.HTTPError:
+                        time.sleep(0.1)
+            assert self.process.poll() is None, text
+            time.sleep(0.1)
+        raise AssertionError((self.folder / "server.log").read_text())
+
+    def client(self, key: str | None) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=120)
+
+    def key(self, role: str, project: str | None = None) -> str:
+        old = os.environ.get("AGNITRA_DB_URL")
+        os.environ["AGNITRA_DB_URL"] = self.env["AGNITRA_DB_URL"]
+        try:
+            return make_key(f"test {role}", role, project)
+        finally:
+            os.environ.pop("AGNITRA_DB_URL") if old is None else os.environ.__setitem__("AGNITRA_DB_URL", old)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    running = Server(tmp_path_factory.mktemp("service"), 1, "--max-upload-mb", "1")
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def bert(server):
+    admin = server.client(server.admin)
+    assert admin.post("/v1/projects", json={"name": "team"}).status_code == 201
+    assert admin.post("/v1/projects", json={"name": "other"}).status_code == 201
+    made = admin.post("/v1/models/import", json=TINY_BERT)
+    assert made.status_code == 201, made.text
+    return made.json()
+
+
+def _onnx_linear(folder: Path) -> bytes:
+    path = folder / "linear.onnx"
+    torch.onnx.export(torch.nn.Linear(8, 4), (torch.randn(2, 8),), str(path), dynamo=False)
+    return path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def linear(server, bert, tmp_path_factory):
+    """A small uploaded ONNX model: jobs on it take seconds, not the budget of a transformer."""
+    made = server.client(server.admin).post("/v1/models/import", data={"project": "team", "name": "linear"}, files={"file": ("linear.onnx", _onnx_linear(tmp_path_factory.mktemp("onnx")))})
+    assert made.status_code == 201, made.text
+    return made.json()
+
+
+def _wait(client: httpx.Client, job_id: int, until=("done", "failed", "cancelled"), seconds: float = 150) -> dict:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] in until:
+            return job
+        time.sleep(0.5)
+    raise AssertionError(job)
+
+
+def test_health_openapi_and_headers(server):
+    anyone = server.client(None)
+    health = anyone.get("/v1/health")
+    assert health.json() == {"status": "ok", "store": "0002"}
+    assert health.headers["x-content-type-options"] == "nosniff" and health.headers["x-frame-options"] == "DENY"
+    paths = anyone.get("/v1/openapi.json").json()["paths"]
+    assert {"/v1/projects", "/v1/models/import", "/v1/jobs/optimize", "/v1/jobs/{job_id}", "/v1/pareto/{job_id}", "/v1/audit/logs"} <= set(paths)
+
+
+def test_every_endpoint_needs_a_key_with_the_role(server, bert):
+    viewer, editor, other = server.client(server.key("viewer")), server.client(server.key("editor")), server.client(server.key("editor", "other"))
+    assert server.client(None).get("/v1/projects").status_code == 401
+    assert server.client("agn_not-a-key").get("/v1/projects").status_code == 401
+    assert viewer.get(f"/v1/models/{bert['id']}").status_code == 200
+    assert viewer.post("/v1/projects", json={"name": "mine"}).status_code == 403
+    assert viewer.post("/v1/jobs/optimize", json={"model_id": bert["id"], "settings": QUICK_JOB}).status_code == 403
+    assert editor.post("/v1/projects", json={"name": "mine"}).status_code == 403
+    assert viewer.get("/v1/audit/logs").status_code == 403 and editor.get("/v1/audit/logs").status_code == 403
+    assert other.get(f"/v1/models/{bert['id']}").status_code == 403  # a key of another project
+    assert other.post("/v1/models/import", json=TINY_BERT).status_code == 403
+    assert [p["name"] for p in other.get("/v1/projects").json()] == ["other"]
+
+
+def test_imports_are_checked(server, bert, tmp_path):
+    editor = server.client(server.key("editor"))
+    assert bert["summary"]["params"] > 0 and "matmul" in bert["summary"]["op_mix"]
+    assert editor.post("/v1/models/import", json={**TINY_BERT, "options": {"colour": "red"}}).status_code == 422
+    assert editor.post("/v1/models/import", json={**TINY_BERT, "zoo": "no-such-model"}).status_code == 422
+    onnx = _onnx_linear(tmp_path)
+    made = editor.post("/v1/models/import", data={"project": "team", "name": "linear"}, files={"file": ("tiny.onnx", onnx)})
+    assert made.status_code == 201, made.text
+    assert made.json()["kind"] == "onnx" and made.json()["size_bytes"] == len(onnx) and len(made.json()["sha256"]) == 64
+    pickled = tmp_path / "model.pt"
+    torch.save(torch.nn.Linear(8, 4), pickled)  # a whole pickled module: loading it runs code
+    form = {"project": "team", "name": "pickled", "options": '{"input_shapes": ["2x8"]}'}
+    refused = editor.post("/v1/models/import", data=form, files={"file": ("model.pt", pickled.read_bytes())})
+    assert refused.status_code == 422 and "pickle" in refused.json()["detail"] and "model.pt" in refused.json()["detail"], refused.text
+    assert str(server.folder) not in refused.text
+    big = editor.post("/v1/models/import", data={"project": "team", "name": "big"}, files={"file": ("big.onnx", b"0" * (3 << 20))})
+    assert big.status_code == 413
+
+
+def test_a_job_runs_once_and_reports(server, linear):
+    editor = server.client(server.key("editor"))
+    body = {"model_id": linear["id"], "settings": QUICK_JOB}
+    first = editor.post("/v1/jobs/optimize", json=body, headers={"Idempotency-Key": "release-1"})
+    again = editor.post("/v1/jobs/optimize", json=body, headers={"Idempotency-Key": "release-1"})
+    assert first.status_code == 201 and again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    job = _wait(editor, first.json()["id"])
+    assert job["status"] == "done", job
+    assert job["outcome"]["verdict"] and job["outcome"]["recipe"]["version"] == "agnitra.recipe/1"
+    assert [e["message"] for e in job["events"]][:2] == ["queued", f"running (attempt 1, worker {job['events'][1]['message'].split('worker ')[1]}"]
+    listed = editor.get("/v1/jobs", params={"project": "team", "status": "done"}).json()
+    assert first.json()["id"] in [j["id"] for j in listed["jobs"]]
+    measured = job["outcome"]["candidates"]
+    if measured:
+        assert editor.get(f"/v1/candidates/{job['id']}-0").json()["job"] == job["id"]
+    assert editor.get(f"/v1/candidates/{job['id']}-{measured}").status_code == 404
+    assert editor.get(f"/v1/pareto/{job['id']}", params={"format": "csv"}).text.startswith("candidate,name,latency_ms")
+    actions = [entry["action"] for entry in server.client(server.admin).get("/v1/audit/logs").json()]
+    assert actions.count("job.submit") >= 1 and "model.import" in actions and "project.create" in actions
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"type": "layout"}, "layout re-permutation is not in the core yet"),
+    ({"type": "nas"}, "architecture search is not in the core"),
+    ({"settings": {"colour": "red"}}, "unknown setting(s) colour"),
+    ({"settings": {"budget": "soon"}}, "budget must be a positive duration"),
+    ({"constraints": {"latency_p95_ms": 5}}, "constraint latency_p95_ms is not supported yet"),
+])
+def test_a_job_the_core_cannot_do_is_refused(server, bert, body, fragment):
+    refused = server.client(server.key("editor")).post("/v1/jobs/optimize", json={"model_id": bert["id"], **body})
+    assert refused.status_code == 422 and fragment in refused.text
+
+
+def test_a_job_survives_kill_9_of_its_worker(tmp_path):
+    """No worker beside the server: one started by hand takes the job, is killed outright while it
+    runs; the lease lapses, the next worker runs the job from the start, and its run is recorded once."""
+    running = Server(tmp_path, 0)
+    try:
+        admin = running.client(running.admin)
+        admin.post("/v1/projects", json={"name": "team"})
+        model = admin.post("/v1/models/import", data={"project": "team", "name": "linear"}, files={"file": ("linear.onnx", _onnx_linear(tmp_path))}).json()
+        job = admin.post("/v1/jobs/optimize", json={"model_id": model["id"], "settings": QUICK_JOB}).json()
+        worker_command = [sys.executable, "-m", "agnitra.cli", "worker", "--data-dir", str(tmp_path / "data"), "--jobs", "1"]
+        first = subprocess.Popen(worker_command, env=running.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        _wait(admin, job["id"], until=("running",), seconds=60)
+        time.sleep(2)
+        os.killpg(first.pid, signal.SIGKILL)  # the worker and the job's process with it
+        first.wait()
+        second = subprocess.run(worker_command, env=running.env, capture_output=True, text=True, timeout=240)
+        assert second.returncode == 0, second.stderr[-2000:]
+        done = admin.get(f"/v1/jobs/{job['id']}").json()
+        assert done["status"] == "done" and done["attempts"] == 2, done
+        assert any("stopped renewing its lease: queued again" in e["message"] for e in done["events"])
+        from agnitra.store import counts, open_store
+
+        store = open_store(running.env["AGNITRA_DB_URL"])
+        assert counts(store)["runs"] == 1
+        store.close()
+    finally:
+        running.stop()
