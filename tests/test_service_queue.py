@@ -1,0 +1,91 @@
+"""The job queue on SQLite and on a real PostgreSQL: workers claiming at once take different jobs,
+a re-submitted idempotency key makes one job, a lapsed lease is queued again and its old owner can
+no longer write an outcome."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+from sqlalchemy import update
+
+from agnitra.service import queue
+from agnitra.store import open_store
+from agnitra.store.service_schema import JobRow, ModelRow, ProjectRow
+
+
+def _store_with_model(db_url):
+    store = open_store(db_url)
+    with store.session() as session:
+        project = ProjectRow(name="team", created_at=queue.now())
+        session.add(project)
+        session.flush()
+        model = ModelRow(project_id=project.id, name="m", kind="zoo", spec="zoo:bert-base", options={}, sha256="", summary={}, created_at=queue.now())
+        session.add(model)
+        session.flush()
+        return store, project.id, model.id
+
+
+def _in_threads(count: int, work) -> list:
+    results, threads = [], []
+    for i in range(count):
+        threads.append(threading.Thread(target=lambda i=i: results.append(work(i))))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def test_workers_claiming_at_once_take_different_jobs(db_url):
+    store, project, model = _store_with_model(db_url)
+    with store.session() as session:
+        for _ in range(12):
+            queue.submit(session, project, model, "schedule", {}, None, None)
+
+    def claim_all(i: int) -> list[int]:
+        taken = []
+        while True:
+            with store.session() as session:
+                job = queue.claim(session, f"worker-{i}")
+                if job is None:
+                    return taken
+                taken.append(job.id)
+
+    claimed = [job for taken in _in_threads(4, claim_all) for job in taken]
+    assert sorted(claimed) == list(range(1, 13))  # every job once, none twice
+    store.close()
+
+
+def test_one_idempotency_key_is_one_job(db_url):
+    store, project, model = _store_with_model(db_url)
+
+    def submit(i: int) -> tuple[int, bool]:
+        with store.session() as session:
+            job, new = queue.submit(session, project, model, "schedule", {"budget": "1m"}, "nightly-7", None)
+            return job.id, new
+
+    results = _in_threads(6, submit)
+    assert len({job for job, _ in results}) == 1 and sum(new for _, new in results) == 1
+    store.close()
+
+
+def test_a_lapsed_lease_is_queued_again_and_its_old_owner_cannot_finish(db_url):
+    store, project, model = _store_with_model(db_url)
+    with store.session() as session:
+        job, _ = queue.submit(session, project, model, "schedule", {}, None, None)
+        assert queue.claim(session, "dead").id == job.id
+    with store.session() as session:  # the worker died: its lease runs out
+        session.execute(update(JobRow).where(JobRow.id == job.id).values(lease_until=queue.now() - dt.timedelta(seconds=1)))
+    with store.session() as session:
+        assert queue.requeue_lapsed(session) == [job.id]
+        assert queue.claim(session, "alive").attempts == 2
+    with store.session() as session:
+        assert not queue.finish(session, job.id, "dead", "done", result={"verdict": "stale"})
+        assert queue.renew(session, job.id, "alive") and not queue.renew(session, job.id, "dead")
+        assert queue.finish(session, job.id, "alive", "done", result={"verdict": "fresh"})
+        assert not queue.finish(session, job.id, "alive", "done", result={"verdict": "twice"})
+    with store.session() as session:
+        done = session.get(JobRow, job.id)
+        assert done.status == "done" and done.result == {"verdict": "fresh"}
+    store.close()
