@@ -36,6 +36,7 @@ SETTINGS = {"budget", "strategy", "transforms", "exclude_transforms", "candidate
 MODEL_OPTIONS = {"batch", "seq_len", "tokens", "dtype", "size", "input_shapes", "task"}
 UPLOAD_SUFFIXES = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript", ".pth": "torchscript", ".torchscript": "torchscript"}
 MAX_JSON_BYTES = 1 << 20
+CONNECTIONS = 48  # the store's pool: one a request thread (the threadpool holds 40)
 
 
 @dataclass
@@ -78,7 +79,7 @@ class Caller:
 
 
 def create_app(config: ServiceConfig) -> FastAPI:
-    store = open_store(config.db_url)
+    store = open_store(config.db_url, connections=CONNECTIONS)
     app = FastAPI(title="Agnitra", version="1", openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
     app.state.store, app.state.config = store, config
     _middleware(app, config)
@@ -271,20 +272,39 @@ def _middleware(app: FastAPI, config: ServiceConfig) -> None:
 
         app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["GET", "POST"], allow_headers=["Authorization", "X-API-Key", "Content-Type", "Idempotency-Key"])
 
-    @app.middleware("http")
-    async def limits_and_headers(request: Request, call_next):
-        length = int(request.headers.get("content-length") or 0)
-        multipart = request.headers.get("content-type", "").startswith("multipart/")
-        if length > (config.max_upload_bytes + (1 << 20) if multipart else MAX_JSON_BYTES):
-            return JSONResponse({"detail": "the request is over the server's size limit"}, status_code=413)
-        response = await call_next(request)
-        response.headers.update({"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
-                                 "Content-Security-Policy": "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'"})
-        return response
+    app.add_middleware(_LimitsAndHeaders, max_upload_bytes=config.max_upload_bytes)
 
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):
         return JSONResponse({"detail": str(exc)}, status_code=422)
+
+
+SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer"),
+                    (b"content-security-policy", b"default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'")]
+
+
+class _LimitsAndHeaders:
+    """Plain ASGI (no per-request task, unlike an http middleware): a body over the size limit is
+    refused from its Content-Length, and every response carries the security headers."""
+
+    def __init__(self, app, max_upload_bytes: int) -> None:
+        self.app, self.max_upload_bytes = app, max_upload_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        length = int(headers.get(b"content-length", b"0") or 0)
+        limit = self.max_upload_bytes + (1 << 20) if headers.get(b"content-type", b"").startswith(b"multipart/") else MAX_JSON_BYTES
+        if length > limit:
+            return await JSONResponse({"detail": "the request is over the server's size limit"}, status_code=413)(scope, receive, send)
+
+        async def with_headers(message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = list(message.get("headers", [])) + SECURITY_HEADERS
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
 
 
 async def _json(request: Request) -> Any:

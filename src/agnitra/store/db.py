@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Iterator
 
-from sqlalchemy import Engine, create_engine, inspect
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.exc import DatabaseError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -53,16 +53,19 @@ class Store:
         self.engine.dispose()
 
 
-def open_store(url: str | None = None, *, otherwise: str = "") -> Store:
+def open_store(url: str | None = None, *, otherwise: str = "", connections: int | None = None) -> Store:
     """The store at `url` (default: `store_url()`), migrated to the newest schema. A store that
     cannot be opened is one line naming it (a URL without its password, the default store's file)
-    and the fix; `otherwise`: another way out the caller offers, e.g. 'pass --no-store'."""
+    and the fix; `otherwise`: another way out the caller offers, e.g. 'pass --no-store';
+    `connections`: the pool's size where many threads share the store (the service)."""
     settings = load_settings()
     given = url or settings.db_url
     full = _with_driver(url) if url else store_url(settings)
     alternative = f" or {otherwise}" if otherwise else ""
     try:
-        engine = create_engine(full)
+        engine = create_engine(full, **({"pool_size": connections, "max_overflow": connections} if connections else {}))
+        if engine.dialect.name == "sqlite":
+            event.listen(engine, "connect", _sqlite_for_many)
         migrate(engine)
     except ModuleNotFoundError as exc:
         raise UserError(f"the measurement store at {safe_url(given or full)} needs the {exc.name} package: pip install 'agnitra[store]'{alternative}") from exc
@@ -76,6 +79,16 @@ def open_store(url: str | None = None, *, otherwise: str = "") -> Store:
             raise UserError(f"the default store {path} is damaged ({reason}): move it away (a new one is created){alternative}") from exc
         raise UserError(f"the default store {path} cannot be opened ({reason}): set AGNITRA_CACHE_DIR to a folder you can write{alternative}") from exc
     return Store(full, engine)
+
+
+def _sqlite_for_many(connection, _record) -> None:
+    """SQLite shared by processes and threads (the service, a search beside a worker): readers do
+    not wait for a writer (WAL), a writer waits its turn instead of failing at once."""
+    cursor = connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
 
 
 def held_elsewhere(error: BaseException) -> bool:
