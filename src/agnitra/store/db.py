@@ -57,14 +57,15 @@ def open_store(url: str | None = None, *, otherwise: str = "", connections: int 
     """The store at `url` (default: `store_url()`), migrated to the newest schema. A store that
     cannot be opened is one line naming it (a URL without its password, the default store's file)
     and the fix; `otherwise`: another way out the caller offers, e.g. 'pass --no-store';
-    `connections`: the pool's size where many threads share the store (the service)."""
+    `connections`: the pool's size where many threads share the store (the service; SQLite then
+    in WAL, which the file keeps, so the service's workers read while it writes)."""
     settings = load_settings()
     given = url or settings.db_url
     full = _with_driver(url) if url else store_url(settings)
     alternative = f" or {otherwise}" if otherwise else ""
     try:
         engine = create_engine(full, **({"pool_size": connections, "max_overflow": connections} if connections else {}))
-        if engine.dialect.name == "sqlite":
+        if connections and engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_for_many)
         migrate(engine)
     except ModuleNotFoundError as exc:
@@ -82,8 +83,8 @@ def open_store(url: str | None = None, *, otherwise: str = "", connections: int 
 
 
 def _sqlite_for_many(connection, _record) -> None:
-    """SQLite shared by processes and threads (the service, a search beside a worker): readers do
-    not wait for a writer (WAL), a writer waits its turn instead of failing at once."""
+    """SQLite shared by many threads and processes (the service and its workers): readers do not
+    wait for a writer (WAL), a writer waits its turn."""
     cursor = connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
