@@ -28,7 +28,7 @@ LAYERS = {
     "search": 8,
     "report": 9,
     "testing": 10,
-    "optimized": 11,
+    "optimized": 11, "gate": 11,
     "api": 12,
     "service": 13,
     "cli": 14, "__init__": 14, "__main__": 14,

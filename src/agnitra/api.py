@@ -132,6 +132,51 @@ def benchmark(
     return report
 
 
+def check(
+    model,
+    example_inputs=None,
+    *,
+    baseline: str | Path,
+    variant: str | None = None,
+    device=None,
+    runs: int | None = None,
+    max_latency_regression: float = 0.10,
+    max_quality_drop: float = 0.01,
+    progress: Progress | None = None,
+    settings: Settings | None = None,
+    **load_options,
+):
+    """The release gate: the baseline report's recipe measured again beside the eager original and
+    judged against the report (agnitra.gate); a GateResult, `passed` False on a regression."""
+    from agnitra.bench.variants import get_variant
+    from agnitra.bench.variants.recipe import RecipeVariant
+    from agnitra.gate import GateResult, judge, read_baseline
+    from agnitra.transforms.recipe import Recipe
+
+    _check_repeats(runs, None)
+    arguments.positive("--max-latency-regression", max_latency_regression)
+    arguments.positive("--max-quality-drop", max_quality_drop)
+    _check_load_options(device, load_options)
+    base = read_baseline(baseline, variant)
+    workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    device_report = describe_device(dev, settings)
+    if device_report.name != base.device:
+        raise UserError(f"the baseline was measured on {base.device}, this run is on {device_report.name}: latencies of two machines do not compare; make the baseline here")
+    recipe = Recipe.from_dict(base.recipe)
+    variants = [get_variant("eager")] + ([RecipeVariant(recipe, name=f"recipe: {recipe.name}")] if recipe.steps else [])
+    report = run_harness(workload, dev, device_report, BenchConfig(variants=variants, runs=runs, op_breakdown=False), progress)
+    row = report.variants[-1]
+    if row.status != "ok" or row.latency_ms is None:
+        return GateResult(False, f"the recipe did not run: {row.reason}", base.variant, base.recipe, base.latency_ms, float("nan"), float("nan"), base.metric, base.quality, None, None, report)
+    correctness = row.correctness if recipe.steps else None
+    if correctness is not None and not correctness.passed:
+        return GateResult(False, f"the recipe fails verification now: {row.reason}", base.variant, base.recipe, base.latency_ms, row.latency_ms.median,
+                          row.latency_ms.median / base.latency_ms - 1, correctness.metric, base.quality, correctness.value, None, report)
+    metric, value = (correctness.metric, correctness.value) if correctness else (base.metric, None)
+    passed, reason, change, loss = judge(base, row.latency_ms.median, metric, value, max_latency_regression, max_quality_drop)
+    return GateResult(passed, reason, base.variant, base.recipe, base.latency_ms, row.latency_ms.median, change, metric, base.quality, value, loss, report)
+
+
 def _strategy_names() -> list[str]:
     from agnitra.search.strategies import STRATEGIES
 

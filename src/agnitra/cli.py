@@ -775,6 +775,37 @@ def _run(argv: list[str], debug: bool) -> int:
 
 
 @app.command()
+def check(
+    model: str = typer.Argument(..., help="the model the baseline report was made for (zoo:NAME, file.py:factory, a model file)"),
+    baseline: Path = typer.Option(..., "--baseline", help="report.json of an earlier optimize (its chosen recipe) or bench run"),
+    variant: Optional[str] = typer.Option(None, "--variant", help="a bench report's row to judge (optimize reports: the chosen one)"),
+    device: Optional[str] = DeviceOpt,
+    dtype: Optional[str] = DtypeOpt,
+    batch: Optional[int] = BatchOpt,
+    seq_len: Optional[int] = SeqOpt,
+    tokens: Optional[int] = TokensOpt,
+    size: str = SizeOpt,
+    runs: Optional[int] = typer.Option(None, "--runs", help="timed runs (default 50 calls)"),
+    max_latency_regression: str = typer.Option("10%", "--max-latency-regression", help="slower than the baseline by more than this fails"),
+    max_quality_drop: float = typer.Option(0.01, "--max-quality-drop", help="quality lost beyond this on the error scale fails (cosine or top-1 points, relative error)"),
+    as_json: bool = JsonOpt,
+) -> int:
+    """Release gate for CI: measure again with the baseline's recipe; exit 1 on a regression, with one line."""
+    regression = arguments.relative_change("--max-latency-regression", max_latency_regression)
+    with _working(None, not as_json) as progress:
+        result = _api().check(model, baseline=baseline, variant=variant, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size,
+                              runs=runs, max_latency_regression=regression, max_quality_drop=max_quality_drop, progress=progress)
+    if as_json:
+        _print_json(result.to_dict())
+    if not result.passed:
+        err.print(f"check failed: {result.reason}", highlight=False)
+        return 1  # the command's value is the exit code (standalone_mode=False)
+    if not as_json:
+        out.print(f"check passed: {result.reason}", highlight=False)
+    return 0
+
+
+@app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (127.0.0.1: this machine only)"),
     port: int = typer.Option(8000, "--port", help="TCP port"),
