@@ -30,9 +30,13 @@ def _bench(case_name: str, seed: int, runtimes=RUNTIMES):
     return case, model, inputs, harness, report
 
 
+# the seed flips the sign of the branch cases' example (each branch is the example's in turn); the
+# other cases do not depend on it
+SEEDED = [(name, seed) for name in sorted(ADVERSARIAL) for seed in ((0, 1) if name in ("data-dependent-branch", "value-read", "torch-cond") else (0,))]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-@pytest.mark.parametrize("case_name", sorted(ADVERSARIAL))
+@pytest.mark.parametrize("case_name, seed", SEEDED)
 def test_bench_never_verifies_a_wrong_answer(case_name, seed):
     case, model, inputs, harness, report = _bench(case_name, seed)
     verified = [run for run in harness.runs[1:] if run.result.correctness is not None and run.result.correctness.passed]
@@ -70,7 +74,7 @@ def test_optimize_never_returns_a_wrong_answer(case_name, tmp_path):
     both branches; one that answers differently call to call is refused in one line."""
     case = ADVERSARIAL[case_name]
     model, inputs = case.build(0)
-    run = lambda: agnitra.optimize(model, inputs, device="cpu", budget="40s", transforms=["compile", "onnxruntime", "threads"], out=tmp_path / "run")  # noqa: E731
+    run = lambda: agnitra.optimize(model, inputs, device="cpu", budget="30s", transforms=["compile", "onnxruntime", "threads"], out=tmp_path / "run")  # noqa: E731
     if not case.verifiable:
         with pytest.raises(UserError, match="answers differently on two calls with the same inputs"):
             run()
