@@ -42,6 +42,24 @@ def _kernel_tests_on_the_gpu(request):
 
 
 @pytest.fixture
+def builtin_transforms_only():
+    """Only Agnitra's own transforms registered, as in a user's process. Collection imports every
+    test module into one process, and their test transforms (test-*, safety-*, toy-*: ~20) multiply
+    a space built without `allowed` (1.3e6 combinations checked instead of ~1e4: 20 s a space)."""
+    import agnitra.transforms  # noqa: F401 - the built-in ones registered
+    from agnitra.transforms.base import TRANSFORMS
+
+    registered = dict(TRANSFORMS)  # registration order is the space's tie-break: restored as it was
+    TRANSFORMS.clear()
+    TRANSFORMS.update({name: t for name, t in registered.items() if type(t).__module__.startswith("agnitra.")})
+    try:
+        yield
+    finally:
+        TRANSFORMS.clear()
+        TRANSFORMS.update(registered)
+
+
+@pytest.fixture
 def cpu() -> torch.device:
     return torch.device("cpu")
 

@@ -135,7 +135,7 @@ def test_collect_keeps_going_past_a_workload_that_cannot_be_built(capsys):
     assert "not a generated workload name" in collected[0].error and "no zoo workload named 'nothing'" in collected[1].error
 
 
-def test_collect_measures_the_named_recipes_in_their_order_on_every_workload(tmp_path, capsys):
+def test_collect_measures_the_named_recipes_in_their_order_on_every_workload(tmp_path, capsys, builtin_transforms_only):
     """--recipes replaces the designed sample: each named recipe, with its parameters' defaults
     filled in as the search's own candidates have them, on each workload, in the order given."""
     dataset = tmp_path / "d.csv"

@@ -55,7 +55,7 @@ def test_a_llama_on_a_gpu_has_the_points_its_dimensions_make(hopper, llama_bf16)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton-kernels needs Triton installed")
-def test_the_full_gpu_space_of_a_llama_is_over_ten_thousand(hopper, llama_bf16):
+def test_the_full_gpu_space_of_a_llama_is_over_ten_thousand(hopper, llama_bf16, builtin_transforms_only):
     size = space_size(TransformContext(llama_bf16, CUDA))
     assert size.dimensions["triton-kernels"] >= 1
     assert size.points > 10**4  # measured 13067 (2026-11-26): the kernels' choices on top of the weight formats
