@@ -22,10 +22,25 @@ def tinylm():
 
 
 def _logits(model, patched=None):
-    prompt = random_prompt(1, 6, 256, seed=0, device="cpu")
+    prompt = random_prompt(1, 4, 256, seed=0, device="cpu")  # prefill of 4, then 3 decode steps: seconds each under the interpreter
     if patched is None:
         return Generator(model).teacher_forced_logits(prompt, prompt)
     return Generator(patched.model).teacher_forced_logits(prompt, prompt)
+
+
+@pytest.fixture(scope="module")
+def logits_of(tinylm):
+    """The logits of `triton-kernels` with these params on tinylm, each computed once for the module
+    (the recipe is deterministic; its logits take ~10 s under the interpreter)."""
+    cache = {}
+
+    def of(**params):
+        key = tuple(sorted(params.items()))
+        if key not in cache:
+            cache[key] = _logits(tinylm.model, _apply(tinylm, **params))
+        return cache[key]
+
+    return of
 
 
 def _apply(w, **params):
@@ -46,24 +61,24 @@ def test_norm_and_mlp_kernels_keep_the_function(tinylm):
     assert type(tinylm.model.layers[0]).__name__ == "Block"  # the user's model keeps its modules
 
 
-def test_int8_kernels_compute_what_int8_weight_only_does(tinylm):
+def test_int8_kernels_compute_what_int8_weight_only_does(tinylm, logits_of):
     triton = _apply(tinylm, weights="int8")
     attention = triton.model.layers[0].attention
     assert isinstance(attention, StackedQKVAttention) and isinstance(attention.wqkv, km.TritonInt8Linear)
     reference = apply_recipe(Recipe.from_dict(Recipe.of("int8-weight-only").to_dict()), TransformContext(tinylm, torch.device("cpu")))
-    a, b = _logits(tinylm.model, triton), _logits(tinylm.model, reference)
+    a, b = logits_of(weights="int8"), _logits(tinylm.model, reference)
     assert _rel(a, b) < 1e-4  # same quantisation, different kernels
     assert 1e-4 < _rel(a, _logits(tinylm.model)) < 3e-2
 
 
-def test_stacked_projections_compute_what_separate_ones_do(tinylm):
+def test_stacked_projections_compute_what_separate_ones_do(tinylm, logits_of):
     fused, separate = _apply(tinylm, weights="int8", decode=False), _apply(tinylm, weights="int8", fuse=False, decode=False)
     layer = fused.model.layers[0]
     assert isinstance(layer.feed_forward, km.TritonStackedFeedForward) and isinstance(separate.model.layers[0].attention.wq, km.TritonInt8Linear)
     cfg = tinylm.model.config
     assert layer.attention.wqkv.out_features == (cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim
     assert layer.feed_forward.w13.out_features == 2 * cfg.ffn_dim
-    assert _rel(_logits(tinylm.model, fused), _logits(tinylm.model, separate)) < 1e-5  # same rows, one launch
+    assert _rel(logits_of(weights="int8", decode=False), logits_of(weights="int8", fuse=False, decode=False)) < 1e-5  # same rows, one launch
     names = dict(fused.model.named_modules())
     assert "layers.0.attention.wo" in names and "layers.0.attention.wq" not in names
 
@@ -133,33 +148,32 @@ def test_nothing_to_replace_is_not_applicable():
 
 
 @pytest.mark.slow
-def test_kernels_inside_a_compiled_decode_step(tinylm):
+def test_kernels_inside_a_compiled_decode_step(tinylm, logits_of):
     patched = apply_recipe(Recipe.from_dict(Recipe.of(("triton-kernels", {"weights": "int8"}), "compile").to_dict()), TransformContext(tinylm, torch.device("cpu")))
-    eager = _apply(tinylm, weights="int8")
-    assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model, eager)) < 1e-4
+    assert _rel(_logits(tinylm.model, patched), logits_of(weights="int8")) < 1e-4  # against the same kernels run eagerly
 
 
-def test_fuse_projections_then_kernels_stack_before_quantising(tinylm):
+def test_fuse_projections_then_kernels_stack_before_quantising(tinylm, logits_of):
     patched = apply_recipe(Recipe.from_dict(Recipe.of("fuse-projections", ("triton-kernels", {"weights": "int8"})).to_dict()), TransformContext(tinylm, torch.device("cpu")))
     layer = patched.model.layers[0]
     assert isinstance(layer.attention.wqkv, km.TritonInt8Linear) and isinstance(layer.feed_forward, km.TritonStackedFeedForward)
-    assert _rel(_logits(tinylm.model, patched), _logits(tinylm.model, _apply(tinylm, weights="int8"))) < 1e-5
+    assert _rel(_logits(tinylm.model, patched), logits_of(weights="int8")) < 1e-5
 
 
-def test_decode_kernels_compute_what_the_unfused_step_does(tinylm):
+def test_decode_kernels_compute_what_the_unfused_step_does(tinylm, logits_of):
     from agnitra.kernels import decode_modules as dm
 
-    fused, unfused = _apply(tinylm, weights="int8"), _apply(tinylm, weights="int8", decode=False)
+    fused = _apply(tinylm, weights="int8")
     assert all(isinstance(layer, dm.TritonDecodeBlock) for layer in fused.model.layers)
     assert isinstance(fused.model.norm, dm.FoldedRMSNorm) and isinstance(fused.model.output, dm.NormedOutput)
     # prefill runs the block's modules, decode steps the fused kernels; both fill and read one cache
-    assert _rel(_logits(tinylm.model, fused), _logits(tinylm.model, unfused)) < 1e-4
+    assert _rel(logits_of(weights="int8"), logits_of(weights="int8", decode=False)) < 1e-4
 
 
 def test_decode_kernels_with_float_weights_and_two_sequences(tinylm):
     patched = _apply(tinylm, weights="keep")  # q|k|v and w1|w3 stacked as float Linears
     assert isinstance(patched.model.layers[0].attention, StackedQKVAttention)
-    prompt = random_prompt(2, 5, 256, seed=1, device="cpu")
+    prompt = random_prompt(2, 4, 256, seed=1, device="cpu")
     tinylm.model.setup_caches(2, 16)
     patched.model.setup_caches(2, 16)
     try:
