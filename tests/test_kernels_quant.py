@@ -33,9 +33,12 @@ from agnitra.transforms import quantize as tq  # noqa: E402
 pytestmark = pytest.mark.interpreter
 ROOT = Path(__file__).resolve().parents[1]
 
-from kernel_device import DEVICE as CPU  # noqa: E402 - the CPU, or CUDA with AGNITRA_GPU_TESTS=1
+from kernel_device import DEVICE as CPU, each_config  # noqa: E402 - the CPU, or CUDA with AGNITRA_GPU_TESTS=1
 # ||y - ref|| / ||ref|| against float64: fp32 arithmetic, fp16 / bf16 output rounding
 TOL = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1e-2}
+# the kernels' configurations run with every dtype on the GPU, each with one of them under the interpreter (`each_config`)
+ALL_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+HALF_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 # (M, N, K): GEMV shapes (M <= 8) and tiled shapes, none multiples of the blocks
 GEMV_SHAPES = [(1, 17, 96), (3, 100, 160), (8, 17, 64), (11, 17, 96)]  # M = 11: two row blocks
@@ -210,8 +213,7 @@ def _counters_zero() -> bool:
     return all(int(buf.abs().sum()) == 0 for bufs in qsk._COUNTERS.values() for buf in bufs)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k,prefetch,stages", [(1, False, 1), (2, False, 1), (4, False, 1), (1, True, 1), (4, True, 1), (2, False, 3), (1, True, 4)])
+@pytest.mark.parametrize("split_k,prefetch,stages,dtype", each_config(ALL_DTYPES, [(1, False, 1), (2, False, 1), (4, False, 1), (1, True, 1), (4, True, 1), (2, False, 3), (1, True, 4)]))
 def test_int4_word_kernel_matches_reference(dtype, split_k, prefetch, stages):
     """Batch 1, N not a multiple of BLOCK_N, groups of 64 and 128 codes, split-K fixed up in the
     kernel, with and without the next step's words prefetched, the loop streamed through shared
@@ -241,9 +243,8 @@ def test_int4_word_kernel_refuses_what_it_cannot_read():
     assert torch.allclose(y, q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k,vec,prefetch,stages", [(1, 2, False, 1), (2, 4, True, 1), (4, 2, True, 1), (1, 1, False, 1), (2, 2, False, 3),
-                                                          (1, 2, 2, 1), (4, 4, 2, 1)])
+@pytest.mark.parametrize("split_k,vec,prefetch,stages,dtype", each_config(ALL_DTYPES, [(1, 2, False, 1), (2, 4, True, 1), (4, 2, True, 1), (1, 1, False, 1), (2, 2, False, 3),
+                                                                                 (1, 2, 2, 1), (4, 4, 2, 1)]))
 def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch, stages):
     """Batch 1: the last block overlaps its neighbour (N = 17, 100 over blocks of 16 / 32) and
     stores only its own rows; steps of 8 and 16 words (groups of 64 and 128 codes); split-K; 1, 2
@@ -259,8 +260,7 @@ def test_int4_row_kernel_matches_reference(dtype, split_k, vec, prefetch, stages
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=["fp32", "fp16", "bf16"])
-@pytest.mark.parametrize("split_k,vec,prefetch", [(1, 4, True), (2, 2, False), (1, 2, False), (1, 4, 2), (2, 2, 2)])
+@pytest.mark.parametrize("split_k,vec,prefetch,dtype", each_config(ALL_DTYPES, [(1, 4, True), (2, 2, False), (1, 2, False), (1, 4, 2), (2, 2, 2)]))
 def test_int4_row_kernel_with_several_groups_a_step(dtype, split_k, vec, prefetch):
     """Steps of 2 to 4 groups (BLOCK_K a multiple of G dividing K): each group's words get their
     own scale and zero; N not a multiple of BLOCK_N (the last block overlaps), split-K."""
@@ -305,9 +305,8 @@ def test_int4_batch1_default_runs_at_small_shapes():
         _check(q4.int4_weight_only_matmul(x, w, s, z, g, b, out=_poisoned(1, shape[1], torch.float16)), ref, torch.float16)
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("m,split_k,warps,prefetch,stages", [(1, 1, 1, False, 1), (3, 2, 2, True, 1), (8, 4, 1, True, 1), (1, 1, 2, True, 1), (2, 2, 2, False, 3),
-                                                          (1, 1, 2, "X_NOW", 1), (3, 4, 1, "X_NOW", 1)])
+@pytest.mark.parametrize("m,split_k,warps,prefetch,stages,dtype", each_config(HALF_DTYPES, [(1, 1, 1, False, 1), (3, 2, 2, True, 1), (8, 4, 1, True, 1), (1, 1, 2, True, 1),
+                                                                                    (2, 2, 2, False, 3), (1, 1, 2, "X_NOW", 1), (3, 4, 1, "X_NOW", 1)]))
 def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps, prefetch, stages):
     """KERNEL 'tc' (the MMA fragments emulated under the interpreter, the inline PTX on a GPU):
     N not a multiple of 16 (a padded tile), more tiles a program than the matrix has (the last
@@ -324,8 +323,7 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
     assert _counters_zero(), "the last program of every block resets its arrival counter"
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 1, 2, True), (3, 2, 2, True), (1, 1, 4, False), (2, 2, 4, "X_NOW"), (8, 1, 2, False)])
+@pytest.mark.parametrize("m,split_k,warps,prefetch,dtype", each_config(HALF_DTYPES, [(1, 1, 2, True), (3, 2, 2, True), (1, 1, 4, False), (2, 2, 4, "X_NOW"), (8, 1, 2, False)]))
 def test_int4_tensor_core_warp_k_matches_reference(dtype, m, split_k, warps, prefetch):
     """KERNEL 'tc' with WARP_K (the warps split each step's features, their sums meet after the
     loop): warps within one group, warps over whole groups (steps of several groups), one or more
@@ -349,8 +347,7 @@ def test_int4_tensor_core_warp_k_refuses_steps_the_warps_cannot_share():
         q4.int4_weight_only_matmul(x, w, s, z, g, b, config=cfg)  # 32 features a warp
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
-@pytest.mark.parametrize("m,split_k,warps,prefetch", [(1, 2, 1, True), (3, 4, 2, "X_NOW"), (8, 8, 1, True), (2, 4, 1, False), (1, 3, 1, True), (2, 7, 1, True)])
+@pytest.mark.parametrize("m,split_k,warps,prefetch,dtype", each_config(HALF_DTYPES, [(1, 2, 1, True), (3, 4, 2, "X_NOW"), (8, 8, 1, True), (2, 4, 1, False), (1, 3, 1, True), (2, 7, 1, True)]))
 def test_int4_tensor_core_waiting_fixup_matches_the_counter(dtype, m, split_k, warps, prefetch):
     """FIXUP "wait" (split SPLIT_K - 1 waits for its siblings' partials in the slots; on a GPU the grid
     is launched cooperatively): the reference, and the counter fix-up's sum bit for bit (same order),
