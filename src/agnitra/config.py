@@ -95,3 +95,9 @@ def kernel_pdl_enabled() -> bool:
     """AGNITRA_PDL=0 turns programmatic dependent launch off for Agnitra's kernels. Asked at every
     kernel launch, so from the environment alone (no agnitra.toml read on that path)."""
     return os.environ.get(_ENV_PREFIX + "PDL", "1") != "0"
+
+
+def job_lease_seconds() -> float:
+    """How long a service worker's claim on a job lasts without renewal (AGNITRA_LEASE_S, default
+    30 s); tests shorten it to see a killed worker's job queued again."""
+    return float(os.environ.get(_ENV_PREFIX + "LEASE_S", "30"))

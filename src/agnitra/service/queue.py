@@ -10,17 +10,17 @@ transaction that records its measurements, so nothing is recorded twice.
 from __future__ import annotations
 
 import datetime as dt
-import os
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from agnitra.config import job_lease_seconds
 from agnitra.store.service_schema import JobEventRow, JobRow
 
-# a running job whose worker has not renewed its lease for this long is queued again (AGNITRA_LEASE_S: tests)
-LEASE_S = float(os.environ.get("AGNITRA_LEASE_S", "30"))
+# a running job whose worker has not renewed its lease for this long is queued again
+LEASE_S = job_lease_seconds()
 MAX_ATTEMPTS = 3  # a job that took down this many workers is failed, not queued again
 FINISHED = ("done", "failed", "cancelled")
 
