@@ -1,0 +1,129 @@
+"""Models: imported from the zoo by reference or uploaded (.onnx, .pt2, TorchScript), each with its
+IR summary and signature; uploads are size-limited and pickled files refused unless the server
+opted in."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+from starlette.datastructures import UploadFile
+
+from agnitra.errors import UserError, first_line
+from agnitra.service import queue
+from agnitra.service.access import Caller, audit, caller, need
+from agnitra.service.views import get_row, model_view, project_named
+from agnitra.store.service_schema import ModelRow, ProjectRow
+
+router = APIRouter()
+
+MODEL_OPTIONS = {"batch", "seq_len", "tokens", "dtype", "size", "input_shapes", "task"}
+UPLOAD_SUFFIXES = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript", ".pth": "torchscript", ".torchscript": "torchscript"}
+
+
+class ZooImport(BaseModel):
+    project: str
+    name: str = Field(min_length=1, max_length=200)
+    zoo: str = Field(min_length=1, max_length=100, pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+@router.post("/v1/models/import", status_code=201)
+async def import_model(request: Request, who: Caller = Depends(caller)) -> dict:
+    if request.headers.get("content-type", "").startswith("multipart/"):
+        return await _import_upload(request, who)
+    body = ZooImport.model_validate(await read_json(request))
+    project = project_named(who.session, body.project)
+    need(who, "editor", project.id)
+    options = model_options(body.options)
+    row = _register(request, who.session, project, body.name, "zoo", f"zoo:{body.zoo}", options, None, "")
+    audit(who, "model.import", f"model:{row.id}", zoo=body.zoo, options=options)
+    return model_view(row)
+
+
+@router.get("/v1/models/{model_id}")
+def get_model(model_id: int, who: Caller = Depends(caller)) -> dict:
+    row = get_row(who.session, ModelRow, model_id, "model")
+    need(who, "viewer", row.project_id)
+    return model_view(row)
+
+
+async def _import_upload(request: Request, who: Caller) -> dict:
+    config = request.app.state.config
+    form = await request.form(max_part_size=config.max_upload_bytes)
+    upload, project_name, name = form.get("file"), form.get("project"), form.get("name")
+    if not isinstance(upload, UploadFile) or not project_name or not name:
+        raise HTTPException(422, "a model upload is multipart with fields file, project and name (options: a JSON object)")
+    project = project_named(who.session, str(project_name))
+    need(who, "editor", project.id)
+    suffix = Path(upload.filename or "").suffix.lower()
+    if suffix not in UPLOAD_SUFFIXES:
+        raise HTTPException(422, f"an upload is one of {', '.join(sorted(UPLOAD_SUFFIXES))}; got '{upload.filename}'")
+    options = model_options(json.loads(str(form.get("options") or "{}")))
+    path, size, sha = await save_upload(upload, config.data_dir / "models", suffix, config.max_upload_bytes)
+    try:
+        row = _register(request, who.session, project, str(name), UPLOAD_SUFFIXES[suffix], str(path), options, size, sha, upload.filename or "")
+    except HTTPException:
+        path.unlink(missing_ok=True)
+        raise
+    audit(who, "model.import", f"model:{row.id}", file=upload.filename, bytes=size)
+    return model_view(row)
+
+
+async def save_upload(upload: UploadFile, folder: Path, suffix: str, max_bytes: int) -> tuple[Path, int, str]:
+    """The upload streamed to `folder` under its content hash: (path, bytes, sha256); 413 past `max_bytes`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    digest, size, path = hashlib.sha256(), 0, folder / f"upload-{queue.now().strftime('%Y%m%d%H%M%S%f')}{suffix}"
+    with path.open("wb") as out:
+        while chunk := await upload.read(1 << 20):
+            size += len(chunk)
+            if size > max_bytes:
+                out.close()
+                path.unlink()
+                raise HTTPException(413, f"the upload is over the server's limit of {max_bytes} bytes")
+            digest.update(chunk)
+            out.write(chunk)
+    final = folder / f"{digest.hexdigest()[:16]}{suffix}"
+    path.replace(final)
+    return final, size, digest.hexdigest()
+
+
+def _register(request: Request, s: Session, project: ProjectRow, name: str, kind: str, spec: str, options: dict, size: int | None, sha: str, shown: str = "") -> ModelRow:
+    summary = _summary(spec, options, request.app.state.config.allow_pickle, shown)
+    row = ModelRow(project_id=project.id, name=name, kind=kind, spec=spec, options=options, size_bytes=size, sha256=sha, summary=summary, created_at=queue.now())
+    s.add(row)
+    s.flush()
+    return row
+
+
+async def read_json(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError as exc:
+        raise HTTPException(422, f"the body is not JSON ({first_line(exc)})") from exc
+
+
+def model_options(options: dict[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(options) - MODEL_OPTIONS)
+    if unknown:
+        raise HTTPException(422, f"unknown model option(s) {', '.join(unknown)}; known: {', '.join(sorted(MODEL_OPTIONS))}")
+    return options
+
+
+def _summary(spec: str, options: dict[str, Any], allow_pickle: bool, shown: str = "") -> dict[str, Any]:
+    """The model's IR summary and signature (untimed), or why it cannot be loaded (a 422 naming the
+    upload by its own file name, never the server's path)."""
+    from agnitra import api
+
+    try:
+        report = api.inspect(spec, device="cpu", timed=False, allow_pickle=allow_pickle, **options)
+    except UserError as exc:
+        raise HTTPException(422, str(exc).replace(spec, shown or spec)) from exc
+    ir = report.ir
+    return {"nodes": len(ir.nodes), "params": ir.params, "op_mix": ir.op_mix(), "source": ir.source, "graph_breaks": len(ir.graph_breaks),
+            "signature": report.signature, "workload": report.workload}

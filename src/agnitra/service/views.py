@@ -1,0 +1,64 @@
+"""Rows as the API shows them, and the lookups every route shares (a missing row is a 404)."""
+
+from __future__ import annotations
+
+from fastapi import HTTPException
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from agnitra.service import queue
+from agnitra.store.service_schema import JobEventRow, JobRow, ModelRow, ProjectRow
+
+
+def get_row(s: Session, table, row_id: int, what: str):
+    row = s.get(table, row_id)
+    if row is None:
+        raise HTTPException(404, f"no {what} {row_id}")
+    return row
+
+
+def project_named(s: Session, name: str) -> ProjectRow:
+    row = s.scalar(select(ProjectRow).where(ProjectRow.name == name))
+    if row is None:
+        raise HTTPException(404, f"no project named '{name}'")
+    return row
+
+
+def iso(moment) -> str | None:
+    return queue._aware(moment).isoformat() if moment is not None else None
+
+
+def project_view(row: ProjectRow) -> dict:
+    return {"id": row.id, "name": row.name, "created_at": iso(row.created_at)}
+
+
+def model_view(row: ModelRow) -> dict:
+    return {"id": row.id, "project_id": row.project_id, "name": row.name, "kind": row.kind, "options": row.options, "size_bytes": row.size_bytes,
+            "sha256": row.sha256, "summary": row.summary, "created_at": iso(row.created_at)}
+
+
+def job_view(s: Session, job: JobRow, events: bool) -> dict:
+    doc = {"id": job.id, "project_id": job.project_id, "model_id": job.model_id, "type": job.kind, "settings": job.settings, "status": job.status,
+           "progress": job.progress, "attempts": job.attempts, "error": job.error, "idempotency_key": job.idempotency_key,
+           "created_at": iso(job.created_at), "started_at": iso(job.started_at), "finished_at": iso(job.finished_at)}
+    if job.result:
+        doc["outcome"] = {"verdict": job.result.get("verdict"), "speedup": job.result.get("speedup"), "chosen": job.result.get("chosen"),
+                          "recipe": job.result.get("recipe"), "candidates": len(job.result.get("candidates") or [])}
+    if events:
+        rows = s.scalars(select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)).all()
+        doc["events"] = [{"at": iso(e.at), "message": e.message, "fraction": e.fraction} for e in rows]
+    return doc
+
+
+def pareto_rows(job: JobRow) -> list[dict]:
+    """A finished job's measured candidates as points (latency, memory, error), flagged on the front."""
+    front = set(job.result.get("pareto") or [])
+    rows = []
+    for i, c in enumerate(job.result.get("candidates") or []):
+        if c.get("status") != "ok":
+            continue
+        latency = (c.get("latency_ms") or {}).get("median") if isinstance(c.get("latency_ms"), dict) else c.get("latency_ms")
+        error = (c.get("correctness") or {}).get("value")
+        rows.append({"candidate": f"{job.id}-{i}", "name": c.get("name"), "latency_ms": latency, "memory_bytes": c.get("model_bytes") or c.get("peak_memory_bytes"),
+                     "error": error, "on_front": c.get("name") in front})
+    return rows
