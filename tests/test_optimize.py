@@ -612,3 +612,24 @@ def test_the_final_run_confirms_a_win_its_search_run_had_beyond_the_noise_and_na
     line = win_verdict(bench, chosen, [], searched)
     assert "within the noise in the final run, beyond it in its own search run" in line
     assert "the fastest compile mode, compile, ran 1.30x in its own search run (not in the final run)" in line and "no peer measured" not in line
+
+
+def test_once_no_final_run_can_fit_the_rest_of_the_budget_goes_to_the_search():
+    """llama-1b decode, 5 min on an H200: the search ended with 83 s left where the smallest final
+    run needed ~129 s, so the final run was skipped and 27.5% of the budget went unused. From the
+    moment not even the baseline and the best can be run again, only the answer is kept back."""
+    from agnitra.results import CandidateResult, Correctness, Latency, VariantResult
+    from agnitra.search.budget import Budget
+    from agnitra.search.final_reserve import FinalReserve
+
+    baseline = [VariantResult("eager", "ok", latency_ms=Latency(median=18.5, p95=19, min=18, mean=18.5, samples=50), setup_s=3.0)]
+    best = CandidateResult("compile", {"steps": [{"transform": "compile", "params": {}}]}, "c", 1.0, "ok", latency_ms=Latency(median=5.4, p95=6, min=5, mean=5.4, samples=50),
+                           baseline_ms=18.5, speedup=3.43, correctness=Correctness("logits", 30.0, True, 20.0), eval_s=70.0, setup_s=45.0, build_s=0.5)
+    roomy = FinalReserve(40.0, baseline, Budget(600.0), gpu=True, restart_s=5.0, decoder=True)
+    kept = roomy([best])
+    assert kept > 60 and roomy.given_up is None and roomy.note() == ""  # time enough: the final run keeps its room
+    tight = FinalReserve(40.0, baseline, Budget(50.0), gpu=True, restart_s=5.0, decoder=True)
+    assert tight([]) == tight.assembly([])  # nothing passed: nothing to confirm
+    assert tight([best]) == pytest.approx(tight.assembly([best]))  # the final run cannot fit: only the answer is kept
+    assert tight.given_up is not None and tight.note().startswith("final run: even the smallest one needed about")
+    assert tight([best]) == pytest.approx(tight.assembly([best]))  # and it stays given up

@@ -42,9 +42,26 @@ class FinalReserve:
         # whether the worker is up now: a final run after a stopped (or spoiled) candidate starts a
         # fresh one, one after a finished candidate does not (None: not known, a restart counted)
         self.running = running
+        self.given_up: tuple[float, float] | None = None  # (needed s, left s) when the final run stopped fitting
 
     def __call__(self, results: list[CandidateResult]) -> float:
-        return self.needed(results, self.lineup(results))
+        """What to keep back now. Once even the smallest final run (the baseline and the fastest of
+        the lineup) cannot fit in what is left, no final run will start: from then on only building
+        the answer is kept, and the rest of the budget goes to the search."""
+        lineup = self.lineup(results)
+        needed = self.needed(results, lineup)
+        if lineup and self.given_up is None:
+            smallest = self.needed(results, [max(lineup, key=lambda r: r.speedup or 0.0)]) / SAFETY
+            if smallest > self.budget.remaining():
+                self.given_up = (smallest, max(0.0, self.budget.remaining()))
+        return self.assembly(results) if self.given_up is not None else needed
+
+    def note(self) -> str:
+        if self.given_up is None:
+            return ""
+        needed, left = self.given_up
+        return (f"final run: even the smallest one needed about {needed:.0f} s when {left:.0f} s were left; the rest of the budget went"
+                " to the search, and the answer's figures are its search run's")
 
     def needed(self, results: list[CandidateResult], lineup: list[CandidateResult]) -> float:
         """What a final run of `lineup` (besides the baseline) and the answer need, kept."""

@@ -158,7 +158,7 @@ def run_optimize(
             reference.add(baseline_median(probe.variants))
         queue = PeerQueue.of(peers, space, device.type)
         outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress, reference, queue)
-        notes += outcome.notes
+        notes += outcome.notes + ([reserve.note()] if reserve.note() else [])
         results = outcome.results
         budget.mark("search")
         reserved_s = reserve(results)  # what the search left for the final run and the answer
