@@ -633,3 +633,34 @@ def test_once_no_final_run_can_fit_the_rest_of_the_budget_goes_to_the_search():
     assert tight([best]) == pytest.approx(tight.assembly([best]))  # the final run cannot fit: only the answer is kept
     assert tight.given_up is not None and tight.note().startswith("final run: even the smallest one needed about")
     assert tight([best]) == pytest.approx(tight.assembly([best]))  # and it stays given up
+
+
+def test_once_an_answer_is_held_a_peer_is_capped_like_a_candidate():
+    """bert-base b32, 5 min on an H200: with a verified 3.1x answer held, compile-max-autotune ran to
+    its 130-s limit, 43% of the budget, and pushed the faster compile-reduce-overhead out of the
+    final run. A peer started after an answer is held gets the same share a candidate does."""
+    from agnitra.results import CandidateResult, Correctness
+    from agnitra.search.budget import Budget
+    from agnitra.search.peers import PeerQueue
+    from agnitra.search.space import Candidate
+    from agnitra.search.strategies.enumerate import Enumerate
+    from agnitra.search.tuner import CANDIDATE_SHARE, SearchConfig, search
+    from agnitra.transforms.recipe import Recipe, Step
+
+    limits = {}
+
+    class Runner:
+        def ensure_started(self, limit):
+            pass
+
+        def call(self, fn, candidate, device_report, config, timeout):
+            limits[candidate.recipe.name] = round(timeout)
+            return CandidateResult(candidate.recipe.name, candidate.recipe.to_dict(), candidate.recipe.key(), 1.0, "ok", speedup=3.0,
+                                   correctness=Correctness("rel_error", 1e-6, True, 1e-3), faster_beyond_noise=True)
+
+    space = [Candidate(Recipe((Step("threads", {"count": 1}),)), 1.0)]
+    outcome = search(Enumerate(space), Runner(), None, SearchConfig(candidate_timeout_s=900.0), Budget(1000.0), lambda results: 0.0,
+                     peers=PeerQueue.of(["compile-max-autotune"], space, "cpu"))
+    first, peer = list(limits.values())
+    assert first > 900 * 0.9 and peer == round(CANDIDATE_SHARE * 1000)  # the first, with nothing held, is not capped
+    assert any("each candidate and peer had at most 200 s" in note for note in outcome.notes)

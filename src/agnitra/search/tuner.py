@@ -299,7 +299,7 @@ class _Loop:
             limit = self._limit()
             if limit is None:
                 return False
-            if peer is None and self.outcome.best is not None:
+            if self.outcome.best is not None:
                 limit = self._capped(limit)
             what = f"peer {peer}" if peer else f"candidate {len(self.outcome.results) + 1}: {candidate.recipe.name}"
             self.progress(what + self._best_so_far(), min(0.9, self.budget.elapsed() / self.budget.total_s))
@@ -320,6 +320,8 @@ class _Loop:
             limit = self._limit()
             if limit is None:
                 return False
+            if self.outcome.best is not None:
+                limit = self._capped(limit)
             self.progress(f"peer {name}{self._best_so_far()}", min(0.9, self.budget.elapsed() / self.budget.total_s))
             result = run_peer_variant(self.runner, name, self.device_report, self.config, limit)
         self._record(key, result)
@@ -358,7 +360,7 @@ class _Loop:
         cap = max(CANDIDATE_CAP_MIN_S, CANDIDATE_SHARE * self.budget.total_s)
         if limit > cap and not self.capped:
             self.capped = True
-            self.outcome.notes.append(f"once a verified answer was held, each candidate had at most {cap:.0f} s ({CANDIDATE_SHARE:.0%} of the budget), so that one slow setup does not take the time of many")
+            self.outcome.notes.append(f"once a verified answer was held, each candidate and peer had at most {cap:.0f} s ({CANDIDATE_SHARE:.0%} of the budget), so that one slow setup does not take the time of many")
         return min(limit, cap)
 
     def _stop(self, why: str) -> None:
