@@ -27,7 +27,7 @@ demo: $(STAMP)
 # on worker processes and sleeps; two cores finish in ~9 min (2026-11-26: 1137 tests, 536 s).
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/python -m pytest -q -n 2 --dist worksteal tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=60 tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # After upgrading a dependency in .venv and passing `make test`: pin what passed (torch stays
 # $(TORCH), installed first; the editable agnitra is not a dependency).
