@@ -9,8 +9,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile
 
@@ -51,6 +52,18 @@ def get_model(model_id: int, who: Caller = Depends(caller)) -> dict:
     row = get_row(who.session, ModelRow, model_id, "model")
     need(who, "viewer", row.project_id)
     return model_view(row)
+
+
+@router.get("/v1/models")
+def list_models(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0)) -> dict:
+    """The models the key may see, newest first: of one project (by name) or of every project in its scope."""
+    need(who, "viewer")
+    scope = [ModelRow.project_id == project_named(who.session, project).id] if project else []
+    if who.key.project_id is not None:
+        scope.append(ModelRow.project_id == who.key.project_id)
+    total = who.session.scalar(select(func.count(ModelRow.id)).where(*scope))
+    rows = who.session.scalars(select(ModelRow).where(*scope).order_by(ModelRow.id.desc()).limit(limit).offset(offset)).all()
+    return {"total": total, "limit": limit, "offset": offset, "models": [model_view(r) for r in rows]}
 
 
 async def _import_upload(request: Request, who: Caller) -> dict:
