@@ -16,10 +16,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from agnitra.errors import UserError
+from agnitra.service import web
 from agnitra.service.routes import audit, jobs, models, projects, status
 from agnitra.store import open_store
 
-ROUTERS = [status, projects, models, jobs, audit]
+ROUTERS = [status, projects, models, jobs, audit, web]  # web: the UI at / and /ui/
 MAX_JSON_BYTES = 1 << 20
 CONNECTIONS = 48  # the store's pool: one a request thread (the threadpool holds 40)
 
