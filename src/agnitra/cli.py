@@ -805,6 +805,9 @@ def check(
     return 0
 
 
+ExecutorOpt = typer.Option("local", "--executor", help="where jobs run: local (a child process of the worker) or ray (a Ray task on the cluster RAY_ADDRESS names; pip install 'agnitra[ray]')")
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (127.0.0.1: this machine only)"),
@@ -814,26 +817,35 @@ def serve(
     max_upload_mb: int = typer.Option(2048, "--max-upload-mb", help="largest model upload accepted"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="accept uploads that need unpickling (this runs code from them): only for users you trust"),
     cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="a web origin allowed to call the API from a browser (repeatable)"),
+    executor: str = ExecutorOpt,
 ) -> None:
     """The REST API and web service over the same core as the CLI, with its job workers."""
+    from agnitra.service.executor import check_executor
+
+    check_executor(executor)  # before the service's imports: a missing Ray is one line at once
     from agnitra.service.serve import serve as run
 
     arguments.count("--port", port)
     arguments.count("--workers", workers, minimum=0)
     arguments.count("--max-upload-mb", max_upload_mb)
-    run(host, port, workers, data_dir, max_upload_mb=max_upload_mb, allow_pickle=allow_pickle, cors_origins=cors_origin, announce=lambda text: err.print(text, highlight=False))
+    run(host, port, workers, data_dir, max_upload_mb=max_upload_mb, allow_pickle=allow_pickle, cors_origins=cors_origin, announce=lambda text: err.print(text, highlight=False),
+        executor=executor)
 
 
 @app.command()
 def worker(
     data_dir: Path = typer.Option(Path("service-data"), "--data-dir", help="job run folders (the server's --data-dir when on one machine)"),
     jobs: Optional[int] = typer.Option(None, "--jobs", help="stop after this many jobs (default: run until stopped)"),
+    executor: str = ExecutorOpt,
 ) -> None:
     """Take optimization jobs from the service's queue (the store's database) and run them."""
+    from agnitra.service.executor import check_executor
+
+    check_executor(executor)  # before the service's imports: a missing Ray is one line at once
     from agnitra.service.serve import run_worker_here
 
     arguments.count("--jobs", jobs)
-    ran = run_worker_here(data_dir, jobs)
+    ran = run_worker_here(data_dir, jobs, executor)
     err.print(f"ran {ran} job(s)")
 
 

@@ -101,3 +101,16 @@ def job_lease_seconds() -> float:
     """How long a service worker's claim on a job lasts without renewal (AGNITRA_LEASE_S, default
     30 s); tests shorten it to see a killed worker's job queued again."""
     return float(os.environ.get(_ENV_PREFIX + "LEASE_S", "30"))
+
+
+def ray_task_cpus() -> float:
+    """The CPUs a job's Ray task asks for under `--executor ray` (AGNITRA_RAY_CPUS, default 1);
+    the node's core count gives each job a node of its own, as timing wants."""
+    value = os.environ.get(_ENV_PREFIX + "RAY_CPUS", "1")
+    try:
+        cpus = float(value)
+    except ValueError:
+        cpus = -1.0
+    if cpus < 0:
+        raise UserError(f"AGNITRA_RAY_CPUS must be a number of CPUs (0 or more), got {value!r}")
+    return cpus

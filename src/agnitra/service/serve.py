@@ -11,6 +11,7 @@ from sqlalchemy import func, select
 
 from agnitra.service import keys, queue
 from agnitra.service.app import ServiceConfig, create_app
+from agnitra.service.executor import check_executor
 from agnitra.service.worker import WorkerConfig, run_worker
 from agnitra.store import open_store, store_url
 from agnitra.store.service_schema import ApiKeyRow
@@ -42,8 +43,10 @@ def make_key(name: str, role: str, project: str | None, db_url: str | None = Non
 
 
 def serve(host: str, port: int, workers: int, data_dir: Path, db_url: str | None = None, max_upload_mb: int = 2048, allow_pickle: bool = False,
-          cors_origins: list[str] | None = None, announce=print) -> None:
+          cors_origins: list[str] | None = None, announce=print, executor: str = "local") -> None:
     import uvicorn
+
+    check_executor(executor)  # `--executor ray` without Ray: one line before anything starts
 
     url = db_url or store_url()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -52,9 +55,9 @@ def serve(host: str, port: int, workers: int, data_dir: Path, db_url: str | None
         announce(f"first admin key (shown once; keep it): {key}")
     config = ServiceConfig(url, data_dir, max_upload_bytes=max_upload_mb << 20, allow_pickle=allow_pickle, cors_origins=cors_origins or [])
     app = create_app(config)  # opens (and migrates) the store here, before any thread: Alembic's globals are not thread-safe
-    keeper = _Workers(app.state.store, url, data_dir, workers)
+    keeper = _Workers(app.state.store, url, data_dir, workers, executor)
     keeper.start()
-    announce(f"serving on http://{host}:{port} (OpenAPI at /v1/openapi.json), {workers} worker(s), store {url.split('@')[-1]}")
+    announce(f"serving on http://{host}:{port} (OpenAPI at /v1/openapi.json), {workers} worker(s){' running jobs as Ray tasks' if executor == 'ray' else ''}, store {url.split('@')[-1]}")
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:
@@ -65,9 +68,9 @@ class _Workers(threading.Thread):
     """Keeps `count` worker processes running (one that died is started again) and queues again the
     jobs whose worker stopped renewing its lease, also where no worker is left to do it."""
 
-    def __init__(self, store, db_url: str, data_dir: Path, count: int) -> None:
+    def __init__(self, store, db_url: str, data_dir: Path, count: int, executor: str = "local") -> None:
         super().__init__(daemon=True)
-        self.store, self.db_url, self.data_dir, self.count = store, db_url, data_dir, count
+        self.store, self.db_url, self.data_dir, self.count, self.executor = store, db_url, data_dir, count, executor
         self.children: list = []
         self.stopping = threading.Event()
 
@@ -76,7 +79,7 @@ class _Workers(threading.Thread):
             self.children = [c for c in self.children if c.is_alive()]
             while len(self.children) < self.count:
                 # not a daemon: a worker starts a process for each job; it dies with the server (PDEATHSIG)
-                child = multiprocessing.get_context("spawn").Process(target=_worker_main, args=(self.db_url, str(self.data_dir)))
+                child = multiprocessing.get_context("spawn").Process(target=_worker_main, args=(self.db_url, str(self.data_dir), self.executor))
                 child.start()
                 self.children.append(child)
             with self.store.session() as session:
@@ -89,13 +92,13 @@ class _Workers(threading.Thread):
             child.kill()
 
 
-def run_worker_here(data_dir: Path, jobs: int | None) -> int:
-    """`agnitra worker`: this process takes jobs from the store's queue."""
-    return run_worker(WorkerConfig(store_url(), data_dir), stop_after=jobs)
+def run_worker_here(data_dir: Path, jobs: int | None, executor: str = "local") -> int:
+    """`agnitra worker`: this process takes jobs from the store's queue (runs them here, or as Ray tasks)."""
+    return run_worker(WorkerConfig(store_url(), data_dir, executor=executor), stop_after=jobs)
 
 
-def _worker_main(db_url: str, data_dir: str) -> None:
+def _worker_main(db_url: str, data_dir: str, executor: str = "local") -> None:
     from agnitra.bench.isolated import die_with_parent
 
     die_with_parent()
-    run_worker(WorkerConfig(db_url, Path(data_dir)))
+    run_worker(WorkerConfig(db_url, Path(data_dir), executor=executor))

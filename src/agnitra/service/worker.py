@@ -1,15 +1,17 @@
-"""`agnitra worker`: takes jobs from the queue and runs each in a child process of its own.
+"""`agnitra worker`: takes jobs from the queue and runs each in a child process of its own, or as a
+Ray task on a cluster (`--executor ray`, service/executor.py).
 
 The child runs `api.optimize` on the job's model with the job's settings, exactly as the CLI does,
 writing its progress to the job; the outcome is written by the child in one transaction with the
 run's measurements (`finish` only while the lease is its own). The worker renews the lease while
 the child runs, kills it at the job's hard limit (its budget and a grace) or on cancellation, and
-marks a child that died without an outcome failed. The child dies with its worker (PDEATHSIG).
+marks a child that died without an outcome failed. The child dies with its worker (PDEATHSIG); a
+Ray task is killed by Ray when its owner, this worker, dies. A Ray task lost with its node leaves
+the job to its lease, which lapses: the job is queued again.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import socket
 import time
@@ -20,6 +22,7 @@ from pathlib import Path
 from agnitra.bench.isolated import die_with_parent
 from agnitra.errors import first_line
 from agnitra.service import queue
+from agnitra.service.executor import JobLaunch, make_executor
 from agnitra.store import open_store, record_report
 from agnitra.store.service_schema import JobRow, ModelRow
 
@@ -34,6 +37,7 @@ class WorkerConfig:
     db_url: str
     data_dir: Path  # job run folders: data_dir/jobs/<id>
     owner: str = ""
+    executor: str = "local"  # where jobs run: local (a child process) or ray (a Ray task)
 
     def __post_init__(self) -> None:
         self.owner = self.owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -41,6 +45,7 @@ class WorkerConfig:
 
 def run_worker(config: WorkerConfig, stop_after: int | None = None, idle_exit_s: float | None = None) -> int:
     """Take and run jobs until stopped (`stop_after` jobs, or `idle_exit_s` without one); returns how many ran."""
+    executor = make_executor(config.executor)  # a user error before any job is claimed (Ray missing or unreachable)
     store = open_store(config.db_url)
     ran, idle_since = 0, time.monotonic()
     try:
@@ -55,7 +60,7 @@ def run_worker(config: WorkerConfig, stop_after: int | None = None, idle_exit_s:
                 time.sleep(POLL_S)
                 continue
             try:
-                _supervise(store, config, job_id)
+                _supervise(store, config, executor, job_id)
             except Exception as exc:  # noqa: BLE001 - the job fails, the worker goes on
                 with store.session() as session:
                     queue.finish(session, job_id, config.owner, "failed", error=f"the worker could not run it: {first_line(exc)}")
@@ -65,27 +70,39 @@ def run_worker(config: WorkerConfig, stop_after: int | None = None, idle_exit_s:
     return ran
 
 
-def _supervise(store, config: WorkerConfig, job_id: int) -> None:
+def _supervise(store, config: WorkerConfig, executor, job_id: int) -> None:
     with store.session() as session:
-        budget_s = _budget_s(session.get(JobRow, job_id).settings)
-    # not a daemon: the job's optimize run starts worker processes of its own; it dies with this worker (PDEATHSIG)
-    child = multiprocessing.get_context("spawn").Process(target=_run_job, args=(config.db_url, str(config.data_dir), config.owner, job_id))
-    child.start()
+        job = session.get(JobRow, job_id)
+        budget_s = _budget_s(job.settings)
+        device = _device_of(job.settings, session.get(ModelRow, job.model_id).options)
+    # the folder absolute: a Ray task does not run in this process's working directory
+    run = executor.launch(JobLaunch(config.db_url, str(Path(config.data_dir).resolve()), config.owner, job_id, device))
     deadline, why = time.monotonic() + budget_s + GRACE_S, ""
-    while child.is_alive():
-        child.join(RENEW_S)
+    while run.running():
+        run.wait(RENEW_S)
         with store.session() as session:
             held = queue.renew(session, job_id, config.owner)
             cancelled = session.get(JobRow, job_id).cancel_requested
         if cancelled or not held or time.monotonic() > deadline:
             why = "cancelled" if cancelled else ("its lease was lost" if not held else f"ran past its limit ({budget_s:.0f} s budget + {GRACE_S:.0f} s)")
-            child.kill()
-            child.join()
+            run.kill()
+            break
     with store.session() as session:
         if why == "cancelled":
             queue.finish(session, job_id, config.owner, "cancelled")
         elif session.get(JobRow, job_id).status == "running":
-            queue.finish(session, job_id, config.owner, "failed", error=why or f"the job's process ended without an outcome (exit code {child.exitcode})")
+            ended = why or run.ended()
+            if run.lost:  # not the job's doing: its lease lapses and it is queued again (requeue_lapsed)
+                queue.event(session, job_id, f"{ended}; queued again once its lease lapses")
+            else:
+                queue.finish(session, job_id, config.owner, "failed", error=ended)
+
+
+def _device_of(settings: dict, options: dict) -> str:
+    """The job's device setting (cpu, cuda or auto): the job's, the model's, else the configured one."""
+    from agnitra.config import load_settings
+
+    return str(settings.get("device") or options.get("device") or load_settings().device)
 
 
 def _budget_s(settings: dict) -> float:

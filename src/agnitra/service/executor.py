@@ -1,0 +1,239 @@
+"""Where a service worker runs a job: `local` (a child process of the worker, the default) or `ray`
+(a Ray task on the cluster RAY_ADDRESS names, `--executor ray`).
+
+Either way the job's lifecycle stays in the database queue: the worker claims the job with a
+lease, launches it here, renews the lease while the launched run lives, and kills it on
+cancellation or at its hard limit (`Launched.kill`: the child process, or `ray.cancel(force=True)`).
+The run writes its progress and outcome to the job itself (`worker._run_job`), only while the
+lease is its worker's.
+
+A Ray task asks for one GPU when the job runs on CUDA (on `auto`, when the cluster has GPUs) and
+for `AGNITRA_RAY_CPUS` CPUs (default 1); each task gets a fresh Ray worker process (`max_calls=1`)
+that dies with its raylet, like the local child dies with its worker. A task lost with its node
+(`lost`) leaves the job to its lease: it lapses and the job is queued again. Ray is imported only
+here and only for `--executor ray`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import dataclass
+
+from agnitra.errors import UserError, first_line
+
+EXECUTORS = ("local", "ray")
+RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'agnitra[ray]'"
+CANCEL_WAIT_S = 30.0  # how long a cancelled Ray task is waited for before the worker moves on
+
+
+@dataclass(frozen=True)
+class JobLaunch:
+    """What a job's run needs wherever it runs."""
+
+    db_url: str
+    data_dir: str
+    owner: str  # the worker holding the job's lease
+    job_id: int
+    device: str  # the job's device setting: cpu, cuda or auto
+
+
+class Launched:
+    """A job's run, started: `wait` for it, see whether it still `running`, `kill` it."""
+
+    what = "process"
+    lost = False  # the run was lost with its machine (not the job's doing): the job is left to its lease
+
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    def wait(self, seconds: float) -> None:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def ended(self) -> str:
+        """Why a job whose run ended has no outcome: its error."""
+        raise NotImplementedError
+
+
+def check_executor(name: str) -> None:
+    """A user error unless `name` is an executor this machine can use (Ray installed for `ray`)."""
+    if name not in EXECUTORS:
+        raise UserError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
+    if name == "ray":
+        _ray()
+
+
+def make_executor(name: str):
+    check_executor(name)
+    return RayExecutor() if name == "ray" else LocalExecutor()
+
+
+class LocalExecutor:
+    """Each job in a child process of the worker (spawned; it dies with the worker: PDEATHSIG)."""
+
+    name = "local"
+
+    def launch(self, job: JobLaunch) -> Launched:
+        from agnitra.service.worker import _run_job
+
+        # not a daemon: the job's optimize run starts worker processes of its own
+        child = multiprocessing.get_context("spawn").Process(target=_run_job, args=(job.db_url, job.data_dir, job.owner, job.job_id))
+        child.start()
+        return _Child(child)
+
+    def close(self) -> None:
+        pass
+
+
+class _Child(Launched):
+    what = "process"
+
+    def __init__(self, child) -> None:
+        self.child = child
+
+    def running(self) -> bool:
+        return self.child.is_alive()
+
+    def wait(self, seconds: float) -> None:
+        self.child.join(seconds)
+
+    def kill(self) -> None:
+        self.child.kill()
+        self.child.join()
+
+    def ended(self) -> str:
+        return f"the job's process ended without an outcome (exit code {self.child.exitcode})"
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError:
+        raise UserError(RAY_MISSING) from None
+    return ray
+
+
+class RayExecutor:
+    """Each job as a Ray task on the cluster RAY_ADDRESS names (ray.init reads it; unset: a Ray
+    instance on this machine). This process is the task's owner: if it dies, Ray kills the task."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        from agnitra.config import ray_task_cpus
+
+        self.ray = _ray()
+        self.cpus = ray_task_cpus()
+        if not self.ray.is_initialized():
+            try:
+                self.ray.init(logging_level="WARNING", log_to_driver=False, configure_logging=False)
+            except Exception as exc:  # noqa: BLE001 - an unreachable cluster is the user's to fix
+                raise UserError(f"--executor ray could not connect to the Ray cluster (RAY_ADDRESS): {first_line(exc)}") from None
+        self.task = self.ray.remote(max_retries=0, max_calls=1)(_ray_job)
+
+    def gpus_for(self, device: str) -> int:
+        if device == "cuda":
+            return 1
+        if device == "auto":
+            return 1 if self.ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        return 0
+
+    def launch(self, job: JobLaunch) -> Launched:
+        gpus = self.gpus_for(job.device)
+        if gpus and self.ray.cluster_resources().get("GPU", 0) < gpus:
+            return _Refused("the job runs on CUDA and the Ray cluster has no GPU")
+        ref = self.task.options(num_cpus=self.cpus, num_gpus=gpus, name=f"agnitra-job-{job.job_id}").remote(job)
+        return _RayTask(self.ray, ref)
+
+    def close(self) -> None:
+        pass  # the connection ends with this process; a shutdown here would kill tasks another job still owns
+
+
+class _Refused(Launched):
+    """A job this executor cannot place (no GPU on the cluster): it ends at once, without an outcome."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def running(self) -> bool:
+        return False
+
+    def wait(self, seconds: float) -> None:
+        pass
+
+    def kill(self) -> None:
+        pass
+
+    def ended(self) -> str:
+        return f"not run: {self.why}"
+
+
+class _RayTask(Launched):
+    what = "Ray task"
+
+    def __init__(self, ray, ref) -> None:
+        self.ray, self.ref = ray, ref
+        self.lost = False
+        self._ended = ""
+
+    def running(self) -> bool:
+        done, _ = self.ray.wait([self.ref], timeout=0)
+        return not done
+
+    def wait(self, seconds: float) -> None:
+        self.ray.wait([self.ref], timeout=seconds)
+
+    def kill(self) -> None:
+        self.ray.cancel(self.ref, force=True)
+        self.ray.wait([self.ref], timeout=CANCEL_WAIT_S)
+
+    def ended(self) -> str:
+        if not self._ended:
+            self._ended = f"the job's Ray task ended without an outcome ({self._how()})"
+        return self._ended
+
+    def _how(self) -> str:
+        exceptions = self.ray.exceptions
+        lost = tuple(getattr(exceptions, name) for name in ("NodeDiedError", "LocalRayletDiedError", "ObjectLostError") if hasattr(exceptions, name))
+        try:
+            self.ray.get(self.ref, timeout=1)
+            return "it returned"
+        except exceptions.TaskCancelledError:
+            return "cancelled"
+        except lost as exc:
+            self.lost = True
+            return f"lost with its node: {type(exc).__name__}"
+        except exceptions.WorkerCrashedError as exc:
+            return f"its Ray worker process died: {first_line(exc)}"
+        except exceptions.RayTaskError as exc:
+            return f"it raised {first_line(exc.cause if exc.cause is not None else exc)}"
+        except Exception as exc:  # noqa: BLE001 - whatever Ray says, the job's reason
+            return f"{type(exc).__name__}: {first_line(exc)}"
+
+
+def _ray_job(job: JobLaunch) -> dict:
+    """The Ray task: note where it runs in the job's events, then run the job as a local child would."""
+    import os
+    import socket
+
+    import ray
+
+    from agnitra.service import queue
+    from agnitra.store import open_store
+
+    context = ray.get_runtime_context()
+    where = {"task_id": context.get_task_id(), "node_id": context.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
+             "gpus": [str(g) for g in ray.get_gpu_ids()]}
+    store = open_store(job.db_url)
+    try:
+        with store.session() as session:
+            queue.progress(session, job.job_id, job.owner, f"in Ray task {where['task_id']} on node {where['node_id']} ({where['host']}, pid {where['pid']}"
+                           + (f", GPU {','.join(where['gpus'])})" if where["gpus"] else ")"), 0.0)
+    finally:
+        store.close()
+    from agnitra.service.worker import _run_job  # torch and the rest: after the event
+
+    _run_job(job.db_url, job.data_dir, job.owner, job.job_id)
+    return where
