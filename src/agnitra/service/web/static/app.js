@@ -550,11 +550,12 @@ function progressCell(job) {
 }
 
 const jobResult = (job) => (job.outcome ? `${fmtX(job.outcome.speedup)}${job.outcome.chosen ? ` · ${job.outcome.chosen}` : ""}` : job.error ? job.error.slice(0, 80) : "–");
+const wrap = (text) => h("div", { class: "wrap" }, text);
 
 function jobRow(job, models) {
   const model = models.get(job.model_id);
   return row([h("th", { scope: "row" }, link(`/ui/jobs/${job.id}`, `#${job.id}`)), model ? link(`/ui/models/${model.id}`, model.name) : `model ${job.model_id}`,
-    job.type, statusBadge(job.status), progressCell(job), fmtTime(job.created_at), jobResult(job)], [], { id: `job-row-${job.id}`, "data-status": job.status });
+    job.type, statusBadge(job.status), progressCell(job), fmtTime(job.created_at), wrap(jobResult(job))], [], { id: `job-row-${job.id}`, "data-status": job.status });
 }
 
 function updateJobRow(tr, job) {
@@ -564,7 +565,7 @@ function updateJobRow(tr, job) {
   cells[3].replaceChildren(statusBadge(job.status));
   cells[4].querySelector("progress").value = job.progress || 0;
   cells[4].querySelector(".pct").textContent = fmtPct(job.progress);
-  cells[6].textContent = jobResult(job);
+  cells[6].firstChild.textContent = jobResult(job);
 }
 
 function jobsTable(caption, jobs, models) {
@@ -775,8 +776,8 @@ function paretoChart(points, chosen) {
 function candidatesTable(candidates, chosen) {
   const rows = candidates.map((c) => {
     const corr = c.correctness || {};
-    return row([h("th", { scope: "row" }, c.id), c.name, c.peer ? `peer: ${c.peer}` : "search", c.status, fmtMs(latencyOf(c)), fmtX(c.speedup),
-      corr.value === undefined ? "–" : `${fmtErr(corr.value)} (${corr.metric})`, corr.passed === undefined ? "–" : corr.passed ? "yes" : "no", fmtBytes(c.model_bytes), c.reason || ""],
+    return row([h("th", { scope: "row" }, c.id), wrap(c.name), c.peer ? `peer: ${c.peer}` : "search", c.status, fmtMs(latencyOf(c)), fmtX(c.speedup),
+      corr.value === undefined ? "–" : `${fmtErr(corr.value)} (${corr.metric})`, corr.passed === undefined ? "–" : corr.passed ? "yes" : "no", fmtBytes(c.model_bytes), wrap(c.reason || "")],
     [4, 5, 8], { class: c.name === chosen ? "chosen" : null });
   });
   return table(`${candidates.length} candidate(s)`, ["Candidate", "Recipe", "From", "Status", "Latency", "Speedup", "Error", "Verified", "Model memory", "Reason"], rows, [4, 5, 8]);
@@ -834,7 +835,7 @@ async function recipesPage() {
     const model = models.get(j.model_id);
     const recipe = j.outcome.recipe || {};
     return row([h("th", { scope: "row" }, link(`/ui/jobs/${j.id}`, `#${j.id}`)), model ? link(`/ui/models/${model.id}`, model.name) : `model ${j.model_id}`,
-      j.outcome.chosen || "none: the original model", fmtX(j.outcome.speedup), fmtTime(j.finished_at),
+      wrap(j.outcome.chosen || "none: the original model"), fmtX(j.outcome.speedup), fmtTime(j.finished_at),
       h("button", { type: "button", class: "secondary", "aria-label": `Download the recipe of job ${j.id}`, onclick: () => saveFile(`recipe-job-${j.id}.json`, "application/json", JSON.stringify(recipe, null, 2) + "\n") }, "Download JSON")], [3]);
   });
   return [
