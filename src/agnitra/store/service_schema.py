@@ -4,7 +4,8 @@ projects: a team's unit of access; api_keys: hashed keys with a role (viewer, ed
 for one project or all; models: an imported model (a zoo reference or an uploaded file kept under
 the service's data folder) with its IR summary; jobs: the queue (status, settings, the lease of the
 worker running it, attempts, the idempotency key, the result once); job_events: progress lines;
-audit_logs: every change, who made it.
+audit_logs: every change, who made it; datasets: uploaded check inputs; targets: named devices with
+their defaults.
 """
 
 from __future__ import annotations
@@ -103,3 +104,39 @@ class AuditLogRow(Base):
     action: Mapped[str] = mapped_column(String(100))  # e.g. project.create, job.submit
     target: Mapped[str] = mapped_column(String(200), default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class DatasetRow(Base):
+    """An uploaded file of check inputs (`.pt` or `.npz`), read as tensors at upload; a job naming
+    it passes it to `api.optimize` as `check_inputs`."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"))
+    name: Mapped[str] = mapped_column(String(200))
+    filename: Mapped[str] = mapped_column(String(300), default="")  # as uploaded: errors name it, never the server's path
+    path: Mapped[str] = mapped_column(String(1000))  # the stored file under the service's data folder
+    size_bytes: Mapped[int] = mapped_column(BigInteger, default=0)
+    sha256: Mapped[str] = mapped_column(String(64), default="")
+    summary: Mapped[dict[str, Any]] = mapped_column(default=dict)  # rows, and each tensor's shape and dtype
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
+class TargetRow(Base):
+    """A named deployment target of a project: the device, and optionally the dtype, batch and
+    sequence length a job naming it runs with (settings the job gives itself win)."""
+
+    __tablename__ = "targets"
+    __table_args__ = (UniqueConstraint("project_id", "name", name="uq_targets_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("projects.id"))
+    name: Mapped[str] = mapped_column(String(100))
+    device: Mapped[str] = mapped_column(String(20))  # cpu | cuda | cuda:N
+    dtype: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    batch: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    seq_len: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
