@@ -17,10 +17,10 @@ from fastapi.responses import JSONResponse
 
 from agnitra.errors import UserError
 from agnitra.service import web
-from agnitra.service.routes import audit, jobs, models, projects, status
+from agnitra.service.routes import audit, datasets, export, jobs, models, projects, recipes, status, targets
 from agnitra.store import open_store
 
-ROUTERS = [status, projects, models, jobs, audit, web]  # web: the UI at / and /ui/
+ROUTERS = [status, projects, models, datasets, targets, jobs, recipes, export, audit, web]  # web: the UI at / and /ui/
 MAX_JSON_BYTES = 1 << 20
 CONNECTIONS = 48  # the store's pool: one a request thread (the threadpool holds 40)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fastapi import HTTPException
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from agnitra.service import queue
@@ -62,3 +62,13 @@ def pareto_rows(job: JobRow) -> list[dict]:
         rows.append({"candidate": f"{job.id}-{i}", "name": c.get("name"), "latency_ms": latency, "memory_bytes": c.get("model_bytes") or c.get("peak_memory_bytes"),
                      "error": error, "on_front": c.get("name") in front})
     return rows
+
+
+def page(s: Session, table, scope_of, project: str | None, limit: int, offset: int) -> tuple[int, list]:
+    """A page of a project-owned table, newest first: of one project (by name) or of every project
+    the key covers (`scope_of`: the caller's key); with the total."""
+    scope = [table.project_id == project_named(s, project).id] if project else []
+    if scope_of.project_id is not None:
+        scope.append(table.project_id == scope_of.project_id)
+    total = s.scalar(select(func.count(table.id)).where(*scope))
+    return total, list(s.scalars(select(table).where(*scope).order_by(table.id.desc()).limit(limit).offset(offset)))

@@ -12,6 +12,7 @@ the job to its lease, which lapses: the job is queued again.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import time
@@ -20,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agnitra.bench.isolated import die_with_parent
-from agnitra.errors import first_line
+from agnitra.errors import UserError, first_line
 from agnitra.service import queue
 from agnitra.service.executor import JobLaunch, make_executor
 from agnitra.store import open_store, record_report
-from agnitra.store.service_schema import JobRow, ModelRow
+from agnitra.store.service_schema import DatasetRow, JobRow, ModelRow
 
 POLL_S = 0.5  # an idle worker looks at the queue this often
 RENEW_S = queue.LEASE_S / 6  # lease renewal while a job runs
@@ -117,22 +118,39 @@ def _run_job(db_url: str, data_dir: str, owner: str, job_id: int) -> None:
     from agnitra import api
 
     store = open_store(db_url)
-    with store.session() as session:
-        job = session.get(JobRow, job_id)
-        model = session.get(ModelRow, job.model_id)
-        settings, spec, options = dict(job.settings), model.spec, dict(model.options)
-    reporter = _Progress(store, job_id, owner)
+    reporter, shown = _Progress(store, job_id, owner), str
     try:
-        optimized = api.optimize(spec, **options, **settings, out=Path(data_dir) / "jobs" / str(job_id), progress=reporter, store=False)
-        document = optimized.report.to_dict()
+        with store.session() as session:
+            job = session.get(JobRow, job_id)
+            model = session.get(ModelRow, job.model_id)
+            spec, (arguments, shown) = model.spec, _job_arguments(session, job, model)
+        optimized = api.optimize(spec, **arguments, out=Path(data_dir) / "jobs" / str(job_id), progress=reporter, store=False)
+        document = json.loads(shown(json.dumps(optimized.report.to_dict())))  # what was checked on, named as the user knows it
         with store.session() as session:
             if queue.finish(session, job_id, owner, "done", result=document):
                 record_report(session, document)  # the run's measurements, with the outcome: once
     except Exception as exc:  # noqa: BLE001 - a user error or a crash: the job's outcome either way
         with store.session() as session:
-            queue.finish(session, job_id, owner, "failed", error=first_line(exc, limit=1000))
+            said = str(exc).strip().splitlines()[0] if isinstance(exc, UserError) and str(exc).strip() else first_line(exc, limit=1000)
+            queue.finish(session, job_id, owner, "failed", error=shown(said))  # a user error as the CLI says it
     finally:
         store.close()
+
+
+def _job_arguments(session, job: JobRow, model: ModelRow):
+    """api.optimize's options for the job: the model's, then the job's settings (a target's folded
+    in when it was submitted), which win; a dataset named as `check_inputs`. With them, what shows
+    an error: the dataset's file named by its id and upload name, never the server's path."""
+    settings = {k: v for k, v in job.settings.items() if k not in ("target", "dataset_id")}
+    arguments = {**model.options, **settings}
+    dataset_id = job.settings.get("dataset_id")
+    if dataset_id is None:
+        return arguments, str
+    dataset = session.get(DatasetRow, dataset_id)
+    if dataset is None or dataset.project_id != job.project_id:
+        raise UserError(f"dataset {dataset_id} is not one of this job's project's datasets; submit the job with a dataset of its project")
+    path, named = dataset.path, f"dataset {dataset.id} ({dataset.filename})"
+    return {**arguments, "check_inputs": path}, lambda text: text.replace(path, named)
 
 
 class _Progress:

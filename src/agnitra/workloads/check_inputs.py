@@ -28,10 +28,15 @@ def attach_check_inputs(workload: Workload, given: Any) -> None:
     if workload.decoder is not None:
         raise UserError("--check-inputs does not apply to a decoder: it is verified on teacher-forced logits (--max-ppl-increase with text, or --min-sqnr-db)")
     source = str(given) if isinstance(given, (str, Path)) else "check_inputs given in Python"
-    data = _read(Path(given)) if isinstance(given, (str, Path)) else given
-    tensors = _as_tuple(data, source)
+    tensors = read_check_inputs(Path(given)) if isinstance(given, (str, Path)) else _as_tuple(given, source)
     workload.check_inputs = _fitted(tensors, workload, source)
     workload.hints["check_inputs_from"] = source
+
+
+def read_check_inputs(path: Path) -> tuple[torch.Tensor, ...]:
+    """A check-inputs file read as tensors, without running code and before any model is known
+    (the service checks an upload with it); whether they fit a model is `attach_check_inputs`'s."""
+    return _as_tuple(_read(path), str(path))
 
 
 def _read(path: Path) -> Any:

@@ -15,15 +15,16 @@ from sqlalchemy import func, select
 
 from agnitra.service import queue
 from agnitra.service.access import Caller, audit, caller, need
+from agnitra.service.routes.targets import DTYPES, find_target, target_settings
 from agnitra.service.views import get_row, job_view, pareto_rows, project_named
-from agnitra.store.service_schema import JobRow, ModelRow
+from agnitra.store.service_schema import DatasetRow, JobRow, ModelRow
 
 router = APIRouter()
 
 JOB_KINDS = {"schedule": None, "quant": ["int8-weight-only", "int4-weight-only", "dynamic-int8", "fp8", "mixed-precision", "onnxruntime"]}
 LATER_KINDS = {"layout": "layout re-permutation is not in the core yet (issue 54)", "nas": "architecture search is not in the core"}
 SETTINGS = {"budget", "strategy", "transforms", "exclude_transforms", "candidate_timeout", "peers", "objective", "device", "max_error", "min_cosine",
-            "min_top1", "min_sqnr_db", "min_token_agreement", "max_ppl_increase", "min_retrieval"}
+            "min_top1", "min_sqnr_db", "min_token_agreement", "max_ppl_increase", "min_retrieval", "dtype", "batch", "seq_len"}
 
 
 class Constraints(BaseModel):
@@ -37,6 +38,8 @@ class JobIn(BaseModel):
     type: str = "schedule"
     settings: dict[str, Any] = Field(default_factory=dict)
     constraints: Constraints = Field(default_factory=Constraints)
+    target: str | None = None  # a target of the model's project: its device, dtype, batch and seq_len (the job's own settings win)
+    dataset_id: int | None = None  # a dataset of the model's project: the check inputs every candidate is verified on
 
 
 @router.post("/v1/jobs/optimize", status_code=201)
@@ -44,6 +47,7 @@ def submit_job(body: JobIn, response: Response, who: Caller = Depends(caller), i
     model = get_row(who.session, ModelRow, body.model_id, "model")
     need(who, "editor", model.project_id)
     settings = job_settings(body)
+    settings = {**_references(who, body, model.project_id), **settings}
     job, new = queue.submit(who.session, model.project_id, model.id, body.type, settings, idempotency_key, who.key.id)
     if new:
         audit(who, "job.submit", f"job:{job.id}", type=body.type, settings=settings)
@@ -133,6 +137,19 @@ def job_settings(body: JobIn) -> dict[str, Any]:
     return settings
 
 
+def _references(who: Caller, body: JobIn, project_id: int) -> dict[str, Any]:
+    """The target's settings and the dataset named, each of the job's own project."""
+    found: dict[str, Any] = {}
+    if body.target is not None:
+        found.update(target_settings(find_target(who, project_id, body.target)), target=body.target)
+    if body.dataset_id is not None:
+        dataset = get_row(who.session, DatasetRow, body.dataset_id, "dataset")
+        if dataset.project_id != project_id:
+            raise HTTPException(422, f"dataset {dataset.id} belongs to another project than model {body.model_id}; upload it to the model's project")
+        found["dataset_id"] = dataset.id
+    return found
+
+
 def _check_settings(settings: dict[str, Any]) -> None:
     """The settings as `api.optimize` would check them, before the job is queued."""
     from agnitra import arguments
@@ -144,3 +161,7 @@ def _check_settings(settings: dict[str, Any]) -> None:
     for name in ("max_error", "min_cosine", "min_top1", "min_sqnr_db", "min_token_agreement", "min_retrieval"):
         if name in settings:
             arguments.positive(name, settings[name])
+    for name in ("batch", "seq_len"):
+        arguments.count(name, settings.get(name))
+    dtype = settings.get("dtype")
+    arguments.one_of("dtype", dtype.lower() if isinstance(dtype, str) else dtype, DTYPES, "dtype")
