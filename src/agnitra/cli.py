@@ -817,18 +817,24 @@ def serve(
     max_upload_mb: int = typer.Option(2048, "--max-upload-mb", help="largest model upload accepted"),
     allow_pickle: bool = typer.Option(False, "--allow-pickle", help="accept uploads that need unpickling (this runs code from them): only for users you trust"),
     cors_origin: Optional[list[str]] = typer.Option(None, "--cors-origin", help="a web origin allowed to call the API from a browser (repeatable)"),
+    oidc_issuer: Optional[str] = typer.Option(None, "--oidc-issuer", help="also take OIDC bearer tokens from this issuer (URL; default AGNITRA_OIDC_ISSUER)"),
+    oidc_audience: Optional[str] = typer.Option(None, "--oidc-audience", help="the audience those tokens must carry (default AGNITRA_OIDC_AUDIENCE)"),
+    oidc_claim_prefix: str = typer.Option("agnitra_", "--oidc-claim-prefix", help="a token's role and project are its claims PREFIXrole and PREFIXproject"),
+    rate_limit: int = typer.Option(600, "--rate-limit", help="requests a minute per API key or token subject (0: no limit); over it: 429"),
     executor: str = ExecutorOpt,
 ) -> None:
     """The REST API and web service over the same core as the CLI, with its job workers."""
     from agnitra.service.executor import check_executor
 
     check_executor(executor)  # before the service's imports: a missing Ray is one line at once
-    from agnitra.service.serve import serve as run
+    from agnitra.service.serve import oidc_settings, serve as run
 
     arguments.count("--port", port)
     arguments.count("--workers", workers, minimum=0)
     arguments.count("--max-upload-mb", max_upload_mb)
-    run(host, port, workers, data_dir, max_upload_mb=max_upload_mb, allow_pickle=allow_pickle, cors_origins=cors_origin, announce=lambda text: err.print(text, highlight=False),
+    arguments.count("--rate-limit", rate_limit, minimum=0)
+    run(host, port, workers, data_dir, max_upload_mb=max_upload_mb, allow_pickle=allow_pickle, cors_origins=cors_origin,
+        oidc=oidc_settings(oidc_issuer, oidc_audience, oidc_claim_prefix), rate_limit=rate_limit, announce=lambda text: err.print(text, highlight=False),
         executor=executor)
 
 

@@ -22,6 +22,8 @@ class Settings:
     device: str = "auto"  # cpu | cuda | auto
     cache_dir: str = str(Path.home() / ".cache" / "agnitra")
     db_url: str = ""  # the measurement store (AGNITRA_DB_URL); empty means SQLite under cache_dir
+    oidc_issuer: str = ""  # `agnitra serve` takes OIDC bearer tokens from this issuer (AGNITRA_OIDC_ISSUER); empty: API keys only
+    oidc_audience: str = ""  # the audience those tokens must carry (AGNITRA_OIDC_AUDIENCE)
 
     def with_overrides(self, **overrides: Any) -> "Settings":
         """A copy with every non-None override applied (the flags of one command)."""
@@ -55,7 +57,8 @@ def _from_file(path: Path) -> dict[str, Any]:
 
 
 # what each setting's string holds, for the message when agnitra.toml gives another type
-_EXPECTED = {"device": ("cpu, cuda or auto", "cpu"), "cache_dir": ("a folder", "~/.cache/agnitra"), "db_url": ("a database URL", "sqlite:////path/to/store.db")}
+_EXPECTED = {"device": ("cpu, cuda or auto", "cpu"), "cache_dir": ("a folder", "~/.cache/agnitra"), "db_url": ("a database URL", "sqlite:////path/to/store.db"),
+             "oidc_issuer": ("an OIDC issuer URL", "https://login.example.com"), "oidc_audience": ("a token audience", "agnitra")}
 
 
 def _toml_value(value: Any) -> str:
@@ -114,3 +117,9 @@ def ray_task_cpus() -> float:
     if cpus < 0:
         raise UserError(f"AGNITRA_RAY_CPUS must be a number of CPUs (0 or more), got {value!r}")
     return cpus
+
+
+def ray_address() -> str:
+    """The Ray cluster `--executor ray` connects to: RAY_ADDRESS, Ray's own variable (ray.init reads
+    it too); empty: a Ray instance on this machine."""
+    return os.environ.get("RAY_ADDRESS", "")

@@ -1,25 +1,54 @@
-"""Who is calling and what they may do: the request's database session, its API key (`caller`),
-the role check (`need`) and the audit entry every change writes (`audit`).
+"""Who is calling and what they may do: the request's database session, its caller (`caller`: an
+API key, or an OIDC token where the server trusts an issuer), the rate limit per caller, the role
+check (`need`) and the audit entry every change writes (`audit`).
 
-A key comes as `Authorization: Bearer KEY` or `X-API-Key: KEY`; roles are viewer < editor < admin,
-for every project or one (`keys.allows`)."""
+A key comes as `Authorization: Bearer KEY` or `X-API-Key: KEY`; a token as `Authorization: Bearer
+JWT`. Roles are viewer < editor < admin, for every project or one (`keys.allows`): a key's from its
+row, a token's from its claims (`oidc`)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterator
 
 from fastapi import Depends, Header, HTTPException, Request
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from agnitra.service import keys, queue
-from agnitra.store.service_schema import ApiKeyRow, AuditLogRow
+from agnitra.service.oidc import IssuerUnavailable, OidcVerifier, TokenRefused, looks_like_jwt
+from agnitra.store.service_schema import ApiKeyRow, AuditLogRow, ProjectRow
+
+NEEDS_KEY = "an API key is needed: Authorization: Bearer KEY (agnitra keys create makes one)"
+
+
+@dataclass(frozen=True)
+class TokenIdentity:
+    """A caller by OIDC token: its subject and the role and project its claims grant; `id` is None
+    (no key row), so it reads like a key wherever a route asks for .id, .role or .project_id."""
+
+    subject: str
+    role: str
+    project_id: int | None
+    id: None = None
 
 
 @dataclass
 class Caller:
-    key: ApiKeyRow
+    principal: ApiKeyRow | TokenIdentity
     session: Session
+
+    @property
+    def key(self) -> ApiKeyRow | TokenIdentity:
+        """The principal under the name the routes use: .id (the key's, None for a token), .role, .project_id."""
+        return self.principal
+
+    @property
+    def actor(self) -> str:
+        """Who acted, as the audit log records it: key:ID or oidc:SUBJECT."""
+        p = self.principal
+        return f"oidc:{p.subject}" if isinstance(p, TokenIdentity) else f"key:{p.id}"
 
 
 def session(request: Request) -> Iterator[Session]:
@@ -28,19 +57,55 @@ def session(request: Request) -> Iterator[Session]:
         yield s
 
 
-def caller(s: Session = Depends(session), authorization: str | None = Header(default=None), x_api_key: str | None = Header(default=None)) -> Caller:
-    token = x_api_key or (authorization[7:] if authorization and authorization.lower().startswith("bearer ") else None)
-    row = keys.find_key(s, token) if token else None
-    if row is None:
-        raise HTTPException(401, "an API key is needed: Authorization: Bearer KEY (agnitra keys create makes one)")
-    return Caller(row, s)
+def caller(request: Request, s: Session = Depends(session), authorization: str | None = Header(default=None),
+           x_api_key: str | None = Header(default=None)) -> Caller:
+    bearer = authorization[7:].strip() if authorization and authorization.lower().startswith("bearer ") else None
+    verifier: OidcVerifier | None = request.app.state.oidc
+    if x_api_key is None and bearer and looks_like_jwt(bearer):
+        if verifier is None:
+            raise HTTPException(401, "this server takes API keys, not OIDC tokens (it was started without --oidc-issuer); " + NEEDS_KEY)
+        who = Caller(_token_identity(s, verifier, bearer), s)
+    else:
+        row = keys.find_key(s, x_api_key or bearer) if (x_api_key or bearer) else None
+        if row is None:
+            also = f", or an OIDC token from {verifier.settings.issuer}" if verifier else ""
+            raise HTTPException(401, NEEDS_KEY + also)
+        who = Caller(row, s)
+    limiter = request.app.state.limiter
+    wait = limiter.take(who.actor) if limiter else 0.0
+    if wait:
+        raise HTTPException(429, f"over the rate limit of {limiter.per_minute} requests a minute for this caller; retry in {math.ceil(wait)} s",
+                            headers={"Retry-After": str(math.ceil(wait))})
+    return who
+
+
+def _token_identity(s: Session, verifier: OidcVerifier, token: str) -> TokenIdentity:
+    try:
+        claims = verifier.claims(token)
+    except TokenRefused as exc:
+        raise HTTPException(401, str(exc), headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from exc
+    except IssuerUnavailable as exc:
+        raise HTTPException(503, f"tokens cannot be checked now: {exc}; retry later or use an API key") from exc
+    settings = verifier.settings
+    granted = claims.get(settings.role_claim)
+    roles = [r for r in (granted if isinstance(granted, list) else [granted]) if r in keys.ROLES]
+    if not roles:
+        raise HTTPException(403, f"the token grants no role here: its '{settings.role_claim}' claim is {granted!r}; the issuer must set it to one of {', '.join(keys.ROLES)}")
+    project_id = None
+    if (name := claims.get(settings.project_claim)) is not None:
+        project_id = s.scalar(select(ProjectRow.id).where(ProjectRow.name == str(name)))
+        if project_id is None:
+            raise HTTPException(403, f"the token's '{settings.project_claim}' claim names project '{name}', which does not exist; create it (POST /v1/projects) or fix the claim")
+    return TokenIdentity(subject=str(claims["sub"]), role=max(roles, key=keys.ROLES.index), project_id=project_id)
 
 
 def need(who: Caller, role: str, project_id: int | None = None) -> None:
-    if not keys.allows(who.key, role, project_id):
-        scope = "" if who.key.project_id is None else f" of project {who.key.project_id}"
-        raise HTTPException(403, f"this key ({who.key.role}{scope}) may not do this: it needs {role}")
+    if not keys.allows(who.principal, role, project_id):
+        p = who.principal
+        scope = "" if p.project_id is None else f" of project {p.project_id}"
+        kind = "token" if isinstance(p, TokenIdentity) else "key"
+        raise HTTPException(403, f"this {kind} ({p.role}{scope}) may not do this: it needs {role}")
 
 
 def audit(who: Caller, action: str, target: str, **detail) -> None:
-    who.session.add(AuditLogRow(key_id=who.key.id, action=action, target=target, detail=detail, at=queue.now()))
+    who.session.add(AuditLogRow(key_id=who.principal.id, actor=who.actor, action=action, target=target, detail=detail, at=queue.now()))

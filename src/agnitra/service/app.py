@@ -1,7 +1,8 @@
 """The REST API (`/v1`, OpenAPI at `/v1/openapi.json`) over the same `api` and store as the CLI.
 
-Every endpoint but `/v1/health` and `/metrics` takes an API key (`access.caller`) and checks its
-role on the project concerned: viewer reads, editor imports models and submits jobs, admin makes
+Every endpoint but `/v1/health` and `/metrics` takes an API key or, where the server trusts an
+OIDC issuer, a token (`access.caller`), limits each caller's request rate, and checks its role on
+the project concerned: viewer reads, editor imports models and submits jobs, admin makes
 projects and keys and reads the audit log. Every change writes an audit entry. Jobs run in workers
 (`agnitra worker`, or `serve --workers N`), never in the server. The routes live in `routes/`, one
 module a resource.
@@ -16,6 +17,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from agnitra.errors import UserError
+from agnitra.service.oidc import OidcSettings, OidcVerifier
+from agnitra.service.ratelimit import RateLimiter
 from agnitra.service import web
 from agnitra.service.routes import audit, datasets, export, jobs, models, projects, recipes, status, targets
 from agnitra.store import open_store
@@ -32,12 +35,16 @@ class ServiceConfig:
     max_upload_bytes: int = 2 << 30
     allow_pickle: bool = False  # pickled uploads run code when loaded: refused unless the server opted in
     cors_origins: list[str] = field(default_factory=list)
+    oidc: OidcSettings | None = None  # bearer tokens from this issuer beside API keys
+    rate_limit: int = 600  # requests a minute per key or token subject; 0: no limit
 
 
 def create_app(config: ServiceConfig) -> FastAPI:
     store = open_store(config.db_url, connections=CONNECTIONS)
     app = FastAPI(title="Agnitra", version="1", openapi_url="/v1/openapi.json", docs_url="/v1/docs", redoc_url=None)
     app.state.store, app.state.config = store, config
+    app.state.oidc = OidcVerifier(config.oidc) if config.oidc else None
+    app.state.limiter = RateLimiter(config.rate_limit) if config.rate_limit else None
     _middleware(app, config)
     for module in ROUTERS:
         app.include_router(module.router)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -43,8 +44,15 @@ def find_key(session: Session, key: str) -> ApiKeyRow | None:
     return row if row is not None and not row.revoked else None
 
 
-def allows(row: ApiKeyRow, role: str, project_id: int | None = None) -> bool:
-    """Whether the key holds at least `role`, on `project_id` (None: an action on no one project)."""
+class Grant(Protocol):
+    """What a caller holds: a key's row, or an OIDC token's identity (`access.TokenIdentity`)."""
+
+    role: str
+    project_id: int | None
+
+
+def allows(row: Grant, role: str, project_id: int | None = None) -> bool:
+    """Whether the key (or token) holds at least `role`, on `project_id` (None: an action on no one project)."""
     if ROLES.index(row.role) < ROLES.index(role):
         return False
     return row.project_id is None or project_id is None or row.project_id == project_id

@@ -1,5 +1,7 @@
 """`agnitra serve`: the API server (Uvicorn) and, with `--workers N`, N worker processes beside it
-that die with it; on a store without keys, a first admin key is made and shown once."""
+that die with it; on a store without keys, a first admin key is made and shown once. With an OIDC
+issuer (flag, AGNITRA_OIDC_ISSUER or agnitra.toml), its discovery document and keys are read at
+start: a server that cannot check tokens does not start."""
 
 from __future__ import annotations
 
@@ -9,9 +11,12 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
+from agnitra.config import load_settings
+from agnitra.errors import UserError
 from agnitra.service import keys, queue
 from agnitra.service.app import ServiceConfig, create_app
 from agnitra.service.executor import check_executor
+from agnitra.service.oidc import IssuerUnavailable, OidcSettings
 from agnitra.service.worker import WorkerConfig, run_worker
 from agnitra.store import open_store, store_url
 from agnitra.store.service_schema import ApiKeyRow
@@ -42,22 +47,45 @@ def make_key(name: str, role: str, project: str | None, db_url: str | None = Non
         store.close()
 
 
+def oidc_settings(issuer: str | None, audience: str | None, claim_prefix: str) -> OidcSettings | None:
+    """The issuer whose tokens the server takes (flags over AGNITRA_OIDC_* over agnitra.toml), or None."""
+    settings = load_settings().with_overrides(oidc_issuer=issuer, oidc_audience=audience)
+    if not settings.oidc_issuer and not settings.oidc_audience:
+        return None
+    if not settings.oidc_issuer or not settings.oidc_audience:
+        missing = "--oidc-audience (the audience its tokens carry)" if settings.oidc_issuer else "--oidc-issuer (the URL of the issuer)"
+        raise UserError(f"OIDC tokens need an issuer and an audience: pass {missing} too, or neither for API keys only")
+    if not settings.oidc_issuer.startswith(("https://", "http://")):
+        raise UserError(f"--oidc-issuer must be the issuer's http(s) URL, got {settings.oidc_issuer!r}")
+    return OidcSettings(settings.oidc_issuer, settings.oidc_audience, claim_prefix)
+
+
 def serve(host: str, port: int, workers: int, data_dir: Path, db_url: str | None = None, max_upload_mb: int = 2048, allow_pickle: bool = False,
-          cors_origins: list[str] | None = None, announce=print, executor: str = "local") -> None:
+          cors_origins: list[str] | None = None, oidc: OidcSettings | None = None, rate_limit: int = 600, announce=print,
+          executor: str = "local") -> None:
     import uvicorn
 
     check_executor(executor)  # `--executor ray` without Ray: one line before anything starts
 
     url = db_url or store_url()
     data_dir.mkdir(parents=True, exist_ok=True)
+    config = ServiceConfig(url, data_dir, max_upload_bytes=max_upload_mb << 20, allow_pickle=allow_pickle, cors_origins=cors_origins or [],
+                           oidc=oidc, rate_limit=rate_limit)
+    app = create_app(config)  # opens (and migrates) the store here, before any thread: Alembic's globals are not thread-safe
+    if app.state.oidc:
+        try:
+            app.state.oidc.discover()
+        except IssuerUnavailable as exc:
+            app.state.store.close()
+            raise UserError(f"the OIDC issuer {oidc.issuer} cannot be used: {exc}; fix --oidc-issuer or start the server without it") from exc
     key = first_admin_key(url)
     if key:
         announce(f"first admin key (shown once; keep it): {key}")
-    config = ServiceConfig(url, data_dir, max_upload_bytes=max_upload_mb << 20, allow_pickle=allow_pickle, cors_origins=cors_origins or [])
-    app = create_app(config)  # opens (and migrates) the store here, before any thread: Alembic's globals are not thread-safe
     keeper = _Workers(app.state.store, url, data_dir, workers, executor)
     keeper.start()
-    announce(f"serving on http://{host}:{port} (OpenAPI at /v1/openapi.json), {workers} worker(s){' running jobs as Ray tasks' if executor == 'ray' else ''}, store {url.split('@')[-1]}")
+    tokens = f", OIDC tokens from {oidc.issuer}" if oidc else ""
+    limit = f"{rate_limit} requests a minute per caller" if rate_limit else "no rate limit"
+    announce(f"serving on http://{host}:{port} (OpenAPI at /v1/openapi.json), {workers} worker(s){' running jobs as Ray tasks' if executor == 'ray' else ''}, store {url.split('@')[-1]}{tokens}, {limit}")
     try:
         uvicorn.run(app, host=host, port=port, log_level="warning")
     finally:

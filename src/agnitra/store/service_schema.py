@@ -100,7 +100,8 @@ class AuditLogRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)  # None: the server's own CLI
+    key_id: Mapped[int | None] = mapped_column(ForeignKey("api_keys.id"), nullable=True)  # None: an OIDC token, or the server's own CLI
+    actor: Mapped[str] = mapped_column(String(300), default="")  # who acted: key:ID or oidc:SUBJECT
     action: Mapped[str] = mapped_column(String(100))  # e.g. project.create, job.submit
     target: Mapped[str] = mapped_column(String(200), default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -16,4 +16,4 @@ router = APIRouter()
 def audit_logs(who: Caller = Depends(caller), limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0)) -> list[dict]:
     need(who, "admin")
     rows = who.session.scalars(select(AuditLogRow).order_by(AuditLogRow.id.desc()).limit(limit).offset(offset)).all()
-    return [{"id": r.id, "at": iso(r.at), "key": r.key_id, "action": r.action, "target": r.target, "detail": r.detail} for r in rows]
+    return [{"id": r.id, "at": iso(r.at), "key": r.key_id, "actor": r.actor, "action": r.action, "target": r.target, "detail": r.detail} for r in rows]
