@@ -7,6 +7,7 @@ BIN         := $(VENV)/bin
 STAMP       := $(VENV)/.agnitra-installed
 TORCH       := torch==2.13.0
 CONSTRAINTS := constraints.txt
+CHROMIUM    := /usr/bin/chromium
 
 .PHONY: demo test venv constraints clean
 
@@ -19,13 +20,17 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 venv: $(STAMP)
 
+# The web UI's test drives Debian's chromium (Playwright's own browsers are never downloaded); CI runs as root on Debian.
+$(CHROMIUM):
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+
 demo: $(STAMP)
 	$(BIN)/agnitra optimize zoo:minilm --device cpu --budget 3m --min-cosine 0.99 --out runs/demo
 
 # pytest exits 5 when it collects no tests: that is not a failure of the suite. Two workers
 # (pytest-xdist, work stealing: a few long tests no longer finish last on one worker): many tests wait
 # on worker processes and sleeps; two cores finish in ~9 min (2026-11-26: 1137 tests, 536 s).
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=60 tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
