@@ -58,11 +58,15 @@ class Launched:
 
 
 def check_executor(name: str) -> None:
-    """A user error unless `name` is an executor this machine can use (Ray installed for `ray`)."""
+    """A user error unless `name` is an executor this machine can use (for `ray`: Ray installed, and
+    the cluster RAY_ADDRESS names answering)."""
     if name not in EXECUTORS:
         raise UserError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
     if name == "ray":
+        from agnitra.config import ray_address
+
         _ray()
+        _check_reachable(ray_address())
 
 
 def make_executor(name: str):
@@ -82,9 +86,6 @@ class LocalExecutor:
         child = multiprocessing.get_context("spawn").Process(target=_run_job, args=(job.db_url, job.data_dir, job.owner, job.job_id))
         child.start()
         return _Child(child)
-
-    def close(self) -> None:
-        pass
 
 
 class _Child(Launched):
@@ -116,21 +117,24 @@ def _ray():
 
 
 class RayExecutor:
-    """Each job as a Ray task on the cluster RAY_ADDRESS names (ray.init reads it; unset: a Ray
-    instance on this machine). This process is the task's owner: if it dies, Ray kills the task."""
+    """Each job as a Ray task on the cluster RAY_ADDRESS names (unset: a Ray instance on this
+    machine). This process, connected for its lifetime, is the task's owner: if it dies, Ray kills
+    the task."""
 
     name = "ray"
 
     def __init__(self) -> None:
-        from agnitra.config import ray_task_cpus
+        from agnitra.config import ray_address, ray_task_cpus
 
         self.ray = _ray()
         self.cpus = ray_task_cpus()
+        address = ray_address()
         if not self.ray.is_initialized():
+            _check_reachable(address)
             try:
-                self.ray.init(logging_level="WARNING", log_to_driver=False, configure_logging=False)
-            except Exception as exc:  # noqa: BLE001 - an unreachable cluster is the user's to fix
-                raise UserError(f"--executor ray could not connect to the Ray cluster (RAY_ADDRESS): {first_line(exc)}") from None
+                self.ray.init(address=address or None, logging_level="WARNING", log_to_driver=False, configure_logging=False)
+            except Exception as exc:  # noqa: BLE001 - a cluster that refuses us is the user's to fix
+                raise UserError(f"--executor ray could not connect to the Ray cluster (RAY_ADDRESS={address or 'unset'}): {first_line(exc)}") from None
         self.task = self.ray.remote(max_retries=0, max_calls=1)(_ray_job)
 
     def gpus_for(self, device: str) -> int:
@@ -147,8 +151,19 @@ class RayExecutor:
         ref = self.task.options(num_cpus=self.cpus, num_gpus=gpus, name=f"agnitra-job-{job.job_id}").remote(job)
         return _RayTask(self.ray, ref)
 
-    def close(self) -> None:
-        pass  # the connection ends with this process; a shutdown here would kill tasks another job still owns
+
+def _check_reachable(address: str, seconds: float = 10.0) -> None:
+    """A user error when nothing answers at the cluster's `host:port` (or `ray://host:port`): ray.init
+    would retry for minutes. Addresses ray.init resolves itself (unset, `auto`, `local`) pass."""
+    import socket
+
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=seconds).close()
+    except OSError as exc:
+        raise UserError(f"--executor ray cannot reach the Ray cluster at RAY_ADDRESS={address} ({exc.strerror or exc}); start it (`ray start --head`) or fix RAY_ADDRESS") from None
 
 
 class _Refused(Launched):

@@ -1,0 +1,201 @@
+"""`--executor ray`: jobs run as Ray tasks on a real local Ray cluster (a head without CPUs and one
+worker node of 2 CPUs and one GPU resource, `ray start --block` processes in a temporary folder,
+stopped by their process ids), their lifecycle in the store's queue as for local workers: a CUDA
+job is given the GPU; the outcome is recorded once, with the Ray task and node that ran it in the
+job's events; cancellation kills the task; a task lost with its node leaves the job to its lease,
+which lapses and queues it again. Without Ray installed, `--executor ray` is one line naming
+`pip install 'agnitra[ray]'`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+
+from service_server import QUICK_JOB, Server, free_port, onnx_linear, wait  # noqa: E402 - tests/: the service's test server
+
+RAY = str(Path(sys.executable).with_name("ray"))
+IN_RAY_TASK = re.compile(r"in Ray task ([0-9a-f]{16,}) on node ([0-9a-f]{56}) \(.*, pid (\d+)(, GPU \d+)?\)")
+
+
+class RayCluster:
+    """`ray start --head` and one worker node, each `--block` in its own session; stop() kills what they started, by pid."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.temp = tempfile.mkdtemp(prefix="agr", dir="/tmp")  # short: Ray's socket paths live under it
+        self.env, self.port = dict(env, RAY_USAGE_STATS_ENABLED="0"), free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.known: set[psutil.Process] = set()
+        self._start("head", "--head", "--num-cpus", "0", "--port", str(self.port), "--include-dashboard=false", "--temp-dir", self.temp,
+                    "--object-store-memory", "200000000")
+
+    def add_node(self) -> None:
+        """The worker node: jobs (1 CPU each) run there; it says it has a GPU (a Ray resource, not a device)."""
+        self._start("node", "--address", self.address, "--num-cpus", "2", "--num-gpus", "1", "--object-store-memory", "100000000")
+        self._ready("node")
+
+    def _start(self, name: str, *args: str) -> None:
+        with (Path(self.temp) / f"{name}.log").open("w") as out:
+            self.processes[name] = subprocess.Popen([RAY, "start", "--block", "--disable-usage-stats", *args], env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                                    start_new_session=True)
+
+    def ready(self, name: str = "head") -> None:
+        self._ready(name)
+
+    def _ready(self, name: str) -> None:
+        log = Path(self.temp) / f"{name}.log"
+        deadline = time.monotonic() + 90
+        while "Ray runtime started" not in log.read_text():
+            assert self.processes[name].poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+
+    def tree(self, name: str) -> list:
+        """The node's processes now (its `ray start`, raylet, agents, Ray workers and what they started)."""
+        root = psutil.Process(self.processes[name].pid)
+        found = [root, *root.children(recursive=True)]
+        self.known.update(found)
+        return found
+
+    def kill_node(self, name: str) -> None:
+        for process in self.tree(name):
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        self.processes[name].wait(30)
+
+    def stop(self) -> None:
+        for name in self.processes:
+            if self.processes[name].poll() is None:
+                self.tree(name)
+        for name in reversed(list(self.processes)):
+            self.processes[name].send_signal(signal.SIGTERM)  # `ray start --block` stops its node's processes
+            try:
+                self.processes[name].wait(20)
+            except subprocess.TimeoutExpired:
+                pass
+        for process in self.known:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ray-service")
+    cluster = RayCluster(dict(os.environ, AGNITRA_CACHE_DIR=str(folder / "cache")))  # the head starts while the server does
+    server = None
+    try:
+        server = Server(folder, 0)  # no local workers: the worker below runs jobs as Ray tasks
+        admin = server.client(server.admin)
+        assert admin.post("/v1/projects", json={"name": "team"}).status_code == 201
+        linear = admin.post("/v1/models/import", data={"project": "team", "name": "linear"}, files={"file": ("linear.onnx", onnx_linear(folder))}).json()
+        cluster.ready("head")
+        # the worker connects to the head, the only node yet: the node killed below is not its own
+        log = (folder / "worker.log").open("w")
+        worker = subprocess.Popen([sys.executable, "-m", "agnitra.cli", "worker", "--executor", "ray", "--data-dir", str(folder / "data"), "--jobs", "4"],
+                                  env=dict(server.env, RAY_ADDRESS=cluster.address), stdout=log, stderr=log, start_new_session=True)
+        cluster.add_node()
+        yield server, cluster, admin, linear, worker
+    finally:
+        if "worker" in locals() and worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+        cluster.stop()
+        if server is not None:
+            server.stop()
+
+
+def _in_ray_task(job: dict) -> tuple[str, str, int]:
+    found = [IN_RAY_TASK.search(e["message"]) for e in job["events"]]
+    found = [f for f in found if f]
+    assert found, [e["message"] for e in job["events"]]
+    return found[-1][1], found[-1][2], int(found[-1][3])
+
+
+def _wait_for_task(client, job_id: int, worker, seconds: float = 60) -> tuple[str, str, int]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert worker.poll() is None, "the worker exited"
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if any(IN_RAY_TASK.search(e["message"]) for e in job["events"]):
+            return _in_ray_task(job)
+        assert job["status"] in ("queued", "running"), job
+        time.sleep(0.2)
+    raise AssertionError(job)
+
+
+def test_jobs_run_as_ray_tasks_cancel_and_survive_a_lost_node(service):
+    server, cluster, admin, linear, worker = service
+    # a CUDA job asks Ray for a GPU: it runs where Ray gave it one (this machine has no CUDA: the job fails there)
+    on_gpu = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "device": "cuda"}}).json()
+    _wait_for_task(admin, on_gpu["id"], worker)
+    failed = wait(admin, on_gpu["id"], seconds=90)
+    assert failed["status"] == "failed" and "cuda" in failed["error"].lower(), failed
+    assert any(re.search(r"in Ray task \w+ on node \w+ \(.*, GPU 0\)$", e["message"]) for e in failed["events"]), failed["events"]
+    # a job runs in a Ray task on the worker node; its outcome and its measurements are recorded once
+    first = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "60s"}}).json()
+    task, node, pid = _wait_for_task(admin, first["id"], worker)
+    assert pid in {p.pid for p in cluster.tree("node")}, "the job's process is not one of the worker node's"
+    assert pid != worker.pid
+    done = wait(admin, first["id"], seconds=90)
+    assert done["status"] == "done" and done["attempts"] == 1, done
+    assert done["outcome"]["verdict"] and [e["message"] for e in done["events"]].count("done") == 1
+    from agnitra.store import counts, open_store
+
+    store = open_store(server.env["AGNITRA_DB_URL"])
+    assert counts(store)["runs"] == 1
+    store.close()
+
+    # cancelling a running job kills its Ray task (ray.cancel(force=True)): its process is gone
+    long = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "5m"}}).json()
+    _, _, pid = _wait_for_task(admin, long["id"], worker)
+    assert admin.post(f"/v1/jobs/{long['id']}/cancel").status_code in (200, 202)
+    cancelled = wait(admin, long["id"], seconds=30)
+    assert cancelled["status"] == "cancelled", cancelled
+    time.sleep(1)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+    # a node that dies under a job: the task is lost, the job is not failed; its lease lapses and it is queued again
+    lost = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "5m"}}).json()
+    _wait_for_task(admin, lost["id"], worker)
+    cluster.kill_node("node")
+    assert worker.wait(60) == 0, (server.folder / "worker.log").read_text()[-3000:]  # its last job: it exits
+    assert "ran 4 job(s)" in (server.folder / "worker.log").read_text()
+    requeued = wait(admin, lost["id"], until=("queued", "failed", "done", "cancelled"), seconds=30)
+    messages = [e["message"] for e in requeued["events"]]
+    assert requeued["status"] == "queued" and requeued["attempts"] == 1, messages
+    assert any("(lost with its node: NodeDiedError); queued again once its lease lapses" in m for m in messages), messages
+    assert any("stopped renewing its lease: queued again" in m for m in messages), messages
+
+
+def test_executor_ray_without_ray_or_cluster_is_one_line(tmp_path):
+    shadow = tmp_path / "shadow" / "ray"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('No module named ray')\n")
+    env = dict(os.environ, PYTHONPATH=str(shadow.parent), AGNITRA_DB_URL=f"sqlite:///{tmp_path}/store.db", AGNITRA_CACHE_DIR=str(tmp_path / "cache"))
+    nowhere = f"127.0.0.1:{free_port()}"  # a cluster that is not there: one line at once, not ray.init's minutes of retries
+    runs = [(["worker", "--executor", "ray", "--jobs", "1"], env, "error: --executor ray needs Ray, which is not installed: pip install 'agnitra[ray]'"),
+            (["serve", "--executor", "ray", "--port", str(free_port())], env, "error: --executor ray needs Ray, which is not installed: pip install 'agnitra[ray]'"),
+            (["worker", "--executor", "ray"], {**env, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "RAY_ADDRESS": nowhere},
+             f"error: --executor ray cannot reach the Ray cluster at RAY_ADDRESS={nowhere} (Connection refused); start it (`ray start --head`) or fix RAY_ADDRESS")]
+    running = [subprocess.Popen([sys.executable, "-m", "agnitra.cli", *command, "--data-dir", str(tmp_path / "data")], env=environ, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for command, environ, _ in runs]
+    for process, (_, _, expected) in zip(running, runs):
+        _, stderr = process.communicate(timeout=120)
+        assert process.returncode == 2 and stderr.strip() == expected, stderr
+    assert not (tmp_path / "store.db").exists()  # refused before the store was opened
