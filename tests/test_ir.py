@@ -226,3 +226,14 @@ def test_onnx_model_is_inspected_with_measured_node_times(tmp_path):
     assert len(gemms) == 2 and all(n.time_us > 0 for n in gemms)
     assert sum(n.share for n in ir.nodes) == pytest.approx(1.0, rel=1e-6)
     assert report.hotspots[0].time_us > 0 and "graph optimisations off" in ir.notes[-1]
+
+
+def test_a_torchscript_model_is_traced_without_module_hooks(tmp_path):
+    """TorchScript modules take no Python forward hooks: inspecting a saved TorchScript file (a
+    service upload) raised from register_forward_pre_hook; its ops are traced, unattributed."""
+    from agnitra import api
+
+    scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)))
+    scripted.save(str(tmp_path / "m.pt"))
+    report = api.inspect(str(tmp_path / "m.pt"), device="cpu", timed=False, input_shapes=["2x8"])
+    assert report.ir.op_mix()["matmul"]["count"] == 2

@@ -26,6 +26,8 @@ class _ModuleStack:
         self.stack: list[nn.Module] = []
         self.handles = []
         for module in self.names:
+            if isinstance(module, torch.jit.ScriptModule):  # TorchScript takes no Python hooks: its ops go unattributed
+                continue
             self.handles.append(module.register_forward_pre_hook(self._enter))
             self.handles.append(module.register_forward_hook(self._exit))
 
@@ -121,7 +123,8 @@ def module_ranges(model: nn.Module, prefix: str = "agnitra.module::"):
         if stack:
             stack.pop().__exit__(None, None, None)
 
-    handles = [h for m in names for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
+    hooked = [m for m in names if not isinstance(m, torch.jit.ScriptModule)]  # TorchScript takes no Python hooks
+    handles = [h for m in hooked for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]
     try:
         yield prefix
     finally:
