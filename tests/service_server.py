@@ -18,7 +18,7 @@ import torch
 from agnitra.service.serve import make_key
 
 TINY_BERT = {"project": "team", "name": "bert", "zoo": "bert-base", "options": {"size": "tiny", "batch": 2}}
-QUICK_JOB = {"budget": "12s", "transforms": ["threads"], "peers": []}
+QUICK_JOB = {"budget": "60s", "transforms": ["threads"], "peers": []}
 
 
 def free_port() -> int:

@@ -18,7 +18,7 @@ from service_server import Server
 CHROMIUM = "/usr/bin/chromium"  # `make test` installs Debian's chromium; Playwright's own browsers are never downloaded
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-JOB = {"budget": "12s", "transforms": "threads"}  # QUICK_JOB of test_service.py, as the form takes it
+JOB = {"budget": "60s", "transforms": "threads"}  # QUICK_JOB of service_server.py, as the form takes it
 FINISHED = ("done", "failed", "cancelled")
 
 # the labelled controls, table headers and chart names a screen reader needs, on whatever page is shown
@@ -146,7 +146,7 @@ def test_the_web_ui_end_to_end(server, browser, tmp_path):
     page.get_by_role("button", name="Start job").click()
     expect(page.get_by_role("heading", name=re.compile(r"Job #\d+"))).to_be_visible()
     job_id = int(page.get_by_role("heading", name=re.compile(r"Job #\d+")).inner_text().split("#")[1])
-    assert admin.get(f"/v1/jobs/{job_id}").json()["settings"] == {"budget": "12s", "objective": "latency", "transforms": ["threads"], "peers": []}
+    assert admin.get(f"/v1/jobs/{job_id}").json()["settings"] == {"budget": JOB["budget"], "objective": "latency", "transforms": ["threads"], "peers": []}
 
     # while it runs: the jobs list, reached and worked from the keyboard, follows it live
     page.goto(server.url + "/ui/jobs")
