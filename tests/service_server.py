@@ -1,6 +1,7 @@
 """A real `agnitra serve` on 127.0.0.1 for the service's tests: a SQLite store and data folder in a
-temporary folder, the first admin key read from its log, keys of any role made in its store, and
-the helpers the tests share (a job waited for, a small ONNX model)."""
+temporary folder, the first admin key read from its log, keys of any role made in its store; the
+API under Uvicorn in a thread of the test's own process (`InThread`: no server process's imports),
+and the helpers the tests share (a job waited for, a small ONNX model)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import torch
+import uvicorn
 
 from agnitra.service.serve import make_key
 
@@ -71,6 +74,24 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
         self.log.close()
+
+
+class InThread:
+    """`app` under Uvicorn in a thread of this process, on 127.0.0.1 at `url`, until `stop`."""
+
+    def __init__(self, app) -> None:
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "the service did not start"
+            time.sleep(0.05)
+        self.url = f"http://127.0.0.1:{self.server.config.port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
 
 
 def onnx_linear(folder: Path) -> bytes:

@@ -7,7 +7,6 @@ would spend most of this file's time importing)."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import jwt
 import pytest
-import uvicorn
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from service_server import InThread, free_port
 
 from agnitra.service import keys, queue
 from agnitra.service.app import ServiceConfig, create_app
@@ -79,12 +78,6 @@ def _rsa():
     return rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Service:
     """The API under Uvicorn in a thread, on its own SQLite store, with a project `team` holding
     model 1, a project `other`, and an admin key."""
@@ -97,21 +90,14 @@ class Service:
             session.add_all([team, other])
             session.flush()
             session.add(ModelRow(project_id=team.id, name="m", kind="zoo", spec="zoo:bert-base", options={}, sha256="", summary={}, created_at=queue.now()))
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=_free_port(), log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "the service did not start"
-            time.sleep(0.05)
-        self.url = f"http://127.0.0.1:{self.server.config.port}"
+        self.running = InThread(self.app)
+        self.url = self.running.url
 
     def client(self, credential: str | None = None) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {credential}"} if credential else {}, timeout=30)
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        self.running.stop()
         self.app.state.store.close()
 
 
@@ -277,7 +263,7 @@ def test_serve_refuses_an_issuer_it_cannot_use(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{tmp_path}/store.db")
     base = ["serve", "--data-dir", str(tmp_path / "data"), "--workers", "0"]
-    assert main([*base, "--oidc-issuer", f"http://127.0.0.1:{_free_port()}", "--oidc-audience", AUDIENCE]) == 2
+    assert main([*base, "--oidc-issuer", f"http://127.0.0.1:{free_port()}", "--oidc-audience", AUDIENCE]) == 2
     err = capsys.readouterr().err.strip()
     assert "the OIDC issuer http://127.0.0.1:" in err and "cannot be read" in err and "fix --oidc-issuer" in err and "\n" not in err, err
     monkeypatch.setenv("AGNITRA_OIDC_ISSUER", "https://id.example")

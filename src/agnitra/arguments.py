@@ -86,7 +86,7 @@ def duration(flag: str, value: str | float | int) -> float:
 
 def _seconds(value: str | float | int) -> float | None:
     if _is_real(value):
-        return float(value)
+        return float(value) if abs(value) < 1e300 else math.inf  # an integer past a float's range (a JSON 1000...0)
     raw = str(value).strip().lower()
     scale = _DURATION_UNITS.get(raw[-1:], 1)
     number = raw[:-1] if raw[-1:] in _DURATION_UNITS else raw
@@ -97,4 +97,4 @@ def _seconds(value: str | float | int) -> float | None:
 
 
 def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and (isinstance(value, numbers.Integral) or not math.isnan(value))

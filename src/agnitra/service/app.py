@@ -15,8 +15,9 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
 
-from agnitra.errors import UserError
+from agnitra.errors import UserError, first_line
 from agnitra.service.oidc import OidcSettings, OidcVerifier
 from agnitra.service.ratelimit import RateLimiter
 from agnitra.service import web
@@ -62,6 +63,10 @@ def _middleware(app: FastAPI, config: ServiceConfig) -> None:
     @app.exception_handler(UserError)
     async def user_error(request: Request, exc: UserError):
         return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(DataError)
+    async def data_error(request: Request, exc: DataError):  # the request's value the database refused: too long, a NUL, out of range
+        return JSONResponse({"detail": f"the database refuses a value of the request ({first_line(exc.orig)}); shorten or fix it"}, status_code=422)
 
 
 SECURITY_HEADERS = [(b"x-content-type-options", b"nosniff"), (b"x-frame-options", b"DENY"), (b"referrer-policy", b"no-referrer"),

@@ -1,8 +1,10 @@
-"""Rows as the API shows them, and the lookups every route shares (a missing row is a 404)."""
+"""Rows as the API shows them, the lookups every route shares (a missing row is a 404), and the
+error answers the OpenAPI document lists (`errors`)."""
 
 from __future__ import annotations
 
 from fastapi import HTTPException
+from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -10,8 +12,33 @@ from agnitra.service import queue
 from agnitra.store.service_schema import JobEventRow, JobRow, ModelRow, ProjectRow
 
 
+class Problem(BaseModel):
+    detail: str  # one line: what is wrong and what to do
+
+
+PROBLEMS = {400: "the body cannot be parsed (not UTF-8, not JSON, a broken multipart form)",
+            401: "no API key or token, or one the server does not take",
+            403: "the caller's role or project does not allow this",
+            404: "what the request names does not exist",
+            409: "it conflicts with what is there: a name taken, a job not (or already) finished",
+            413: "the request is over the server's size limit",
+            429: "over the caller's rate limit; Retry-After says when to retry",
+            503: "the OIDC issuer cannot be read to check a token; retry later or use an API key"}
+CALLER = (401, 403, 429, 503)  # what `access.caller` and `access.need` answer: every route that takes a key
+BODY = (400, 413)  # what a route with a request body answers besides
+
+
+def errors(*codes: int) -> dict[int | str, dict]:
+    """The OpenAPI document's entries for these error answers, each {"detail": "..."}."""
+    return {code: {"model": Problem, "description": PROBLEMS[code]} for code in codes}
+
+
+MAX_ID = (1 << 31) - 1  # ids are 32-bit in PostgreSQL: a larger one names no row (and overflows the query)
+MAX_OFFSET = MAX_ID  # a page's offset: past every row there can be
+
+
 def get_row(s: Session, table, row_id: int, what: str):
-    row = s.get(table, row_id)
+    row = s.get(table, row_id) if 0 < row_id <= MAX_ID else None
     if row is None:
         raise HTTPException(404, f"no {what} {row_id}")
     return row

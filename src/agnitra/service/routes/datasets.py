@@ -14,13 +14,14 @@ from starlette.datastructures import UploadFile
 from agnitra.errors import UserError
 from agnitra.service import queue
 from agnitra.service.access import Caller, audit, caller, need
-from agnitra.service.routes.models import save_upload
-from agnitra.service.views import get_row, iso, page, project_named
+from agnitra.service.routes.models import save_upload, upload_form
+from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, iso, page, project_named
 from agnitra.store.service_schema import DatasetRow
 
-router = APIRouter()
+router = APIRouter(responses=errors(*CALLER))
 
 SUFFIXES = (".pt", ".npz")
+UPLOAD = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload_form()}}}}
 
 
 def dataset_view(row: DatasetRow) -> dict:
@@ -28,7 +29,7 @@ def dataset_view(row: DatasetRow) -> dict:
             "sha256": row.sha256, "summary": row.summary, "created_at": iso(row.created_at)}
 
 
-@router.post("/v1/datasets", status_code=201)
+@router.post("/v1/datasets", status_code=201, responses=errors(*BODY, 404), openapi_extra=UPLOAD)
 async def upload_dataset(request: Request, who: Caller = Depends(caller)) -> dict:
     config = request.app.state.config
     if not request.headers.get("content-type", "").startswith("multipart/"):
@@ -59,15 +60,15 @@ async def upload_dataset(request: Request, who: Caller = Depends(caller)) -> dic
     return dataset_view(row)
 
 
-@router.get("/v1/datasets/{dataset_id}")
+@router.get("/v1/datasets/{dataset_id}", responses=errors(404))
 def get_dataset(dataset_id: int, who: Caller = Depends(caller)) -> dict:
     row = get_row(who.session, DatasetRow, dataset_id, "dataset")
     need(who, "viewer", row.project_id)
     return dataset_view(row)
 
 
-@router.get("/v1/datasets")
-def list_datasets(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0)) -> dict:
+@router.get("/v1/datasets", responses=errors(404))
+def list_datasets(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     """The datasets the key may see, newest first: of one project (by name) or of every project in its scope."""
     need(who, "viewer")
     total, rows = page(who.session, DatasetRow, who.key, project, limit, offset)

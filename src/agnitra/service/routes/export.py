@@ -30,10 +30,10 @@ from pydantic import BaseModel, Field
 
 from agnitra.errors import first_line
 from agnitra.service.access import Caller, audit, caller, need
-from agnitra.service.views import get_row
+from agnitra.service.views import BODY, CALLER, errors, get_row
 from agnitra.store.service_schema import JobRow, ModelRow
 
-router = APIRouter()
+router = APIRouter(responses=errors(*CALLER))
 
 EXPORT_LIMIT_S = 300.0
 LOAD_SETTINGS = ("dtype", "batch", "seq_len")  # a job's settings that change the model loaded (as in the worker)
@@ -41,13 +41,16 @@ WHY_NOT = {"compile": "a torch.compile mode (compiled when the recipe is applied
            "triton-kernels": "generated Triton kernels (tuned and launched at run time)", "onnxruntime": "ONNX Runtime (its session is built when the recipe is applied)",
            "threads": "a thread count (a setting of the running process)", "tf32": "TF32 matmuls (a setting of the running process)"}
 
+EXPORTED = {"description": "the recipe (format recipe) as JSON, or the model's file (onnx, pt2)",
+            "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}
+
 
 class ExportIn(BaseModel):
     job_id: int
     format: str = Field(pattern="^(recipe|onnx|pt2)$")
 
 
-@router.post("/v1/export", response_model=None)
+@router.post("/v1/export", response_model=None, responses={**errors(*BODY, 404, 409), 200: EXPORTED})
 def export(body: ExportIn, request: Request, who: Caller = Depends(caller)):
     from agnitra.transforms.recipe import RECIPE_VERSION, Recipe
 

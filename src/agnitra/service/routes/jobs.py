@@ -8,7 +8,7 @@ import io
 import re
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Query, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 from agnitra.service import queue
 from agnitra.service.access import Caller, audit, caller, need
 from agnitra.service.routes.targets import DTYPES, find_target, target_settings
-from agnitra.service.views import get_row, job_view, pareto_rows, project_named
+from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, job_view, pareto_rows, project_named
 from agnitra.store.service_schema import DatasetRow, JobRow, ModelRow
 
-router = APIRouter()
+router = APIRouter(responses=errors(*CALLER))
 
 JOB_KINDS = {"schedule": None, "quant": ["int8-weight-only", "int4-weight-only", "dynamic-int8", "fp8", "mixed-precision", "onnxruntime"]}
 LATER_KINDS = {"layout": "layout re-permutation is not in the core yet (issue 54)", "nas": "architecture search is not in the core"}
@@ -42,8 +42,8 @@ class JobIn(BaseModel):
     dataset_id: int | None = None  # a dataset of the model's project: the check inputs every candidate is verified on
 
 
-@router.post("/v1/jobs/optimize", status_code=201)
-def submit_job(body: JobIn, response: Response, who: Caller = Depends(caller), idempotency_key: str | None = Header(default=None)) -> dict:
+@router.post("/v1/jobs/optimize", status_code=201, responses={**errors(*BODY, 404), 200: {"description": "the job submitted before under this Idempotency-Key"}})
+def submit_job(body: JobIn, response: Response, who: Caller = Depends(caller), idempotency_key: str | None = Header(default=None, max_length=200)) -> dict:
     model = get_row(who.session, ModelRow, body.model_id, "model")
     need(who, "editor", model.project_id)
     settings = job_settings(body)
@@ -56,16 +56,16 @@ def submit_job(body: JobIn, response: Response, who: Caller = Depends(caller), i
     return job_view(who.session, job, events=False)
 
 
-@router.get("/v1/jobs/{job_id}")
+@router.get("/v1/jobs/{job_id}", responses=errors(404))
 def get_job(job_id: int, who: Caller = Depends(caller)) -> dict:
     job = get_row(who.session, JobRow, job_id, "job")
     need(who, "viewer", job.project_id)
     return job_view(who.session, job, events=True)
 
 
-@router.get("/v1/jobs")
+@router.get("/v1/jobs", responses=errors(404))
 def list_jobs(who: Caller = Depends(caller), project: str | None = None, status: str | None = None,
-              limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0)) -> dict:
+              limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     need(who, "viewer")
     query = select(JobRow)
     if project:
@@ -79,7 +79,7 @@ def list_jobs(who: Caller = Depends(caller), project: str | None = None, status:
     return {"total": total, "limit": limit, "offset": offset, "jobs": [job_view(who.session, j, events=False) for j in rows]}
 
 
-@router.post("/v1/jobs/{job_id}/cancel")
+@router.post("/v1/jobs/{job_id}/cancel", responses=errors(404, 409))
 def cancel_job(job_id: int, who: Caller = Depends(caller)) -> dict:
     job = get_row(who.session, JobRow, job_id, "job")
     need(who, "editor", job.project_id)
@@ -90,8 +90,8 @@ def cancel_job(job_id: int, who: Caller = Depends(caller)) -> dict:
     return job_view(who.session, job, events=False)
 
 
-@router.get("/v1/candidates/{candidate_id}")
-def get_candidate(candidate_id: str, who: Caller = Depends(caller)) -> dict:
+@router.get("/v1/candidates/{candidate_id}", responses=errors(404))
+def get_candidate(candidate_id: str = Path(pattern=r"^[0-9]+-[0-9]+$", description="JOB-N: the job's N-th candidate"), who: Caller = Depends(caller)) -> dict:
     match = re.fullmatch(r"(\d+)-(\d+)", candidate_id)
     if not match:
         raise HTTPException(404, "a candidate id is JOB-N (the job's N-th candidate)")
@@ -103,7 +103,7 @@ def get_candidate(candidate_id: str, who: Caller = Depends(caller)) -> dict:
     return {"id": candidate_id, "job": job.id, **candidates[int(match[2])]}
 
 
-@router.get("/v1/pareto/{job_id}")
+@router.get("/v1/pareto/{job_id}", responses={**errors(404), 200: {"description": "the points (format=csv: as CSV)", "content": {"text/csv": {}}}})
 def pareto(job_id: int, who: Caller = Depends(caller), format: str = Query("json", pattern="^(json|csv)$")) -> Any:
     job = get_row(who.session, JobRow, job_id, "job")
     need(who, "viewer", job.project_id)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile
@@ -18,10 +18,10 @@ from starlette.datastructures import UploadFile
 from agnitra.errors import UserError, first_line
 from agnitra.service import queue
 from agnitra.service.access import Caller, audit, caller, need
-from agnitra.service.views import get_row, model_view, project_named
+from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, model_view, project_named
 from agnitra.store.service_schema import ModelRow, ProjectRow
 
-router = APIRouter()
+router = APIRouter(responses=errors(*CALLER))
 
 MODEL_OPTIONS = {"batch", "seq_len", "tokens", "dtype", "size", "input_shapes", "task"}
 UPLOAD_SUFFIXES = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript", ".pth": "torchscript", ".torchscript": "torchscript"}
@@ -34,11 +34,23 @@ class ZooImport(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-@router.post("/v1/models/import", status_code=201)
+def upload_form(**fields: dict) -> dict:
+    """The OpenAPI schema of an upload's multipart form (the route reads the form itself): a file,
+    its project and name, and these fields."""
+    return {"type": "object", "required": ["file", "project", "name"],
+            "properties": {"file": {"type": "string", "format": "binary"}, "project": {"type": "string"}, "name": {"type": "string", "minLength": 1, "maxLength": 200}, **fields}}
+
+
+IMPORT = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": ZooImport.model_json_schema()},
+    "multipart/form-data": {"schema": upload_form(options={"type": "string", "description": "a JSON object of model options"})}}}}
+
+
+@router.post("/v1/models/import", status_code=201, responses=errors(*BODY, 404), openapi_extra=IMPORT)
 async def import_model(request: Request, who: Caller = Depends(caller)) -> dict:
     if request.headers.get("content-type", "").startswith("multipart/"):
         return await _import_upload(request, who)
-    body = ZooImport.model_validate(await read_json(request))
+    body = _zoo_import(await read_json(request))
     project = project_named(who.session, body.project)
     need(who, "editor", project.id)
     options = model_options(body.options)
@@ -47,15 +59,15 @@ async def import_model(request: Request, who: Caller = Depends(caller)) -> dict:
     return model_view(row)
 
 
-@router.get("/v1/models/{model_id}")
+@router.get("/v1/models/{model_id}", responses=errors(404))
 def get_model(model_id: int, who: Caller = Depends(caller)) -> dict:
     row = get_row(who.session, ModelRow, model_id, "model")
     need(who, "viewer", row.project_id)
     return model_view(row)
 
 
-@router.get("/v1/models")
-def list_models(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0)) -> dict:
+@router.get("/v1/models", responses=errors(404))
+def list_models(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     """The models the key may see, newest first: of one project (by name) or of every project in its scope."""
     need(who, "viewer")
     scope = [ModelRow.project_id == project_named(who.session, project).id] if project else []
@@ -72,12 +84,18 @@ async def _import_upload(request: Request, who: Caller) -> dict:
     upload, project_name, name = form.get("file"), form.get("project"), form.get("name")
     if not isinstance(upload, UploadFile) or not project_name or not name:
         raise HTTPException(422, "a model upload is multipart with fields file, project and name (options: a JSON object)")
+    if len(str(name)) > 200:
+        raise HTTPException(422, "a model's name is at most 200 characters")
     project = project_named(who.session, str(project_name))
     need(who, "editor", project.id)
     suffix = Path(upload.filename or "").suffix.lower()
     if suffix not in UPLOAD_SUFFIXES:
         raise HTTPException(422, f"an upload is one of {', '.join(sorted(UPLOAD_SUFFIXES))}; got '{upload.filename}'")
-    options = model_options(json.loads(str(form.get("options") or "{}")))
+    try:
+        options = json.loads(str(form.get("options") or "{}"))
+    except ValueError as exc:
+        raise HTTPException(422, f"the form field options is not JSON ({first_line(exc)}); send a JSON object of model options") from exc
+    options = model_options(options)
     path, size, sha = await save_upload(upload, config.data_dir / "models", suffix, config.max_upload_bytes)
     try:
         row = _register(request, who.session, project, str(name), UPLOAD_SUFFIXES[suffix], str(path), options, size, sha, upload.filename or "")
@@ -121,7 +139,18 @@ async def read_json(request: Request) -> Any:
         raise HTTPException(422, f"the body is not JSON ({first_line(exc)})") from exc
 
 
-def model_options(options: dict[str, Any]) -> dict[str, Any]:
+def _zoo_import(doc: Any) -> ZooImport:
+    try:
+        return ZooImport.model_validate(doc)
+    except ValidationError as exc:  # the route reads its body itself: FastAPI has not checked it
+        error = exc.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in error["loc"]) or "the body"
+        raise HTTPException(422, f"{where}: {error['msg']}; a zoo import is a JSON object with project, name and zoo (options: an object of model options)") from exc
+
+
+def model_options(options: Any) -> dict[str, Any]:
+    if not isinstance(options, dict):
+        raise HTTPException(422, f"options must be a JSON object of model options ({', '.join(sorted(MODEL_OPTIONS))}), got {type(options).__name__}")
     unknown = sorted(set(options) - MODEL_OPTIONS)
     if unknown:
         raise HTTPException(422, f"unknown model option(s) {', '.join(unknown)}; known: {', '.join(sorted(MODEL_OPTIONS))}")

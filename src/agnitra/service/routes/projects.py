@@ -8,17 +8,17 @@ from sqlalchemy import select
 
 from agnitra.service import keys, queue
 from agnitra.service.access import Caller, audit, caller, need
-from agnitra.service.views import project_view
+from agnitra.service.views import BODY, CALLER, errors, project_view
 from agnitra.store.service_schema import ProjectRow
 
-router = APIRouter()
+router = APIRouter(responses=errors(*CALLER))
 
 
 class ProjectIn(BaseModel):
     name: str = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-@router.post("/v1/projects", status_code=201)
+@router.post("/v1/projects", status_code=201, responses=errors(*BODY, 409))
 def create_project(body: ProjectIn, who: Caller = Depends(caller)) -> dict:
     need(who, "admin")
     if who.session.scalar(select(ProjectRow).where(ProjectRow.name == body.name)):

@@ -11,10 +11,10 @@ from pydantic import BaseModel, Field
 
 from agnitra.errors import UserError
 from agnitra.service.access import Caller, caller, need
-from agnitra.service.views import get_row
+from agnitra.service.views import BODY, CALLER, errors, get_row
 from agnitra.store.service_schema import ModelRow
 
-router = APIRouter()
+router = APIRouter(responses=errors(*CALLER))
 
 
 class RecommendIn(BaseModel):
@@ -23,7 +23,7 @@ class RecommendIn(BaseModel):
     device: str = Field(default="cpu", pattern=r"^(cpu|cuda|cuda:\d{1,2})$")  # the kind of device the recipes were measured on
 
 
-@router.post("/v1/recipes/recommend")
+@router.post("/v1/recipes/recommend", responses=errors(*BODY, 404))
 def recommend(body: RecommendIn, request: Request, who: Caller = Depends(caller)) -> dict:
     from agnitra import api
 

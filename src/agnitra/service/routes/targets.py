@@ -11,10 +11,10 @@ from sqlalchemy import select
 
 from agnitra.service import queue
 from agnitra.service.access import Caller, audit, caller, need
-from agnitra.service.views import iso, page, project_named
+from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, iso, page, project_named
 from agnitra.store.service_schema import TargetRow
 
-router = APIRouter()
+router = APIRouter(responses=errors(*CALLER))
 
 DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
 
@@ -38,7 +38,7 @@ def target_settings(row: TargetRow) -> dict:
     return {name: value for name, value in (("device", row.device), ("dtype", row.dtype), ("batch", row.batch), ("seq_len", row.seq_len)) if value is not None}
 
 
-@router.post("/v1/targets", status_code=201)
+@router.post("/v1/targets", status_code=201, responses=errors(*BODY, 404, 409))
 def create_target(body: TargetIn, who: Caller = Depends(caller)) -> dict:
     project = project_named(who.session, body.project)
     need(who, "editor", project.id)
@@ -54,8 +54,8 @@ def create_target(body: TargetIn, who: Caller = Depends(caller)) -> dict:
     return target_view(row)
 
 
-@router.get("/v1/targets")
-def list_targets(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0)) -> dict:
+@router.get("/v1/targets", responses=errors(404))
+def list_targets(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     """The targets the key may see, newest first: of one project (by name) or of every project in its scope."""
     need(who, "viewer")
     total, rows = page(who.session, TargetRow, who.key, project, limit, offset)
