@@ -29,7 +29,6 @@ from agnitra.search.run_folder import RunFolder
 from agnitra.transforms.base import TRANSFORMS, Transform, register_transform
 from agnitra.workloads.base import TaskKind, Workload
 
-WORKER_MARK = "from agnitra.bench.isolated import worker_main"
 
 
 def _register(name, apply):
@@ -103,17 +102,18 @@ def _cli(args, capsys):
 
 
 def _workers_of(parent: int) -> list[int]:
-    """Live worker processes whose parent is `parent`."""
-    found = []
+    """Live processes descending from `parent`: its CPU workers are forked by its fork server."""
+    parents = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
-            if WORKER_MARK in cmdline and ppid == parent:
-                found.append(int(entry.name))
+    found, frontier = [], {parent}
+    while frontier:
+        frontier = {pid for pid, ppid in parents.items() if ppid in frontier}
+        found += sorted(frontier)
     return found
 
 
@@ -237,17 +237,19 @@ def test_a_killed_worker_that_does_not_exit_does_not_stall_the_search(tmp_path, 
     """A worker inside a GPU driver call does not die when killed until the driver returns: the
     search waits KILLED_EXIT_S for it, then goes on with a fresh worker, and the report says so.
     (Stand-in: the wait for the killed worker runs out.)"""
-    from agnitra.bench import isolated
+    from agnitra.bench import fork_server, isolated
 
-    real_wait = subprocess.Popen.wait
+    real_waits = {subprocess.Popen: subprocess.Popen.wait, fork_server.ForkedProcess: fork_server.ForkedProcess.wait}
 
     def stuck_wait(self, timeout=None):
+        real_wait = real_waits[type(self)]
         if timeout == isolated.KILLED_EXIT_S:
             real_wait(self)  # reaped here, reported as if it had not exited
-            raise subprocess.TimeoutExpired(self.args, timeout)
+            raise subprocess.TimeoutExpired("worker", timeout)
         return real_wait(self, timeout=timeout)
 
     monkeypatch.setattr(subprocess.Popen, "wait", stuck_wait)
+    monkeypatch.setattr(fork_server.ForkedProcess, "wait", stuck_wait)  # the CPU worker is forked by the fork server
     fast = agnitra.optimize(_mlp(), device="cpu", transforms=["safety-sleep", "safety-identity"], budget="60s", candidate_timeout="2s", peers=[], out=tmp_path)
     by_name = {c.name: c for c in fast.report.candidates}
     assert by_name["safety-sleep"].status == "timeout" and by_name["safety-identity"].status == "ok"
@@ -460,8 +462,10 @@ def test_killed_or_interrupted_then_resume_reuses_what_was_measured(tmp_path, si
     if sig == signal.SIGINT:
         assert proc.returncode == 130
         assert err.strip().splitlines()[-1] == f"interrupted; the best verified recipe so far and the partial results are in {run}; resume with --resume"
-    time.sleep(1.0)
-    assert not any(_alive(pid) for pid in workers)  # the worker went with its parent
+    deadline = time.monotonic() + 10  # the worker dies with its parent, the fork server as it sees its parent gone
+    while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in workers)
     done = subprocess.run(args + ["--resume", "--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

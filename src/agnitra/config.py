@@ -123,3 +123,9 @@ def ray_address() -> str:
     """The Ray cluster `--executor ray` connects to: RAY_ADDRESS, Ray's own variable (ray.init reads
     it too); empty: a Ray instance on this machine."""
     return os.environ.get("RAY_ADDRESS", "")
+
+
+def worker_fork_enabled() -> bool:
+    """AGNITRA_WORKER_FORK=0: CPU workers start as fresh interpreters instead of being forked from
+    a process that has imported torch (`bench.fork_server`)."""
+    return os.environ.get(_ENV_PREFIX + "WORKER_FORK", "1") != "0"

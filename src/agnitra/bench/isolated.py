@@ -257,7 +257,10 @@ class Worker:
         try:
             os.killpg(self.process.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            pass
+            try:  # a forked worker stopped before it made its own process group
+                os.kill(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         try:
             self.process.wait(timeout=KILLED_EXIT_S)
         except subprocess.TimeoutExpired:  # left to the system: the search goes on with a fresh worker
@@ -281,11 +284,20 @@ class Worker:
     def _start(self, deadline: float) -> None:
         import socket
 
+        from agnitra.bench import fork_server
+
         parent_end, child_end = socket.socketpair()
-        code = f"from agnitra.bench.isolated import worker_main; worker_main({child_end.fileno()})"
         self.started_at = time.time()
-        self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child_end.fileno(),), start_new_session=True)
-        child_end.close()
+        if fork_server.usable(self.source.device):
+            child_conn = Connection(child_end.detach())
+            try:
+                self.process = fork_server.start(child_conn)
+            finally:
+                child_conn.close()
+        else:
+            code = f"from agnitra.bench.isolated import worker_main; worker_main({child_end.fileno()})"
+            self.process = subprocess.Popen([sys.executable, "-c", code], pass_fds=(child_end.fileno(),), start_new_session=True)
+            child_end.close()
         self.conn = Connection(parent_end.detach())
         self.starts += 1
         t0 = time.monotonic()
@@ -414,10 +426,14 @@ def _exit_reason(code: int | None) -> str:
 
 
 def worker_main(fd: int) -> None:
-    """Entry point of the worker process: set up, load the workload, serve calls until told to stop."""
+    """Entry point of a worker started as a fresh interpreter."""
+    serve(Connection(fd))
+
+
+def serve(conn: Connection) -> None:
+    """The worker: set up, load the workload, serve calls until told to stop."""
     die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; it stops us when it ends
-    conn = Connection(fd)
     try:
         _, sys_path, source = conn.recv()
         sys.path[:] = sys_path

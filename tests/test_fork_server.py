@@ -1,0 +1,59 @@
+"""CPU workers forked from a fork server (`bench.fork_server`): they start with this process's
+environment, working directory and output as they are when each starts, a user's script is not
+run again in them, and AGNITRA_WORKER_FORK=0 starts fresh interpreters instead."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+from torch import nn
+
+from agnitra.bench.isolated import Worker, WorkloadSource, workload_source
+from agnitra.workloads.base import TaskKind, Workload
+
+
+def _source() -> WorkloadSource:
+    model = nn.Sequential(nn.Linear(4, 4)).eval()
+    workload = Workload("w", model, (torch.randn(2, 4),), TaskKind.GENERIC, batch=2)
+    source, why = workload_source(model, {}, workload, torch.device("cpu"))
+    assert source is not None, why
+    return source
+
+
+def _seen(workload, device, progress=None):
+    return os.environ.get("AGNITRA_TEST_MARK"), os.getcwd(), os.getpgrp() == os.getpid(), os.getppid()
+
+
+def test_a_forked_worker_takes_the_environment_and_folder_of_its_start(tmp_path, monkeypatch):
+    with Worker(_source()) as first:
+        assert first.call(_seen, timeout=120)[0] is None
+    monkeypatch.setenv("AGNITRA_TEST_MARK", "set later")
+    monkeypatch.chdir(tmp_path)
+    with Worker(_source()) as worker:
+        mark, cwd, own_group, parent = worker.call(_seen, timeout=120)
+        assert (mark, cwd, own_group) == ("set later", str(tmp_path), True)
+        assert parent != os.getpid()  # forked by the server, not started by this process
+        pid = worker.process.pid
+    assert worker.process is None
+    assert not os.path.exists(f"/proc/{pid}") or "zombie" in open(f"/proc/{pid}/status").read().lower()
+
+
+def test_a_users_script_is_not_run_again_in_its_workers(tmp_path):
+    script = tmp_path / "user.py"
+    script.write_text(textwrap.dedent("""
+        import torch, agnitra
+        print("script ran", flush=True)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8)).eval()
+        fast = agnitra.optimize(model, (torch.randn(2, 8),), device="cpu", transforms=["threads"], peers=[], budget="60s", out="run", store=False)
+        print("starts", fast.report.search["worker_starts"], flush=True)
+    """))
+    for fork in ("1", "0"):
+        done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ, AGNITRA_WORKER_FORK=fork, AGNITRA_CACHE_DIR=str(tmp_path / "cache")),
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("script ran") == 1 and "starts 1" in done.stdout, (fork, done.stdout)
+        (tmp_path / "run").rename(tmp_path / f"run-{fork}")
