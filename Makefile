@@ -28,8 +28,8 @@ demo: $(STAMP)
 	$(BIN)/agnitra optimize zoo:minilm --device cpu --budget 3m --min-cosine 0.99 --out runs/demo
 
 # pytest exits 5 when it collects no tests: that is not a failure of the suite. Two workers
-# (pytest-xdist, work stealing: a few long tests no longer finish last on one worker): many tests wait
-# on worker processes and sleeps; two cores finish in ~9 min (2026-11-26: 1137 tests, 536 s).
+# (pytest-xdist, work stealing): the suite is CPU-bound (docs/testing.md); on the idle 2-core VM
+# it took 1208 s on 2026-11-28 (1348 tests; 1749 s of CPU, 2548 before CPU workers were forked).
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=60 tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi

@@ -102,19 +102,19 @@ def _cli(args, capsys):
 
 
 def _workers_of(parent: int) -> list[int]:
-    """Live processes descending from `parent`: its CPU workers are forked by its fork server."""
-    parents = {}
+    """Live worker processes of `parent`: its children started as workers, and the children of its
+    fork server (`bench.fork_server`), which forks its CPU workers."""
+    processes = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                processes[int(entry.name)] = (int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), cmdline)
             except (OSError, ValueError, IndexError):
                 continue
-    found, frontier = [], {parent}
-    while frontier:
-        frontier = {pid for pid, ppid in parents.items() if ppid in frontier}
-        found += sorted(frontier)
-    return found
+    servers = {pid for pid, (ppid, cmdline) in processes.items() if ppid == parent and "multiprocessing.forkserver import main" in cmdline}
+    return sorted(pid for pid, (ppid, cmdline) in processes.items()
+                  if ppid in servers or (ppid == parent and "from agnitra.bench.isolated import worker_main" in cmdline))
 
 
 def _alive(pid: int) -> bool:
