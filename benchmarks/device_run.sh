@@ -4,7 +4,6 @@
 # what each phase writes. Every phase fits one 10-minute device command.
 #
 #   bash benchmarks/device_run.sh profile                      # device ceilings, profile of the llama-1b decode step
-#   bash benchmarks/device_run.sh peers CASES                  # peers.py --preset h100 (every built-in peer of a workload; PEERS_LIMIT)
 #   bash benchmarks/device_run.sh kernels                      # kernel GPU tests, tune-matmul, kernels.py at llama-1b/8b shapes
 #   bash benchmarks/device_run.sh gemv SHAPES [TAG]            # the GEMV rows of record: kernels.py --only gemv, tuned exhaustively
 #   bash benchmarks/device_run.sh optimize [CASES]             # optimize.py --preset h100 (default case llama-1b-decode-short; OPTIMIZE_FILE, OPTIMIZE_LIMIT)
@@ -28,8 +27,7 @@ mkdir -p "$OUT" /tmp/agnitra-cache
 [ -d .devcache ] && cp -r .devcache/. /tmp/agnitra-cache/
 save_cache() { mkdir -p "$OUT/devcache"; for d in tuning ceilings; do mkdir -p "$OUT/devcache/$d"; cp /tmp/agnitra-cache/$d/*.json "$OUT/devcache/$d/" 2>/dev/null; done; }
 trap save_cache EXIT
-# peers.py and optimize.py merge each case into today's result file of the device (committed ones included)
-peers() { timeout "$1" python3 benchmarks/peers.py --preset h100 --cases "$2"; cp benchmarks/results/peers-*-"$(date +%F)".json "$OUT/"; }
+# optimize.py merges each case into today's result file of the device (committed ones included)
 optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurement kept apart)
   timeout "$1" python3 benchmarks/optimize.py --preset h100 --cases "$2" ${OPTIMIZE_FILE:+--out-file "$OPTIMIZE_FILE"}
   cp ${OPTIMIZE_FILE:-benchmarks/results/optimize-*-"$(date +%F)".json} "$OUT/"
@@ -84,7 +82,6 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-$s TRITON_CACHE_DIR=/tmp/triton-$s timeout $((570 / n)) python3 benchmarks/optimize.py --preset h100 --cases "${2:?CASE}" --strategy "$s" --budget "${3:-4m}" --out-file "$OUT/strategies-${2}.json"
       done
       ;;
-    peers) peers "${PEERS_LIMIT:-560}" "${2:?CASES, e.g. llama-1b-decode or bert-base-b1,bert-base-b32 (benchmarks/peers.py)}" ;;
     kernels)  # the kernels' GPU tests, tune-matmul at 4096^3, the kernel benchmark (tunes what the cache lacks)
       AGNITRA_GPU_TESTS=1 timeout 180 python3 -m pytest -q -n 8 -p no:cacheprovider --timeout 170 tests/test_kernels_*.py 2>&1 | tail -15
       timeout 90 python3 -m agnitra.cli tune-matmul --dim 4096 --runs 20 --dtype bf16 --device cuda

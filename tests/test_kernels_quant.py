@@ -669,7 +669,7 @@ def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
 
 
 def _sass_loop(*args: str) -> str:
-    """`benchmarks/sass_loop.py` with `args`, compiled for sm_90 in a process without the interpreter,
+    """`tests/sass_loop.py` with `args`, compiled for sm_90 in a process without the interpreter,
     with this process's Triton (no GPU needed): its stdout; skips where Triton cannot compile for sm_90."""
     pytest.importorskip("triton")
     import subprocess
@@ -677,7 +677,7 @@ def _sass_loop(*args: str) -> str:
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])), TRITON_DEFAULT_FP_FUSION="1")
-    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "sass_loop.py"), *args], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run([sys.executable, str(ROOT / "tests" / "sass_loop.py"), *args], capture_output=True, text=True, env=env, timeout=300)
     if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
         pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
     assert run.returncode == 0, run.stderr[-2000:]
@@ -746,7 +746,7 @@ def test_sass_loop_finds_the_loop_and_where_its_weight_reads_sit():
     prefetch sunk below the MMAs is seen as such."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sass_loop", ROOT / "benchmarks" / "sass_loop.py")
+    spec = importlib.util.spec_from_file_location("sass_loop", ROOT / "tests" / "sass_loop.py")
     sass_loop = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sass_loop)
     sass = """

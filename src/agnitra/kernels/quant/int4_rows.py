@@ -9,7 +9,7 @@ code, exactly.
 * "rows" (`_int4_gemv_rows_kernel`, the default at batch 1 for fp32 activations and under 1024
   outputs): a lane holds VEC words of each of several rows, so the x values of its words serve all
   of them; one lop3 and one FMA a code (about 4 instructions a code in the compiled loop,
-  `benchmarks/sass_loop.py`). PREFETCH 2 requests all of the next step's reads (words, x, scales,
+  `tests/sass_loop.py`). PREFETCH 2 requests all of the next step's reads (words, x, scales,
   zeros) a step ahead; a step may span several groups.
 * "words" (`_int4_gemv_words_kernel`): the earlier word kernel, about five to six instructions a
   code, kept in the configuration space at its best shape.
@@ -172,7 +172,7 @@ def _int4_gemv_rows_kernel(
     Layout: a thread holds VEC words of each of several rows (BLOCK_W / VEC lanes along the words,
     the rest of the CTA along the rows; a contiguity hint of VEC gives that layout under Triton 3.6
     and 3.9 alike), so the x values of its words, loaded straight into that layout, serve all its
-    rows (benchmarks/sass_loop.py counts the compiled loop). Code i sits at bit b_i of w << 11, w or w >> 9 (b = 11, 15, 19,
+    rows (tests/sass_loop.py counts the compiled loop). Code i sits at bit b_i of w << 11, w or w >> 9 (b = 11, 15, 19,
     12, 16, 11, 15, 19: two shifts a word), and (v & (0xF << b)) | 1.0f is the float 1 + q 2^(b-23)
     exactly; times y = x 2^(23-b) (exact, shared by all rows) it is y + q x. The y terms and the
     zero point, c = sum(y) + 8 sum(x) per word, start each word's FMA chain at -c, leaving

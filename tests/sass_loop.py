@@ -1,10 +1,10 @@
 """The instruction mix of a batch-1 GEMV kernel's main loop (int4 rows, words, tc; int8), compiled for sm_90 (no GPU needed).
 
-    PYTHONPATH=src python benchmarks/sass_loop.py --kernel rows --block-n 256 --block-k 128 --warps 4
-    PYTHONPATH=src python benchmarks/sass_loop.py --kernel words --block-n 64 --block-k 128 --warps 4 --json out.json
-    PYTHONPATH=src python benchmarks/sass_loop.py --kernel tc --block-n 128 --warps 4 --asm-layout
-    PYTHONPATH=src python benchmarks/sass_loop.py --kernel int8 --block-n 8 --block-k 2048 --warps 8 --k 2048 [--no-prmt]
-    PYTHONPATH=src python benchmarks/sass_loop.py --kernel tiled --block-m 64 --block-n 128 --block-k 128 --warps 4 --stages 2
+    PYTHONPATH=src python tests/sass_loop.py --kernel rows --block-n 256 --block-k 128 --warps 4
+    PYTHONPATH=src python tests/sass_loop.py --kernel words --block-n 64 --block-k 128 --warps 4 --json out.json
+    PYTHONPATH=src python tests/sass_loop.py --kernel tc --block-n 128 --warps 4 --asm-layout
+    PYTHONPATH=src python tests/sass_loop.py --kernel int8 --block-n 8 --block-k 2048 --warps 8 --k 2048 [--no-prmt]
+    PYTHONPATH=src python tests/sass_loop.py --kernel tiled --block-m 64 --block-n 128 --block-k 128 --warps 4 --stages 2
 
 Compiles the kernel for CUDA arch 90 with the installed Triton (`triton.compile` on an ASTSource,
 pointer arguments declared 16-byte aligned, unit strides constant, as the launcher specialises
