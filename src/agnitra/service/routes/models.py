@@ -11,14 +11,13 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from starlette.datastructures import UploadFile
 
 from agnitra.errors import UserError, first_line
 from agnitra.service import queue
 from agnitra.service.access import Caller, audit, caller, need
-from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, model_view, project_named
+from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, model_view, page, project_named
 from agnitra.store.service_schema import ModelRow, ProjectRow
 
 router = APIRouter(responses=errors(*CALLER))
@@ -70,11 +69,7 @@ def get_model(model_id: int, who: Caller = Depends(caller)) -> dict:
 def list_models(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     """The models the key may see, newest first: of one project (by name) or of every project in its scope."""
     need(who, "viewer")
-    scope = [ModelRow.project_id == project_named(who.session, project).id] if project else []
-    if who.key.project_id is not None:
-        scope.append(ModelRow.project_id == who.key.project_id)
-    total = who.session.scalar(select(func.count(ModelRow.id)).where(*scope))
-    rows = who.session.scalars(select(ModelRow).where(*scope).order_by(ModelRow.id.desc()).limit(limit).offset(offset)).all()
+    total, rows = page(who.session, ModelRow, who.key, project, limit, offset)
     return {"total": total, "limit": limit, "offset": offset, "models": [model_view(r) for r in rows]}
 
 
