@@ -59,7 +59,7 @@ def test_the_same_model_passes_against_its_own_report(baseline, capsys):
 def test_a_latency_regression_fails_in_one_line(baseline, capsys):
     folder, doc = baseline
     faster = json.loads(json.dumps(doc))
-    _row(faster)["latency_ms"]["median"] /= 20  # the baseline claims 20x what this model does
+    _row(faster)["latency_ms"]["median"] = 1e-4  # the baseline claims 0.1 us a call: no Python call of a model runs that fast, however loaded the machine was when the baseline was made
     code, out, err = _check(folder, faster, capsys)
     lines = err.strip().splitlines()
     assert code == 1 and lines[-1].startswith("check failed: latency regressed +") and "allowed 10%" in lines[-1]
