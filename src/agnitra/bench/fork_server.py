@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection
 
 # imported once in the server (what a worker imports while it starts, `isolated._warm_imports`);
 # Dynamo's and Inductor's configs read TORCH* variables as they are when the server starts
-PRELOAD = ["agnitra.bench.isolated", "agnitra.bench.harness", "agnitra.bench.variants", "agnitra.transforms", "torch._dynamo", "torch._inductor.compile_fx"]
+PRELOAD = ["agnitra.bench.isolated", "agnitra.bench.harness", "agnitra.bench.variants", "agnitra.transforms", "torch._dynamo", "torch._inductor.compile_fx", "scipy.stats"]
 _context = None
 
 
@@ -47,15 +47,31 @@ class ForkedProcess:
         return self._process.exitcode
 
 
-def start(conn: Connection) -> ForkedProcess:
-    """A worker serving `conn`, forked from the server (started now if it is not up)."""
+def _forkserver_context():
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def warm(device: str) -> None:
+    """Start the server now, where CPU workers will be forked: its imports (about 10 s on two
+    cores) run while this process captures the graph, instead of after it."""
+    if usable(device):
+        from multiprocessing import forkserver
+
+        _forkserver_context()
+        with _main_left_alone():
+            forkserver.ensure_running()
+
+
+def start(conn: Connection) -> ForkedProcess:
+    """A worker serving `conn`, forked from the server (started now if it is not up)."""
+    context = _forkserver_context()
     stdio = (Connection(os.dup(1)), Connection(os.dup(2)))
     try:
-        process = _context.Process(target=_forked_main, args=(conn, stdio, dict(os.environ), os.getcwd()), name="agnitra-worker")
+        process = context.Process(target=_forked_main, args=(conn, stdio, dict(os.environ), os.getcwd()), name="agnitra-worker")
         with _main_left_alone():
             process.start()
     finally:

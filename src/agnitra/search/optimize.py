@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 
+from agnitra.bench import fork_server
 from agnitra.bench.harness import BenchConfig, Harness
 from agnitra.bench.heldout import baseline_problem
 from agnitra.bench.isolated import KILLED_EXIT_S, InProcess, Worker, WorkerCrashed, WorkerError, WorkerTimeout, WorkloadSource
@@ -137,6 +138,8 @@ def run_optimize(
 ) -> OptimizeResult:
     progress = progress or (lambda message, fraction: None)
     notes = list(setup.journal_warnings)
+    if setup.source is not None:
+        fork_server.warm(setup.source.device)  # its imports run while the graph is captured
     op_kinds, signature = graph_facts(workload, notes)
     ctx = TransformContext(workload, device, op_kinds=op_kinds)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)

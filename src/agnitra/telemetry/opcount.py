@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
-from torch.utils import flop_counter
 from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
@@ -42,8 +41,15 @@ class OpCost:
         return self.bytes_read + self.bytes_written
 
 
+def _flop_counter():
+    """torch's FLOP formulas, imported when first counted: the module imports Triton (0.6 s)."""
+    from torch.utils import flop_counter
+
+    return flop_counter
+
+
 def _sdpa_flops(query, key, value, *args, out_val=None, **kwargs) -> int:
-    return flop_counter.sdpa_flop_count(query.shape, key.shape, value.shape)
+    return _flop_counter().sdpa_flop_count(query.shape, key.shape, value.shape)
 
 
 def _linear_flops(x, weight, *args, out_val=None, **kwargs) -> int:
@@ -58,7 +64,7 @@ def _matmul_flops(a, b, *args, out_val=None, **kwargs) -> int:
 
 
 def _conv_flops(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *args, out_val=None, **kwargs) -> int:
-    return flop_counter.conv_flop_count(x.shape, weight.shape, out_val.shape, transposed=False)
+    return _flop_counter().conv_flop_count(x.shape, weight.shape, out_val.shape, transposed=False)
 
 
 # Composite operators that torch.export keeps in its graph (the dispatch level never sees them)
@@ -75,8 +81,9 @@ _COMPOSITE_FLOPS: dict[str, Callable] = {
 
 
 def _matmul_flop_fn(packet) -> Callable | None:
-    if packet in flop_counter.flop_registry:
-        return flop_counter.flop_registry[packet]
+    registry = _flop_counter().flop_registry
+    if packet in registry:
+        return registry[packet]
     return _COMPOSITE_FLOPS.get(packet._qualified_op_name.split("::")[-1])
 
 
