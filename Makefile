@@ -32,6 +32,7 @@ demo: $(STAMP)
 # it took 1208 s on 2026-11-28 (1348 tests; 1749 s of CPU, 2548 before CPU workers were forked).
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m compileall -q src  # bytecode read by every process the tests start, also where PYTHONDONTWRITEBYTECODE is set (0.6 s each)
 	$(BIN)/python -m pytest -q -n 2 --dist worksteal --durations=60 tests; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; else exit $$rc; fi
 
 # After upgrading a dependency in .venv and passing `make test`: pin what passed (torch stays

@@ -24,6 +24,13 @@ TINY_BERT = {"project": "team", "name": "bert", "zoo": "bert-base", "options": {
 QUICK_JOB = {"budget": "60s", "transforms": ["threads"], "peers": []}
 
 
+def session_cache(folder: Path) -> Path:
+    """The cache conftest gives every test of the session (`agnitra-cache` in the session's base
+    folder, which holds `folder`, a tmp_path_factory folder): the device's ceilings are measured
+    once a session, not again by the first job of each server."""
+    return folder.parent / "agnitra-cache"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -33,7 +40,7 @@ def free_port() -> int:
 class Server:
     def __init__(self, folder: Path, workers: int, *extra: str) -> None:
         self.folder, self.port = folder, free_port()
-        self.env = dict(os.environ, AGNITRA_DB_URL=f"sqlite:///{folder}/store.db", AGNITRA_CACHE_DIR=str(folder / "cache"), AGNITRA_LEASE_S="6")
+        self.env = dict(os.environ, AGNITRA_DB_URL=f"sqlite:///{folder}/store.db", AGNITRA_CACHE_DIR=str(session_cache(folder)), AGNITRA_LEASE_S="6")
         self.log = (folder / "server.log").open("w")
         self.process = subprocess.Popen([sys.executable, "-m", "agnitra.cli", "serve", "--port", str(self.port), "--workers", str(workers),
                                          "--data-dir", str(folder / "data"), *extra], env=self.env, stderr=self.log, stdout=self.log)
@@ -106,7 +113,7 @@ def wait(client: httpx.Client, job_id: int, until=("done", "failed", "cancelled"
         job = client.get(f"/v1/jobs/{job_id}").json()
         if job["status"] in until:
             return job
-        time.sleep(0.5)
+        time.sleep(0.2)
     raise AssertionError(job)
 
 

@@ -1,15 +1,13 @@
-"""The service through a real server on 127.0.0.1 (`agnitra serve` and `agnitra worker` as processes,
-a SQLite store in a temporary folder): keys and roles on every endpoint, imports, the job queue with
+"""The service through a real server on 127.0.0.1 (`agnitra serve` and its worker as processes, a
+SQLite store in a temporary folder): keys and roles on every endpoint, imports, the job queue with
 idempotent submission, a job's outcome, and recovery after `kill -9` of the worker running it."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
+import re
 import time
 
+import psutil
 import pytest
 import torch
 from service_server import QUICK_JOB, TINY_BERT, Server, store_head
@@ -117,30 +115,42 @@ def test_a_job_the_core_cannot_do_is_refused(server, bert, body, fragment):
     assert refused.status_code == 422 and fragment in refused.text
 
 
-def test_a_job_survives_kill_9_of_its_worker(tmp_path):
-    """No worker beside the server: one started by hand takes the job, is killed outright while it
-    runs; the lease lapses, the next worker runs the job from the start, and its run is recorded once."""
-    running = Server(tmp_path, 0)
-    try:
-        admin = running.client(running.admin)
-        admin.post("/v1/projects", json={"name": "team"})
-        model = admin.post("/v1/models/import", data={"project": "team", "name": "linear"}, files={"file": ("linear.onnx", _onnx_linear(tmp_path))}).json()
-        job = admin.post("/v1/jobs/optimize", json={"model_id": model["id"], "settings": QUICK_JOB}).json()
-        worker_command = [sys.executable, "-m", "agnitra.cli", "worker", "--data-dir", str(tmp_path / "data"), "--jobs", "1"]
-        first = subprocess.Popen(worker_command, env=running.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        _wait(admin, job["id"], until=("running",), seconds=60)
-        time.sleep(2)
-        os.killpg(first.pid, signal.SIGKILL)  # the worker and the job's process with it
-        first.wait()
-        second = subprocess.run(worker_command, env=running.env, capture_output=True, text=True, timeout=240)
-        assert second.returncode == 0, second.stderr[-2000:]
-        done = admin.get(f"/v1/jobs/{job['id']}").json()
-        assert done["status"] == "done" and done["attempts"] == 2, done
-        assert any("stopped renewing its lease: queued again" in e["message"] for e in done["events"])
-        from agnitra.store import counts, open_store
+def test_a_job_survives_kill_9_of_its_worker(server, linear):
+    """The server's worker takes the job and is killed outright while it runs: the job's process
+    dies with it; the server starts a worker in its place, the lease lapses, the new worker runs
+    the job from the start, and its run is recorded once."""
+    from agnitra.store import counts, open_store
 
-        store = open_store(running.env["AGNITRA_DB_URL"])
-        assert counts(store)["runs"] == 1
-        store.close()
-    finally:
-        running.stop()
+    store = open_store(server.env["AGNITRA_DB_URL"])
+    runs = counts(store)["runs"]
+    admin = server.client(server.admin)
+    job = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": QUICK_JOB}).json()
+    running = _wait(admin, job["id"], until=("running",), seconds=60)
+    owner = re.search(r"running \(attempt 1, worker .*:(\d+):[0-9a-f]+\)$", running["events"][-1]["message"])
+    assert owner, running["events"]
+    worker = psutil.Process(int(owner[1]))
+    assert worker.ppid() == server.process.pid
+    time.sleep(2)
+    below = worker.children(recursive=True)  # its fork server, the job's process and what the job started
+    for p in below:
+        print(p.pid, p.ppid(), p.cmdline()[:6])
+    assert below, "the job's process is not the worker's"
+    worker.kill()
+    _, alive = psutil.wait_procs(below, timeout=30)
+    for p in below:
+        print(p.pid, p.ppid() if _alive(p) else "-", _alive(p), p.cmdline()[:6] if _alive(p) else "")
+    assert not [p for p in alive if _alive(p)], "processes of the job outlived its worker"
+    done = _wait(admin, job["id"], seconds=240)
+    print(*[(e["at"][11:22], e["message"][:90]) for e in done["events"]], sep="\n"); print(time.strftime("%H:%M:%S"))
+    assert done["status"] == "done" and done["attempts"] == 2, done
+    assert any("stopped renewing its lease: queued again" in e["message"] for e in done["events"])
+    assert counts(store)["runs"] == runs + 1
+    store.close()
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running, not a zombie (one whose parent died is reaped by init, which a container may not do)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

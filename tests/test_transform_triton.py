@@ -21,6 +21,29 @@ def tinylm():
     return build_workload("tinylm", BuildOptions(size="tiny"))
 
 
+_FEW_PROGRAMS = ("decode_gemv", "decode_gemv_gated", "int8_gemv")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gemvs_of_few_programs():
+    """The decode GEMVs with 32 outputs a program. Their defaults fill a GPU (at least 512 programs:
+    4-8 outputs a program at tinylm's sizes), and the interpreter runs a grid's programs one after
+    another at Python speed: eight times the programs made a decode step ~4 s instead of ~0.5 s.
+    These tests check the transform's modules and the numbers they compute; the kernels' configs,
+    defaults included, are tests/test_kernels_*'s subject (partial blocks there)."""
+    from agnitra.kernels import ops
+
+    tuned = ops.config_for
+
+    def config_for(kernel, shape, dtype, device_type):
+        config = tuned(kernel, shape, dtype, device_type)
+        return {**config, "BLOCK_N": 32} if kernel in _FEW_PROGRAMS else config
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ops, "config_for", config_for)
+        yield
+
+
 def _logits(model, patched=None):
     prompt = random_prompt(1, 4, 256, seed=0, device="cpu")  # prefill of 4, then 3 decode steps: seconds each under the interpreter
     if patched is None:

@@ -1,5 +1,5 @@
-"""Where a service worker runs a job: `local` (a child process of the worker, the default) or `ray`
-(a Ray task on the cluster RAY_ADDRESS names, `--executor ray`).
+"""Where a service worker runs a job: `local` (a process of its own, forked from the worker's fork
+server, the default) or `ray` (a Ray task on the cluster RAY_ADDRESS names, `--executor ray`).
 
 Either way the job's lifecycle stays in the database queue: the worker claims the job with a
 lease, launches it here, renews the lease while the launched run lives, and kills it on
@@ -9,7 +9,7 @@ lease is its worker's.
 
 A Ray task asks for one GPU when the job runs on CUDA (on `auto`, when the cluster has GPUs) and
 for `AGNITRA_RAY_CPUS` CPUs (default 1); each task gets a fresh Ray worker process (`max_calls=1`)
-that dies with its raylet, like the local child dies with its worker. A task lost with its node
+that dies with its raylet, like a local job's process dies with its worker. A task lost with its node
 (`lost`) leaves the job to its lease: it lapses and the job is queued again. Ray is imported only
 here and only for `--executor ray`.
 """
@@ -75,15 +75,28 @@ def make_executor(name: str):
 
 
 class LocalExecutor:
-    """Each job in a child process of the worker (spawned; it dies with the worker: PDEATHSIG)."""
+    """Each job in a process of its own, forked from the worker's fork server (`job_preload`: it
+    has imported what a job runs, and dies with the worker; the job's process dies with it:
+    PDEATHSIG). The fork server starts with the executor, so its imports run while the worker
+    waits for its first job. Where there is no fork server, each job is a spawned child."""
 
     name = "local"
+
+    def __init__(self) -> None:
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            from multiprocessing import forkserver
+
+            self.context = multiprocessing.get_context("forkserver")
+            self.context.set_forkserver_preload(["agnitra.service.job_preload"])
+            forkserver.ensure_running()
+        else:
+            self.context = multiprocessing.get_context("spawn")
 
     def launch(self, job: JobLaunch) -> Launched:
         from agnitra.service.worker import _run_job
 
         # not a daemon: the job's optimize run starts worker processes of its own
-        child = multiprocessing.get_context("spawn").Process(target=_run_job, args=(job.db_url, job.data_dir, job.owner, job.job_id))
+        child = self.context.Process(target=_run_job, args=(job.db_url, job.data_dir, job.owner, job.job_id))
         child.start()
         return _Child(child)
 
