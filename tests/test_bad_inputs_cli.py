@@ -25,6 +25,7 @@ import agnitra
 from agnitra import api
 from agnitra.cli import main
 from agnitra.errors import UserError
+from seeded_cache import seeded_cache
 
 TINY = ["zoo:tinylm", "--size", "tiny", "--device", "cpu"]
 
@@ -163,7 +164,7 @@ def test_the_sdk_checks_the_same(call, message):
 
 
 def _agnitra(args, cache: Path) -> subprocess.Popen:
-    env = {**os.environ, "AGNITRA_CACHE_DIR": str(cache)}
+    env = {**os.environ, "AGNITRA_CACHE_DIR": str(seeded_cache(cache))}
     return subprocess.Popen([sys.executable, "-m", "agnitra.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -287,7 +288,7 @@ def test_on_a_terminal_tables_are_drawn_and_library_prints_stay_in_the_log(tmp_p
 
     (tmp_path / "noisy.py").write_text(NOISY_MODEL)
     primary, secondary = pty.openpty()
-    env = {**os.environ, "AGNITRA_CACHE_DIR": str(tmp_path)}
+    env = {**os.environ, "AGNITRA_CACHE_DIR": str(seeded_cache(tmp_path))}
     args = ["bench", f"{tmp_path}/noisy.py:make", "--device", "cpu", "--runs", "2", "--warmup", "1", "--no-ops"]
     proc = subprocess.Popen([sys.executable, "-m", "agnitra.cli", *args], stdin=secondary, stdout=secondary, stderr=secondary, env=env)
     os.close(secondary)

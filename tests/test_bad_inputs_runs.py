@@ -17,20 +17,15 @@ import torch
 import agnitra
 from agnitra.cli import main
 from agnitra.errors import UserError
+from seeded_cache import seeded_cache
 
 
 @pytest.fixture(autouse=True)
 def own_cache(monkeypatch, tmp_path):
     """Logs, the store and cached ceilings (given, not measured: seconds saved) under tmp_path."""
-    from agnitra.telemetry.ceilings import CEILINGS_VERSION, ceilings_path
-    from agnitra.telemetry.signature import device_signature
-
-    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
     monkeypatch.delenv("AGNITRA_DB_URL", raising=False)
     monkeypatch.chdir(tmp_path)
-    path = ceilings_path(tmp_path / "cache", device_signature(torch.device("cpu")))
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"version": CEILINGS_VERSION, "copy_gbps": 10.0, "matmul_tflops": {"float32": 0.1}}))
 
 
 def _cli(argv, capsys):

@@ -14,6 +14,7 @@ import torch
 import agnitra
 from agnitra.cli import main
 from agnitra.errors import UserError
+from seeded_cache import seeded_cache
 
 FACTORY = textwrap.dedent('''
     import torch
@@ -34,7 +35,7 @@ FACTORY = textwrap.dedent('''
 
 @pytest.fixture
 def model_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.py").write_text(FACTORY)
     return "m.py:build"
@@ -91,7 +92,7 @@ def test_a_check_file_that_does_not_fit_is_one_line(model_file, tmp_path, capsys
 
 
 def test_sdk_check_inputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(seeded_cache(tmp_path / "cache")))
     model = torch.nn.Linear(8, 4)
     report = agnitra.benchmark(model, (torch.randn(2, 8),), device="cpu", runs=2, warmup=0, op_breakdown=False, check_inputs=(torch.randn(6, 8),))
     assert report.conditions["verification"]["held_out"] == "check_inputs given in Python (3 batches)"
