@@ -122,6 +122,10 @@ def _differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     return [f"{name} {saved.get(name)!r}, now {now.get(name)!r}" for name in sorted(set(saved) | set(now)) if saved.get(name) != now.get(name)]
 
 
+# load options at prepare_workload's defaults, which the CLI passes and the SDK leaves out: the same run either way
+_DEFAULTS = {"size": "full", "allow_pickle": False}
+
+
 def journal_key(model: Any, load_options: dict[str, Any], workload, device_report, tolerances) -> dict[str, Any]:
     """What a journal's results are valid for: the same model, built the same way, on the same
     device and software, judged by the same tolerances."""
@@ -134,7 +138,7 @@ def journal_key(model: Any, load_options: dict[str, Any], workload, device_repor
     return {
         "workload": model if isinstance(model, str) else f"{workload.name} (a Python object)",
         "model": _fingerprint(model, workload),
-        "options": {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in sorted(load_options.items()) if v is not None},
+        "options": {k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in sorted(load_options.items()) if v is not None and v != _DEFAULTS.get(k)},
         "device": device_report.signature.get("id"),
         "versions": {"agnitra": __version__, "torch": versions.get("torch"), "triton": versions.get("triton")},
         "tolerances": asdict(tolerances),
