@@ -5,6 +5,7 @@
     PYTHONPATH=src python tests/sass_loop.py --kernel tc --block-n 128 --warps 4 --asm-layout
     PYTHONPATH=src python tests/sass_loop.py --kernel int8 --block-n 8 --block-k 2048 --warps 8 --k 2048 [--no-prmt]
     PYTHONPATH=src python tests/sass_loop.py --kernel tiled --block-m 64 --block-n 128 --block-k 128 --warps 4 --stages 2
+    PYTHONPATH=src python tests/sass_loop.py --each '{"a": ["--kernel", "rows"], "b": ["--kernel", "int8", "--k", "2048"]}'
 
 Compiles the kernel for CUDA arch 90 with the installed Triton (`triton.compile` on an ASTSource,
 pointer arguments declared 16-byte aligned, unit strides constant, as the launcher specialises
@@ -12,13 +13,16 @@ them), disassembles the cubin with the nvdisasm that ships with Triton, finds th
 (the span of the farthest backward branch) and counts its instructions by opcode. Prints
 instructions per step and per int4 code: at batch 1 the GEMV is issue-bound long before it is
 bandwidth-bound, so this count is the kernel's cost model. Barriers and shared-memory traffic in
-the loop (layout conversions) are listed separately.
+the loop (layout conversions) are listed separately. `--each` runs several argument lists in one
+process (its imports, ~6 s of CPU, paid once) and prints each one's output by name, as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import io
 import json
 import re
 import subprocess
@@ -201,7 +205,7 @@ def _kernel_call(args) -> tuple:
     return int4_rows._int4_gemv_words_kernel, {**common, "stride_wn": "i32"}, {**consts, "PREFETCH": args.prefetch, "STAGES": args.stages}, codes
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kernel", choices=("rows", "words", "tc", "int8", "tiled"), default="rows")
     parser.add_argument("--block-m", type=int, default=64, help="tiled: BLOCK_M")
@@ -225,7 +229,7 @@ def main() -> int:
     parser.add_argument("--asm-layout", action="store_true", help="print the layout of each inline-asm op (TTGIR) and stop")
     parser.add_argument("--pdl-order", action="store_true", help="compile with PDL; print the global loads before the grid-dependency wait and stop")
     parser.add_argument("--pdl-trigger", choices=sorted(pdl.PDL_TRIGGERS), default=pdl.DEFAULT_PDL_TRIGGER, help="with --pdl-order: where the next kernel is let in")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     fn, types, consts, codes = _kernel_call(args)
     divisible = {"tc": ("stride_xm",), "int8": ()}.get(args.kernel, ())
     if args.asm_layout:
@@ -261,5 +265,18 @@ def main() -> int:
     return 0
 
 
+def each(cases: dict[str, list[str]]) -> dict[str, str]:
+    """`main` over each named argument list in this process: what each one printed, by name."""
+    printed = {}
+    for name, argv in cases.items():
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            main(argv)
+        printed[name] = out.getvalue()
+    return printed
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--each"]:
+        print(json.dumps(each(json.loads(sys.argv[2]))))
+        sys.exit(0)
     sys.exit(main())

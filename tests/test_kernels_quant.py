@@ -668,20 +668,37 @@ def test_int4_tensor_core_rows_refuses_what_it_cannot_run():
         q4.int4_weight_only_matmul(x, w, s, z, g, b, config={**cfg, "X_NOW": True})
 
 
-def _sass_loop(*args: str) -> str:
-    """`tests/sass_loop.py` with `args`, compiled for sm_90 in a process without the interpreter,
-    with this process's Triton (no GPU needed): its stdout; skips where Triton cannot compile for sm_90."""
-    pytest.importorskip("triton")
+# what the sm_90 compiles below run: tests/sass_loop.py's arguments by case
+_ASM_LAYOUT_CASES = ((128, 128, 4, "bf16", 1), (64, 64, 2, "fp16", 0), (256, 128, 8, "bf16", 1))  # BLOCK_N, BLOCK_K, warps, dtype, PREFETCH
+_LLAMA_8B_LOOPS = (["--block-n", "128", "--block-k", "256", "--warps", "8", "--prefetch", "3", "--maxnreg", "128", "--k", "14336", "--n", "4096"],
+                   ["--block-n", "64", "--block-k", "128", "--warps", "4", "--prefetch", "1", "--maxnreg", "128", "--split-k", "8", "--k", "4096", "--n", "4096"])
+_PDL_ORDER_CASES = {"int8": ["--block-n", "8", "--block-k", "512"], "rows": ["--block-n", "8", "--block-k", "256", "--prefetch", "1"],
+                    "tc": ["--block-n", "64", "--block-k", "128", "--prefetch", "1"]}
+
+
+@pytest.fixture(scope="module")
+def sass_runs(tmp_path_factory) -> dict[str, str]:
+    """`tests/sass_loop.py` over every case above, compiled for sm_90 in ONE process without the interpreter, with
+    this process's Triton (no GPU needed): what each case printed, by name ("loop i" cases append their
+    results to the file under "loops"). One process, not one a case: its imports (torch, Triton, agnitra)
+    take ~6 s of CPU. Skips where Triton cannot compile for sm_90."""
+    import json
     import subprocess
     import sys
 
+    loops = tmp_path_factory.mktemp("sass") / "loops.jsonl"
+    cases = {f"asm {i}": ["--kernel", "tc", "--block-n", str(bn), "--block-k", str(bk), "--warps", str(warps), "--dtype", dtype, "--prefetch", str(prefetch),
+                          "--asm-layout"] for i, (bn, bk, warps, dtype, prefetch) in enumerate(_ASM_LAYOUT_CASES)}
+    cases.update({f"loop {i}": ["--kernel", "tc", *flags, "--json", str(loops)] for i, flags in enumerate(_LLAMA_8B_LOOPS)})
+    cases.update({f"pdl {kernel}": ["--kernel", kernel, *flags, "--n", "4096", "--k", "4096", "--pdl-order", "--pdl-trigger", "wait"]
+                  for kernel, flags in _PDL_ORDER_CASES.items()})
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])), TRITON_DEFAULT_FP_FUSION="1")
-    run = subprocess.run([sys.executable, str(ROOT / "tests" / "sass_loop.py"), *args], capture_output=True, text=True, env=env, timeout=300)
+    run = subprocess.run([sys.executable, str(ROOT / "tests" / "sass_loop.py"), "--each", json.dumps(cases)], capture_output=True, text=True, env=env, timeout=500)
     if run.returncode and ("ptxas" in run.stderr or "backend" in run.stderr.lower()):
         pytest.skip(f"cannot compile for sm_90 here: {run.stderr.strip().splitlines()[-1][:160]}")
     assert run.returncode == 0, run.stderr[-2000:]
-    return run.stdout
+    return {**json.loads(run.stdout.strip().splitlines()[-1]), "loops": loops.read_text()}
 
 
 def test_every_function_a_kernel_calls_on_the_device_is_jitted_with_it():
@@ -708,34 +725,26 @@ def test_every_function_a_kernel_calls_on_the_device_is_jitted_with_it():
     assert called == _DEVICE_HELPERS, f"marked but called by no kernel: {sorted(_DEVICE_HELPERS - called)}"
 
 
-def test_int4_tc_asm_layout():
+def test_int4_tc_asm_layout(sass_runs):
     """The inline PTX runs whole MMAs, so it is right only where each lane holds four consecutive
     elements of dim 2 and the 32 lanes span it (the words' 16-byte load layout): compiled for
     sm_90 with the installed Triton (no GPU needed; a process without the interpreter), the asm's
     operands are in exactly that layout, for bf16 and fp16 and several warp counts."""
-    for block_n, block_k, warps, dtype, prefetch in ((128, 128, 4, "bf16", 1), (64, 64, 2, "fp16", 0), (256, 128, 8, "bf16", 1)):
-        stdout = _sass_loop("--kernel", "tc", "--block-n", str(block_n), "--block-k", str(block_k), "--warps", str(warps), "--dtype", dtype,
-                            "--prefetch", str(prefetch), "--asm-layout")
+    lanes_hold_four = re.compile(r"sizePerThread = \[(1, )+4\], threadsPerWarp = \[(1, )+32\]")
+    for i in range(len(_ASM_LAYOUT_CASES)):
+        stdout = sass_runs[f"asm {i}"]
         layouts = [line for line in stdout.splitlines() if line.startswith("asm layout:")]
-        lanes_hold_four = re.compile(r"sizePerThread = \[(1, )+4\], threadsPerWarp = \[(1, )+32\]")
-        assert len(layouts) == 2 and all(lanes_hold_four.search(line) for line in layouts), stdout
+        assert len(layouts) == 2 and all(lanes_hold_four.search(line) for line in layouts), (_ASM_LAYOUT_CASES[i], stdout)
 
 
-def test_int4_tc_loop_keeps_its_sums_within_warps():
+def test_int4_tc_loop_keeps_its_sums_within_warps(sass_runs):
     """The tensor-core GEMV's main loop sums each group's chunks in registers: compiled for sm_90
     with the installed Triton (no GPU needed), the loop of the llama-8b winners has no CTA barrier
     and no shared-memory traffic: under Triton 3.6 as written, under 3.9 with its loads flipped
     (`quant.int4_tc.tc_flip`; unflipped, 20-52 barriers a step)."""
     import json
-    import tempfile
 
-    cases = (["--block-n", "128", "--block-k", "256", "--warps", "8", "--prefetch", "3", "--maxnreg", "128", "--k", "14336", "--n", "4096"],
-             ["--block-n", "64", "--block-k", "128", "--warps", "4", "--prefetch", "1", "--maxnreg", "128", "--split-k", "8", "--k", "4096", "--n", "4096"])
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "loops.jsonl"
-        for flags in cases:
-            _sass_loop("--kernel", "tc", *flags, "--json", str(out))
-        loops = [json.loads(line) for line in out.read_text().splitlines()]
+    loops = [json.loads(line) for line in sass_runs["loops"].splitlines()]
     assert len(loops) == 2 and all(loop["loop_instructions"] > 100 for loop in loops), loops  # the loop was found
     assert [(loop["barriers"], loop["shared"]) for loop in loops] == [(0, 0), (0, 0)], [loop["mix"] for loop in loops]
 
@@ -1060,7 +1069,7 @@ def test_gemv_chain_reads_each_previous_output(kind):
             _check(out, ref, dtype)
 
 
-def test_pdl_kernels_wait_before_reading_x():
+def test_pdl_kernels_wait_before_reading_x(sass_runs):
     """Compiled for sm_90 with PDL (no GPU needed; a process without the interpreter), each GEMV has
     one griddepcontrol.wait (SASS ACQBULK), followed closely by launch_dependents (PREEXIT: the
     next kernel let in once this one runs), after its first weight reads and before every read of x: the int8 GEMV reads only its scales before it (x comes in
@@ -1068,10 +1077,8 @@ def test_pdl_kernels_wait_before_reading_x():
     0's (s, z) pairs (8-byte) and words (16-byte loads) and no x pair (4-byte loads)."""
     import json
 
-    cases = {"int8": ["--block-n", "8", "--block-k", "512"], "rows": ["--block-n", "8", "--block-k", "256", "--prefetch", "1"],
-             "tc": ["--block-n", "64", "--block-k", "128", "--prefetch", "1"]}
-    for kernel, flags in cases.items():
-        order = json.loads(_sass_loop("--kernel", kernel, *flags, "--n", "4096", "--k", "4096", "--pdl-order", "--pdl-trigger", "wait").strip().splitlines()[-1])
+    for kernel in _PDL_ORDER_CASES:
+        order = json.loads(sass_runs[f"pdl {kernel}"].strip().splitlines()[-1])
         before = order["loads_before_wait"]
         assert order["waits"] == 1 and order["triggers"] == 1 and 0 < order["trigger_after_wait"] < 64, (kernel, order)
         if kernel == "int8":
