@@ -14,7 +14,7 @@ pytest.importorskip("triton")
 from agnitra.kernels import decode_layer as dl  # noqa: E402
 from agnitra.kernels.spec import get_kernel  # noqa: E402
 
-from kernel_device import DEVICE  # noqa: E402
+from kernel_device import DEVICE, each_config  # noqa: E402
 
 pytestmark = pytest.mark.interpreter
 
@@ -38,11 +38,15 @@ def _d(t):
     return None if t is None else t.double()
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=IDS)
-@pytest.mark.parametrize("shape", [(1, 17, 96), (3, 40, 100)])
-@pytest.mark.parametrize("norm,residual", [(False, False), (True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("cfg", [CFG, PREFETCHED], ids=["plain", "prefetch"])
-def test_norm_gemv_matches_reference(shape, dtype, norm, residual, cfg):
+# every loop (plain, prefetching) x shape (batch 1 with K a whole number of steps; batch 3, a partial last step) x
+# epilogue once, the dtypes taken in turn: each dtype meets every epilogue, both loops and both shapes (all of them on the GPU)
+_NORM_GEMV_CASES = [(loop, shape, norm, residual) for loop in ("plain", "prefetch") for shape in ("1x17x96", "3x40x100")
+                    for norm, residual in ((False, False), (True, False), (False, True), (True, True))]
+
+
+@pytest.mark.parametrize("loop,shape,norm,residual,dtype", each_config(dict(zip(IDS, DTYPES)), _NORM_GEMV_CASES))
+def test_norm_gemv_matches_reference(loop, shape, dtype, norm, residual):
+    shape, cfg = tuple(int(n) for n in shape.split("x")), {"plain": CFG, "prefetch": PREFETCHED}[loop]
     x, w, s, g, eps, r = get_kernel("decode_gemv").make_inputs(shape, dtype, DEVICE, 0)
     g, r = (g if norm else None), (r if residual else None)
     y = dl.norm_gemv(x, w, s, g, eps, r, cfg)
