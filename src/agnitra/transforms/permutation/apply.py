@@ -1,0 +1,65 @@
+"""Permutations applied to a model's weights: each free space's permutation moves every axis in
+it, and the composites it is a factor of (an attention projection's heads x head size) take the
+permutation it induces. The model computes the same function afterwards (up to the order of
+floating-point sums)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from agnitra.transforms.permutation.spaces import Space, Spaces
+
+
+def induced(spaces: Spaces, space: Space, chosen: dict[int, torch.Tensor]) -> torch.Tensor | None:
+    """The index order of `space` under the chosen permutations (None: unchanged): its own, or
+    the row-major product of its factors' (a factor left unchanged keeps its order)."""
+    if space.id in chosen:
+        return chosen[space.id]
+    if not space.factors:
+        return None
+    parts = [spaces.spaces[f] for f in space.factors]
+    orders = [induced(spaces, p, chosen) for p in parts]
+    if all(o is None for o in orders):
+        return None
+    index = torch.zeros((), dtype=torch.long)
+    for part, order in zip(parts, orders):
+        order = order if order is not None else torch.arange(part.size)
+        index = index.unsqueeze(-1) * part.size + order  # row-major: the first factor outermost
+    return index.reshape(-1)
+
+
+def permute_weights(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Tensor]) -> int:
+    """Reorder, in place, every weight and buffer axis of a space the chosen permutations move
+    (`chosen`: space id -> new order, a permutation of range(size)); returns how many axes moved."""
+    for space_id, order in chosen.items():
+        space = spaces.spaces[space_id]
+        if not space.free:
+            raise ValueError(f"{space.describe()} cannot be permuted: {'; '.join(space.frozen) or 'it is a product of other spaces'}")
+        if sorted(order.tolist()) != list(range(space.size)):
+            raise ValueError(f"not a permutation of {space.size} channels")
+    tensors = dict(model.named_parameters(remove_duplicate=False)) | dict(model.named_buffers(remove_duplicate=False))
+    moved = 0
+    done: set[tuple[int, int]] = set()  # (storage of a tied weight, dim): moved once
+    for space in spaces.spaces.values():
+        order = induced(spaces, space, chosen)
+        if order is None:
+            continue
+        for axis in space.axes:
+            tensor = tensors.get(axis.name)
+            if tensor is None:
+                raise ValueError(f"the model has no weight or buffer '{axis.name}'")
+            key = (tensor.untyped_storage().data_ptr(), axis.dim)
+            if key in done:
+                continue
+            done.add(key)
+            with torch.no_grad():
+                tensor.copy_(tensor.index_select(axis.dim, order.to(tensor.device)))
+            moved += 1
+    return moved
+
+
+def random_orders(spaces: Spaces, seed: int = 0) -> dict[int, torch.Tensor]:
+    """A random permutation of every free space (for tests and for the solver's restarts)."""
+    generator = torch.Generator().manual_seed(seed)
+    return {s.id: torch.randperm(s.size, generator=generator) for s in spaces.free}
