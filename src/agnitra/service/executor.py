@@ -77,18 +77,19 @@ def make_executor(name: str):
 class LocalExecutor:
     """Each job in a process of its own, forked from the worker's fork server (`job_preload`: it
     has imported what a job runs, and dies with the worker; the job's process dies with it:
-    PDEATHSIG). The fork server starts with the executor, so its imports run while the worker
-    waits for its first job. Where there is no fork server, each job is a spawned child."""
+    PDEATHSIG). The fork server is up before the worker claims a job: a fork waits for the
+    server's imports, which would hold a claimed job's lease unrenewed. Where there is no fork
+    server, each job is a spawned child."""
 
     name = "local"
 
     def __init__(self) -> None:
         if "forkserver" in multiprocessing.get_all_start_methods():
-            from multiprocessing import forkserver
-
             self.context = multiprocessing.get_context("forkserver")
             self.context.set_forkserver_preload(["agnitra.service.job_preload"])
-            forkserver.ensure_running()
+            ready = self.context.Process(target=_nothing)  # the first fork: once the server has imported
+            ready.start()
+            ready.join()
         else:
             self.context = multiprocessing.get_context("spawn")
 
@@ -99,6 +100,10 @@ class LocalExecutor:
         child = self.context.Process(target=_run_job, args=(job.db_url, job.data_dir, job.owner, job.job_id))
         child.start()
         return _Child(child)
+
+
+def _nothing() -> None:
+    pass
 
 
 class _Child(Launched):
