@@ -324,7 +324,8 @@ def test_int4_tensor_core_rows_kernel_matches_reference(dtype, m, split_k, warps
     program repeats a tile and stores nothing twice), batch 1 to 8, groups of 64 and 128, steps
     of one and two 64-feature chunks, the next step's reads prefetched (X_NOW: all but x) or streamed
     through shared memory (STAGES 3: a compiled-kernel matter, exercised on the GPU), split-K."""
-    for shape, block_n, block_k in (((m, 40, 256, 64), 16 * warps, 64), ((m, 17, 512, 128), 32 * warps, 128), ((m, 40, 256, 64), 64, 64)):  # splits <= steps; the last: one program of 4 tiles, the 4th repeated
+    # splits <= steps; N = 20 a warp: 2 programs, the last with a padded tile (and a repeated one with 2 warps); the last: one program of 4 tiles, the 4th repeated
+    for shape, block_n, block_k in (((m, 20 * warps, 256, 64), 16 * warps, 64), ((m, 17, 512, 128), 32 * warps, 128), ((m, 40, 256, 64), 64, 64)):
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
         cfg = {"path": "gemv", "KERNEL": "tc", "BLOCK_N": block_n, "BLOCK_K": block_k, "SPLIT_K": split_k, "num_warps": warps, "PREFETCH": bool(prefetch),
                "STAGES": stages, "X_NOW": prefetch == "X_NOW"}
@@ -365,7 +366,8 @@ def test_int4_tensor_core_waiting_fixup_matches_the_counter(dtype, m, split_k, w
     launch after launch; every slot is marked empty again afterwards and no counter is touched. Splits
     that are no power of two (the tensor-core kernel takes any: 3 and 7 splits of 8 and 16 steps, some
     splits a step short) as well."""
-    shapes = ((m, 40, 512, 64), (m, 100 if ON_GPU else 20, 1024, 128))  # N not a multiple of the block, splits <= steps
+    # N not a multiple of the block (20 rows a warp: the last program's tiles a padded one and, with 2 warps, a repeated one), splits <= steps
+    shapes = ((m, 20 * warps, 512, 64), (m, 100 if ON_GPU else 20, 1024, 128))
     # under the interpreter (seconds a launch) one shape a config: the longer where the split needs its 16 steps (there 2 tiles, not 7)
     for shape in shapes if ON_GPU else shapes[1:] if split_k > 4 else shapes[:1]:
         (x, w, s, z, g, b), ref = _int4_case(shape, dtype)
