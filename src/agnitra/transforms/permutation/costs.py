@@ -14,65 +14,98 @@ batches, so that the solver can try many swaps at once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 
-@dataclass(frozen=True)
-class TwoFour:
+class GroupCost:
+    """A cost bound to its space's data: `importance` [rows, channels] (non-negative: what the
+    similarity graph and the magnitude seed read), `group` channels per group."""
+
+    group: int
+    importance: torch.Tensor
+
+    @property
+    def channels(self) -> int:
+        return self.importance.shape[1]
+
+    def group_costs(self, groups: torch.Tensor) -> torch.Tensor:
+        """groups [..., group] channel indices -> [...] the cost of each group over all rows."""
+        raise NotImplementedError
+
+
+class TwoFour(GroupCost):
     """2 of every 4 consecutive channels kept, per row: the importance dropped."""
 
-    group: int = 4
-    keep: int = 2
+    def __init__(self, importance: torch.Tensor, group: int = 4, keep: int = 2) -> None:
+        self.importance, self.group, self.keep = importance, group, keep
 
-    def group_costs(self, importance: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-        """groups [..., group] channel indices -> [...] importance dropped over all rows."""
-        picked = importance[:, groups]  # [rows, ..., group]
-        dropped = picked.sum(-1) - picked.topk(self.keep, dim=-1).values.sum(-1)
-        return dropped.sum(0)
+    def group_costs(self, groups: torch.Tensor) -> torch.Tensor:
+        picked = self.importance[:, groups]  # [rows, ..., group]
+        return (picked.sum(-1) - picked.topk(self.keep, dim=-1).values.sum(-1)).sum(0)
 
 
-@dataclass(frozen=True)
-class GroupQuant:
-    """One symmetric scale per row and group of `group` channels at `bits`: each channel's
-    rounding noise is step^2/12, the step set by the group's largest weight in that row."""
+class GroupQuant(GroupCost):
+    """One asymmetric scale per row and group of `group` channels at `bits` (as Agnitra's int4
+    weight-only format): each weight's rounding noise is step^2/12 with step = the group's range
+    in that row / (2^bits - 1), weighted by its channel's activation norm squared."""
 
-    group: int = 32
-    bits: int = 4
+    def __init__(self, weights: torch.Tensor, norms: torch.Tensor | None = None, group: int = 32, bits: int = 4) -> None:
+        self.weights = weights.detach().float()
+        self.norms2 = (norms.float() ** 2 if norms is not None else torch.ones_like(self.weights))
+        self.importance = self.weights.abs() * self.norms2.sqrt()
+        self.group, self.levels = group, 2**bits - 1
 
-    def group_costs(self, importance: torch.Tensor, groups: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
-        magnitude = (weights if weights is not None else importance)[:, groups]  # [rows, ..., group]
-        levels = 2 ** (self.bits - 1) - 1
-        step = magnitude.amax(-1) / levels
-        scale = importance[:, groups] / magnitude.clamp_min(1e-30)  # the activation norm of each channel
-        return (step.unsqueeze(-1) ** 2 / 12 * scale**2).sum(-1).sum(0)
+    def group_costs(self, groups: torch.Tensor) -> torch.Tensor:
+        w = self.weights[:, groups]  # [rows, ..., group]
+        step = (w.amax(-1) - w.amin(-1)) / self.levels
+        return (step**2 / 12 * self.norms2[:, groups].sum(-1)).sum(0)
 
 
-@dataclass(frozen=True)
-class Blocks:
+class Blocks(GroupCost):
     """Blocks of `rows` x `group` kept by importance at `density`: the importance dropped, with
     the rows' blocks fixed (only the channel order moves)."""
 
-    group: int = 16
-    rows: int = 16
-    density: float = 0.5
+    def __init__(self, importance: torch.Tensor, group: int = 16, rows: int = 16, density: float = 0.5) -> None:
+        self.importance, self.group, self.rows, self.density = importance, group, rows, density
 
-    def group_costs(self, importance: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
-        picked = importance[:, groups]  # [rows, ..., group]
+    def group_costs(self, groups: torch.Tensor) -> torch.Tensor:
+        picked = self.importance[:, groups]  # [rows, ..., group]
         n_rows = picked.shape[0] - picked.shape[0] % self.rows
         blocks = picked[:n_rows].reshape(n_rows // self.rows, self.rows, *picked.shape[1:]).sum((1, -1))  # [row blocks, ...]
         kept = blocks.topk(max(1, round(self.density * blocks.shape[0])), dim=0).values.sum(0)
         return blocks.sum(0) - kept
 
 
-def total_cost(cost, importance: torch.Tensor, order: torch.Tensor) -> float:
+def total_cost(cost: GroupCost, order: torch.Tensor) -> float:
     """C(order): the cost of every group of the space's channels taken in `order`."""
-    return float(cost.group_costs(importance, order.reshape(-1, cost.group)).sum())
+    return float(cost.group_costs(order.reshape(-1, cost.group)).sum())
 
 
-def importance_matrix(weights: list[torch.Tensor], activation_norms: torch.Tensor | None = None) -> torch.Tensor:
-    """The weights that read a space (each [rows, channels]) stacked by rows, as float32
-    magnitudes, each channel scaled by its activation norm where one is given."""
-    stacked = torch.cat([w.detach().float().abs().reshape(-1, w.shape[-1]) for w in weights], 0)
-    return stacked * activation_norms.float() if activation_norms is not None else stacked
+def stacked(weights: list[torch.Tensor], norms: list[torch.Tensor | None] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights that read a space (each [rows, channels]) stacked by rows as float32, and each
+    one's input activation norms per channel broadcast to its rows (None where none were given)."""
+    w = torch.cat([t.detach().float().reshape(-1, t.shape[-1]) for t in weights], 0)
+    if not norms or any(n is None for n in norms):
+        return w, None
+    return w, torch.cat([n.float().expand(t.reshape(-1, t.shape[-1]).shape) for t, n in zip(weights, norms)], 0)
+
+
+class InUnits(GroupCost):
+    """`inner` with channels moved only in whole units of `unit` consecutive channels: after a
+    step that fixed groups (2:4's fours, a quantisation's scale groups), a new order may move
+    those groups but not break them. Its channels are the units."""
+
+    def __init__(self, inner: GroupCost, unit: int) -> None:
+        if inner.group % unit:
+            raise ValueError(f"groups of {inner.group} channels do not hold whole units of {unit}")
+        self.inner, self.unit, self.group = inner, unit, inner.group // unit
+        d = inner.channels
+        self.importance = inner.importance.reshape(inner.importance.shape[0], d // unit, unit).sum(-1)
+
+    def group_costs(self, groups: torch.Tensor) -> torch.Tensor:
+        channels = (groups.unsqueeze(-1) * self.unit + torch.arange(self.unit)).flatten(-2)
+        return self.inner.group_costs(channels)
+
+    def channel_order(self, unit_order: torch.Tensor) -> torch.Tensor:
+        """A permutation of the units as one of the channels."""
+        return (unit_order.unsqueeze(-1) * self.unit + torch.arange(self.unit)).reshape(-1)

@@ -84,31 +84,33 @@ def community_order(graph, group: int, seed: int = 0) -> torch.Tensor:
     return torch.tensor([c for slot in slots for c in slot], dtype=torch.long)
 
 
-def solve(cost, importance: torch.Tensor, *, activations: torch.Tensor | None = None, seconds: float = 60.0, batch: int = 512,
+def solve(cost, *, activations: torch.Tensor | None = None, seconds: float = 60.0, batch: int = 512,
           regression: float = 1e-4, seed: int = 0) -> Solution:
-    """The channel order of least C(pi) found within `seconds` (the best one seen is kept)."""
+    """The channel order of least C(pi) found within `seconds` (the best one seen is kept);
+    `activations` [samples, channels]: the space's activations on calibration inputs, whose
+    correlations make the similarity graph (else the importance's)."""
     started = time.monotonic()
-    channels, group = importance.shape[1], cost.group
+    importance, channels, group = cost.importance, cost.channels, cost.group
     if channels % group:
         raise ValueError(f"{channels} channels do not split into groups of {group}")
     identity = torch.arange(channels)
-    identity_cost = total_cost(cost, importance, identity)
+    identity_cost = total_cost(cost, identity)
     graph = similarity_graph(importance, activations)
     seeds = {"identity": identity, "spectral": spectral_order(graph), "communities": community_order(graph, group, seed),
              "magnitude": torch.argsort(importance.amax(0), stable=True)}
-    costs = {name: total_cost(cost, importance, order) for name, order in seeds.items()}
+    costs = {name: total_cost(cost, order) for name, order in seeds.items()}
     start = min(costs, key=costs.get)
-    order, swaps, history = _local_search(cost, importance, seeds[start].clone(), started + seconds, batch, regression, seed, started)
-    final = total_cost(cost, importance, order)
+    order, swaps, history = _local_search(cost, seeds[start].clone(), started + seconds, batch, regression, seed, started)
+    final = total_cost(cost, order)
     return Solution(order, final, identity_cost, start, time.monotonic() - started, swaps, history)
 
 
-def _local_search(cost, importance, order, deadline, batch, regression, seed, started):
+def _local_search(cost, order, deadline, batch, regression, seed, started):
     group = cost.group
     n_groups = order.numel() // group
     generator = torch.Generator().manual_seed(seed)
     groups = order.reshape(n_groups, group).clone()
-    scores = cost.group_costs(importance, groups)
+    scores = cost.group_costs(groups)
     best, best_cost = groups.clone(), float(scores.sum())
     history, swaps, idle = [(time.monotonic() - started, best_cost)], 0, 0
     if n_groups < 2:
@@ -120,7 +122,7 @@ def _local_search(cost, importance, order, deadline, batch, regression, seed, st
         new_a, new_b = groups[ga].clone(), groups[gb].clone()
         rows = torch.arange(batch)
         new_a[rows, ia], new_b[rows, ib] = groups[gb, ib], groups[ga, ia]
-        delta = cost.group_costs(importance, new_a) + cost.group_costs(importance, new_b) - scores[ga] - scores[gb]
+        delta = cost.group_costs(new_a) + cost.group_costs(new_b) - scores[ga] - scores[gb]
         current = float(scores.sum())
         allowed = delta < -1e-12 * max(current, 1e-30) if idle < 20 else delta < regression * current
         chosen = _distinct(ga, gb, delta, allowed, limit=batch if idle < 20 else 2)
@@ -129,7 +131,7 @@ def _local_search(cost, importance, order, deadline, batch, regression, seed, st
             groups[a], groups[b] = new_a[i], new_b[i]
         if chosen:
             touched = torch.tensor(sorted({int(ga[i]) for i in chosen} | {int(gb[i]) for i in chosen}))
-            scores[touched] = cost.group_costs(importance, groups[touched])
+            scores[touched] = cost.group_costs(groups[touched])
             swaps += len(chosen)
         total = float(scores.sum())
         if total < best_cost - 1e-12 * abs(best_cost):

@@ -514,6 +514,7 @@ class Spaces:
     """Every channel space of a model with weights in it: `free` ones take any permutation."""
 
     spaces: dict[int, Space]
+    heads: set[str] = field(default_factory=set)  # weights of layers whose outputs are the model's, through no other weighted op
 
     @property
     def free(self) -> list[Space]:
@@ -534,7 +535,34 @@ def find_spaces(model: torch.nn.Module, example_inputs: tuple) -> Spaces:
     ep = torch.export.export(model, tuple(example_inputs), strict=False)
     analysis = _Analysis(ep)
     analysis.run()
-    return _resolve(analysis.c)
+    spaces = _resolve(analysis.c)
+    spaces.heads = _heads(ep, analysis.weights)
+    return spaces
+
+
+WEIGHTED = {aten.linear.default, aten.matmul.default, aten.bmm.default, aten.mm.default, aten.conv1d.default, aten.conv2d.default,
+            aten.layer_norm.default, aten.batch_norm.default, aten.embedding.default}
+
+
+def _heads(ep: torch.export.ExportedProgram, weights: dict[str, str]) -> set[str]:
+    """The weights of Linear layers whose outputs reach the model's outputs through no other
+    weighted op (a classifier, an LM head)."""
+    heads = set()
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or node.target is not aten.linear.default:
+            continue
+        frontier, seen = list(node.users), set()
+        while frontier:
+            user = frontier.pop()
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.op == "output":
+                heads.add(weights.get(node.args[1].name, node.args[1].name))
+                break
+            if user.target not in WEIGHTED:
+                frontier.extend(user.users)
+    return heads
 
 
 def _unify_products(c: _Classes) -> None:

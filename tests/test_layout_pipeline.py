@@ -1,0 +1,71 @@
+"""The layout pipeline (`agnitra.layout`): state transforms applied to a copy in modes none / once
+/ iterative; a permutation that changes the outputs is rolled back with a note; a re-permutation
+after 2:4 moves whole fours, so the 2:4 pattern survives a later quantisation's new order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from agnitra.errors import UserError
+from agnitra.layout import pipeline
+from agnitra.layout.pipeline import run_layout
+from agnitra.layout.steps import parse_steps
+
+
+def _planted() -> tuple[nn.Module, list[tuple]]:
+    """An MLP whose second layer's runs of four hidden units are large on the same output rows:
+    2:4 as given drops half the large weights, a permutation of the hidden units none."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 4)).eval()
+    with torch.no_grad():
+        down = torch.full((16, 64), 0.01)
+        for c in range(64):
+            down[(c // 4) % 2::2, c] = 1.0
+        model[2].weight.copy_(down * torch.sign(torch.randn(16, 64)))
+    calibration = [(torch.randn(8, 32, generator=torch.Generator().manual_seed(i)),) for i in range(2)]
+    return model, calibration
+
+
+def test_iterative_keeps_more_than_none_and_leaves_the_model_alone():
+    model, calibration = _planted()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    steps = parse_steps("sparsity:2:4")
+    none, iterative = (run_layout(model, calibration, steps, mode, solve_seconds=3) for mode in ("none", "iterative"))
+    assert none.steps[0].permuted_spaces == 0 and iterative.steps[0].permuted_spaces >= 1
+    assert iterative.steps[0].importance_kept > none.steps[0].importance_kept + 0.05, (none.steps, iterative.steps)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert "4.weight" not in {f"{n}.weight" for n in pipeline.targets(iterative.model, pipeline.find_spaces(model, calibration[0]), steps[0])}  # the head is left alone
+
+
+def test_a_later_permutation_moves_whole_fours_so_the_2_4_pattern_holds():
+    model, calibration = _planted()
+    run = run_layout(model, calibration, parse_steps("sparsity:2:4,quant:int4:g32"), "iterative", solve_seconds=2)
+    for layer in (run.model[0], run.model[2]):
+        fours = layer.weight.detach().reshape(layer.weight.shape[0], -1, 4)
+        assert int((fours != 0).sum(-1).max()) <= 2  # still 2 of every 4 after the quantisation's order
+
+
+def test_a_permutation_that_changes_the_outputs_is_rolled_back(monkeypatch):
+    model, calibration = _planted()
+
+    def broken(model, spaces, chosen):  # moves one side of the hidden layer only
+        with torch.no_grad():
+            model[2].weight.copy_(model[2].weight.flip(1))
+        return 1
+
+    monkeypatch.setattr(pipeline, "permute_weights", broken)
+    none = run_layout(model, calibration, parse_steps("sparsity:2:4"), "none")
+    run = run_layout(model, calibration, parse_steps("sparsity:2:4"), "iterative", solve_seconds=1)
+    assert run.steps[0].permuted_spaces == 0 and any("rolled back" in n for n in run.steps[0].notes)
+    assert all(torch.equal(a, b) for a, b in zip(run.model.state_dict().values(), none.model.state_dict().values()))
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("sparsity:1:4", "not a state transform"), ("quant:int4:32", "written gN"), ("blocks:16:2", "DENSITY between 0 and 1"), (" , ", "names no state transform"),
+])
+def test_state_transforms_are_parsed_or_refused_in_one_line(text, fragment):
+    with pytest.raises(UserError, match=fragment) as info:
+        parse_steps(text)
+    assert "\n" not in str(info.value)
