@@ -8,6 +8,7 @@ row, a token's from its claims (`oidc`)."""
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Iterator
@@ -57,7 +58,12 @@ def session(request: Request) -> Iterator[Session]:
         yield s
 
 
-def caller(request: Request, s: Session = Depends(session), authorization: str | None = Header(default=None),
+# before the response is sent: FastAPI's default (since 0.121, when `scope` came) ends a yield
+# dependency after it, which let a client answered 201 ask for the row before it was committed
+SESSION = Depends(session, scope="function") if "scope" in inspect.signature(Depends).parameters else Depends(session)
+
+
+def caller(request: Request, s: Session = SESSION, authorization: str | None = Header(default=None),
            x_api_key: str | None = Header(default=None)) -> Caller:
     bearer = authorization[7:].strip() if authorization and authorization.lower().startswith("bearer ") else None
     verifier: OidcVerifier | None = request.app.state.oidc
