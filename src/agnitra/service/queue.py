@@ -120,11 +120,13 @@ def requeue_lapsed(session: Session) -> list[int]:
 
 
 def cancel(session: Session, job: JobRow) -> None:
-    """A queued job is cancelled at once; a running one when its worker sees the request."""
+    """A queued job is cancelled at once; a running one when its worker sees the request (also one
+    that a worker claimed between this request's read and its write)."""
     if job.status == "queued":
-        session.execute(update(JobRow).where(JobRow.id == job.id, JobRow.status == "queued").values(status="cancelled", finished_at=now()))
-        event(session, job.id, "cancelled")
-    elif job.status == "running":
+        if session.execute(update(JobRow).where(JobRow.id == job.id, JobRow.status == "queued").values(status="cancelled", finished_at=now())).rowcount:
+            event(session, job.id, "cancelled")
+        session.refresh(job)
+    if job.status == "running":
         session.execute(update(JobRow).where(JobRow.id == job.id).values(cancel_requested=True))
         event(session, job.id, "cancel requested")
     session.refresh(job)
