@@ -69,3 +69,19 @@ def test_state_transforms_are_parsed_or_refused_in_one_line(text, fragment):
     with pytest.raises(UserError, match=fragment) as info:
         parse_steps(text)
     assert "\n" not in str(info.value)
+
+
+def test_a_given_model_is_measured_and_judged_beside_the_original():
+    import copy
+
+    from agnitra.api import benchmark
+    from agnitra.bench.variants.given import GivenModel
+
+    model, calibration = _planted()
+    broken = copy.deepcopy(model)
+    with torch.no_grad():
+        broken[0].weight.zero_()
+    report = benchmark(model, calibration[0], variants=["eager", GivenModel("same", copy.deepcopy(model)), GivenModel("broken", broken)],
+                       device="cpu", runs=2, warmup=0, op_breakdown=False, store=False)
+    by_name = {v.name: v for v in report.variants}
+    assert by_name["same"].correctness.passed and not by_name["broken"].correctness.passed
