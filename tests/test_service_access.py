@@ -15,6 +15,7 @@ import httpx
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from sqlalchemy import select
 from service_server import InThread, free_port
 
 from agnitra.service import keys, queue
@@ -167,6 +168,16 @@ def test_a_bad_token_is_a_401_with_its_reason(issuer, with_oidc, signing, change
     assert answer.headers["www-authenticate"].startswith("Bearer")
 
 
+def test_a_token_may_name_an_organisation(issuer, with_oidc, signing):
+    admin = with_oidc.client(with_oidc.admin)
+    assert admin.post("/v1/organisations", json={"name": "hooli"}).status_code == 201
+    assert admin.post("/v1/projects", json={"name": "nucleus", "organisation": "hooli"}).status_code == 201
+    member = with_oidc.client(issuer.token(signing, "k1", agnitra_role="viewer", agnitra_organisation="hooli"))
+    assert [p["name"] for p in member.get("/v1/projects").json()] == ["nucleus"]
+    gone = with_oidc.client(issuer.token(signing, "k1", agnitra_role="viewer", agnitra_organisation="pied-piper")).get("/v1/projects")
+    assert gone.status_code == 403 and "names organisation 'pied-piper', which does not exist" in gone.text
+
+
 def test_a_token_under_a_new_key_reads_the_jwks_again(issuer, with_oidc, signing, monkeypatch):
     """Last of the issuer's tests: k1 is withdrawn."""
     from agnitra.service import oidc
@@ -287,3 +298,58 @@ def test_older_audit_entries_name_their_key_after_the_migration(tmp_path):
     with store.engine.connect() as connection:
         assert [tuple(r) for r in connection.exec_driver_sql("SELECT key_id, actor FROM audit_logs ORDER BY id")] == [(7, "key:7"), (None, "")]
     store.close()
+
+
+@pytest.fixture(scope="module")
+def orgs(tmp_path_factory):
+    running = Service(tmp_path_factory.mktemp("orgs"), rate_limit=0)
+    yield running
+    running.stop()
+
+
+def test_organisations_scope_projects_keys_and_the_audit_log(orgs):
+    admin = orgs.client(orgs.admin)
+    for name in ("acme", "globex"):
+        assert admin.post("/v1/organisations", json={"name": name}).status_code == 201
+    assert admin.post("/v1/organisations", json={"name": "acme"}).status_code == 409
+    assert admin.post("/v1/projects", json={"name": "rockets", "organisation": "acme"}).json()["organisation_id"] == 1
+    assert admin.post("/v1/projects", json={"name": "widgets", "organisation": "globex"}).status_code == 201
+    assert admin.post("/v1/projects", json={"name": "x", "organisation": "initech"}).status_code == 404
+    with orgs.app.state.store.session() as session:
+        _, acme_admin = keys.create_key(session, "acme admin", "admin", organisation="acme")
+        _, acme_viewer = keys.create_key(session, "acme viewer", "viewer", organisation="acme")
+        _, team_admin = keys.create_key(session, "team admin", "admin", project="team")
+        rockets = session.scalar(select(ProjectRow.id).where(ProjectRow.name == "rockets"))
+        widgets = session.scalar(select(ProjectRow.id).where(ProjectRow.name == "widgets"))
+        for project_id in (rockets, widgets):
+            session.add(ModelRow(project_id=project_id, name="m", kind="zoo", spec="zoo:bert-base", options={}, sha256="", summary={}, created_at=queue.now()))
+        session.flush()
+        rocket_model, widget_model = (session.scalar(select(ModelRow.id).where(ModelRow.project_id == p)) for p in (rockets, widgets))
+    acme = orgs.client(acme_admin)
+    # an organisation's admin makes projects in its own organisation only, and sees only its projects
+    made = acme.post("/v1/projects", json={"name": "lasers"})
+    assert made.status_code == 201 and made.json()["organisation_id"] == 1
+    refused = acme.post("/v1/projects", json={"name": "y", "organisation": "globex"})
+    assert refused.status_code == 403 and "covers organisation 1 only" in refused.text
+    assert acme.post("/v1/organisations", json={"name": "umbrella"}).status_code == 403
+    assert sorted(p["name"] for p in acme.get("/v1/projects").json()) == ["lasers", "rockets"]
+    assert [o["name"] for o in acme.get("/v1/organisations").json()] == ["acme"]
+    viewer = orgs.client(acme_viewer)
+    assert viewer.get(f"/v1/models/{rocket_model}").status_code == 200
+    foreign = viewer.get(f"/v1/models/{widget_model}")
+    assert foreign.status_code == 403 and "viewer of organisation 1" in foreign.text
+    assert {m["project_id"] for m in viewer.get("/v1/models").json()["models"]} == {rockets}
+    # a project's admin cannot make projects or organisations
+    team = orgs.client(team_admin)
+    assert team.post("/v1/projects", json={"name": "z"}).status_code == 403 and team.post("/v1/organisations", json={"name": "z"}).status_code == 403
+    # the audit log an organisation's admin reads holds what its organisation's keys did, not the instance admin's
+    actions = [e["action"] for e in acme.get("/v1/audit/logs").json()]
+    assert actions == ["project.create"] and len(admin.get("/v1/audit/logs").json()) > len(actions)
+
+
+def test_a_key_for_a_project_and_an_organisation_at_once_is_refused(orgs):
+    from agnitra.errors import UserError
+
+    with orgs.app.state.store.session() as session, pytest.raises(UserError, match="not both"):
+        keys.create_key(session, "both", "viewer", project="team", organisation="acme")
+

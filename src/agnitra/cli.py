@@ -860,11 +860,12 @@ def keys_create(
     name: str = typer.Option(..., "--name", help="whose key it is"),
     role: str = typer.Option("viewer", "--role", help="viewer (reads), editor (imports models, submits jobs) or admin (projects, keys, audit log)"),
     project: Optional[str] = typer.Option(None, "--project", help="the one project the key may act on (default: every project)"),
+    organisation: Optional[str] = typer.Option(None, "--organisation", help="the organisation whose projects the key may act on (default: every project)"),
 ) -> None:
     """Make an API key and print it (the only time it is shown; the store keeps its hash)."""
     from agnitra.service.serve import make_key
 
-    out.print(make_key(name, role, project), highlight=False)
+    out.print(make_key(name, role, project, organisation=organisation), highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:

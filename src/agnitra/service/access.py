@@ -3,8 +3,9 @@ API key, or an OIDC token where the server trusts an issuer), the rate limit per
 check (`need`) and the audit entry every change writes (`audit`).
 
 A key comes as `Authorization: Bearer KEY` or `X-API-Key: KEY`; a token as `Authorization: Bearer
-JWT`. Roles are viewer < editor < admin, for every project or one (`keys.allows`): a key's from its
-row, a token's from its claims (`oidc`)."""
+JWT`. Roles are viewer < editor < admin, for every project, one organisation's projects or one
+project (`keys.allows`): a key's from its row, a token's from its claims (`oidc`); `in_scope` keeps a
+list to the caller's projects."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from agnitra.service import keys, queue
 from agnitra.service.oidc import IssuerUnavailable, OidcVerifier, TokenRefused, looks_like_jwt
-from agnitra.store.service_schema import ApiKeyRow, AuditLogRow, ProjectRow
+from agnitra.store.service_schema import ApiKeyRow, AuditLogRow, OrganisationRow, ProjectRow
 
 NEEDS_KEY = "an API key is needed: Authorization: Bearer KEY (agnitra keys create makes one)"
 
@@ -32,6 +33,7 @@ class TokenIdentity:
     subject: str
     role: str
     project_id: int | None
+    organisation_id: int | None = None
     id: None = None
 
 
@@ -102,15 +104,40 @@ def _token_identity(s: Session, verifier: OidcVerifier, token: str) -> TokenIden
         project_id = s.scalar(select(ProjectRow.id).where(ProjectRow.name == str(name)))
         if project_id is None:
             raise HTTPException(403, f"the token's '{settings.project_claim}' claim names project '{name}', which does not exist; create it (POST /v1/projects) or fix the claim")
-    return TokenIdentity(subject=str(claims["sub"]), role=max(roles, key=keys.ROLES.index), project_id=project_id)
+    organisation_id = None
+    if project_id is None and (name := claims.get(settings.organisation_claim)) is not None:
+        organisation_id = s.scalar(select(OrganisationRow.id).where(OrganisationRow.name == str(name)))
+        if organisation_id is None:
+            raise HTTPException(403, f"the token's '{settings.organisation_claim}' claim names organisation '{name}', which does not exist; "
+                                     "create it (POST /v1/organisations) or fix the claim")
+    return TokenIdentity(subject=str(claims["sub"]), role=max(roles, key=keys.ROLES.index), project_id=project_id, organisation_id=organisation_id)
 
 
 def need(who: Caller, role: str, project_id: int | None = None) -> None:
-    if not keys.allows(who.principal, role, project_id):
+    organisation_id = who.session.scalar(select(ProjectRow.organisation_id).where(ProjectRow.id == project_id)) if project_id is not None else None
+    if not keys.allows(who.principal, role, project_id, organisation_id):
         p = who.principal
-        scope = "" if p.project_id is None else f" of project {p.project_id}"
         kind = "token" if isinstance(p, TokenIdentity) else "key"
-        raise HTTPException(403, f"this {kind} ({p.role}{scope}) may not do this: it needs {role}")
+        raise HTTPException(403, f"this {kind} ({p.role}{keys.scope_of(p)}) may not do this: it needs {role}")
+
+
+def need_unscoped(who: Caller, role: str, what: str) -> None:
+    """`role` over every project (of the caller's organisation where `what` allows one)."""
+    need(who, role)
+    p = who.principal
+    if p.project_id is not None:
+        kind = "token" if isinstance(p, TokenIdentity) else "key"
+        raise HTTPException(403, f"this {kind} covers project {p.project_id} only; {what} needs one for every project")
+
+
+def in_scope(who: Caller, project_column):
+    """The SQL condition on a project id column that keeps the caller's projects (None: all)."""
+    p = who.principal
+    if p.project_id is not None:
+        return project_column == p.project_id
+    if p.organisation_id is not None:
+        return project_column.in_(select(ProjectRow.id).where(ProjectRow.organisation_id == p.organisation_id))
+    return None
 
 
 def audit(who: Caller, action: str, target: str, **detail) -> None:

@@ -49,6 +49,10 @@ class OidcSettings:
     def project_claim(self) -> str:
         return self.claim_prefix + "project"
 
+    @property
+    def organisation_claim(self) -> str:
+        return self.claim_prefix + "organisation"
+
 
 def looks_like_jwt(token: str) -> bool:
     return token.count(".") == 2

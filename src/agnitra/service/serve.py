@@ -37,11 +37,11 @@ def first_admin_key(db_url: str) -> str | None:
         store.close()
 
 
-def make_key(name: str, role: str, project: str | None, db_url: str | None = None) -> str:
+def make_key(name: str, role: str, project: str | None, db_url: str | None = None, organisation: str | None = None) -> str:
     store = open_store(db_url or store_url())
     try:
         with store.session() as session:
-            _, key = keys.create_key(session, name, role, project)
+            _, key = keys.create_key(session, name, role, project, organisation)
             return key
     finally:
         store.close()

@@ -56,7 +56,7 @@ def iso(moment) -> str | None:
 
 
 def project_view(row: ProjectRow) -> dict:
-    return {"id": row.id, "name": row.name, "created_at": iso(row.created_at)}
+    return {"id": row.id, "name": row.name, "organisation_id": row.organisation_id, "created_at": iso(row.created_at)}
 
 
 def model_view(row: ModelRow) -> dict:
@@ -93,9 +93,11 @@ def pareto_rows(job: JobRow) -> list[dict]:
 
 def page(s: Session, table, scope_of, project: str | None, limit: int, offset: int) -> tuple[int, list]:
     """A page of a project-owned table, newest first: of one project (by name) or of every project
-    the key covers (`scope_of`: the caller's key); with the total."""
+    the caller covers (`scope_of`: the project column -> the condition keeping them, None for all:
+    `access.in_scope`); with the total."""
     scope = [table.project_id == project_named(s, project).id] if project else []
-    if scope_of.project_id is not None:
-        scope.append(table.project_id == scope_of.project_id)
+    condition = scope_of(table.project_id)
+    if condition is not None:
+        scope.append(condition)
     total = s.scalar(select(func.count(table.id)).where(*scope))
     return total, list(s.scalars(select(table).where(*scope).order_by(table.id.desc()).limit(limit).offset(offset)))

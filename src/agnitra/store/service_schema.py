@@ -1,7 +1,8 @@
 """The service's tables, in the store beside the measurements (one database, one Alembic history).
 
-projects: a team's unit of access; api_keys: hashed keys with a role (viewer, editor, admin),
-for one project or all; models: an imported model (a zoo reference or an uploaded file kept under
+organisations: groups of projects; projects: a team's unit of access, in an organisation or
+none; api_keys: hashed keys with a role (viewer, editor, admin), for one project, one
+organisation's projects or all; models: an imported model (a zoo reference or an uploaded file kept under
 the service's data folder) with its IR summary; jobs: the queue (status, settings, the lease of the
 worker running it, attempts, the idempotency key, the result once); job_events: progress lines;
 audit_logs: every change, who made it; datasets: uploaded check inputs; targets: named devices with
@@ -23,12 +24,22 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
+class OrganisationRow(Base):
+    __tablename__ = "organisations"
+    __table_args__ = (UniqueConstraint("name", name="uq_organisations_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
+
+
 class ProjectRow(Base):
     __tablename__ = "projects"
     __table_args__ = (UniqueConstraint("name", name="uq_projects_name"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
+    organisation_id: Mapped[int | None] = mapped_column(ForeignKey("organisations.id"), nullable=True)  # None: in no organisation
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
@@ -41,7 +52,8 @@ class ApiKeyRow(Base):
     prefix: Mapped[str] = mapped_column(String(16))  # the key's first characters, to tell keys apart
     digest: Mapped[str] = mapped_column(String(64))  # sha256 of the key; the key itself is never stored
     role: Mapped[str] = mapped_column(String(20))  # viewer | editor | admin
-    project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id"), nullable=True)  # None: every project
+    project_id: Mapped[int | None] = mapped_column(ForeignKey("projects.id"), nullable=True)  # None: every project (of its organisation)
+    organisation_id: Mapped[int | None] = mapped_column(ForeignKey("organisations.id"), nullable=True)  # None: every organisation
     revoked: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=_now)
 

@@ -1,13 +1,14 @@
-"""The audit log: every change, newest first; admins only."""
+"""The audit log: every change, newest first; admins only (an organisation's or a project's admin
+sees what its scope's keys did)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
-from agnitra.service.access import Caller, caller, need
+from agnitra.service.access import Caller, caller, in_scope, need
 from agnitra.service.views import CALLER, MAX_OFFSET, errors, iso
-from agnitra.store.service_schema import AuditLogRow
+from agnitra.store.service_schema import ApiKeyRow, AuditLogRow
 
 router = APIRouter(responses=errors(*CALLER))
 
@@ -15,5 +16,10 @@ router = APIRouter(responses=errors(*CALLER))
 @router.get("/v1/audit/logs")
 def audit_logs(who: Caller = Depends(caller), limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> list[dict]:
     need(who, "admin")
-    rows = who.session.scalars(select(AuditLogRow).order_by(AuditLogRow.id.desc()).limit(limit).offset(offset)).all()
+    query = select(AuditLogRow)
+    if (condition := in_scope(who, ApiKeyRow.project_id)) is not None:  # a scoped admin: what its scope's keys did
+        scoped_keys = select(ApiKeyRow.id).where(condition | (ApiKeyRow.organisation_id == who.principal.organisation_id)
+                                                 if who.principal.organisation_id is not None else condition)
+        query = query.where(AuditLogRow.key_id.in_(scoped_keys))
+    rows = who.session.scalars(query.order_by(AuditLogRow.id.desc()).limit(limit).offset(offset)).all()
     return [{"id": r.id, "at": iso(r.at), "key": r.key_id, "actor": r.actor, "action": r.action, "target": r.target, "detail": r.detail} for r in rows]

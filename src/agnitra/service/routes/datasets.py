@@ -13,7 +13,7 @@ from starlette.datastructures import UploadFile
 
 from agnitra.errors import UserError
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, need
+from agnitra.service.access import Caller, audit, caller, in_scope, need
 from agnitra.service.routes.models import save_upload, upload_form
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, iso, page, project_named
 from agnitra.store.service_schema import DatasetRow
@@ -71,7 +71,7 @@ def get_dataset(dataset_id: int, who: Caller = Depends(caller)) -> dict:
 def list_datasets(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     """The datasets the key may see, newest first: of one project (by name) or of every project in its scope."""
     need(who, "viewer")
-    total, rows = page(who.session, DatasetRow, who.key, project, limit, offset)
+    total, rows = page(who.session, DatasetRow, lambda column: in_scope(who, column), project, limit, offset)
     return {"total": total, "limit": limit, "offset": offset, "datasets": [dataset_view(r) for r in rows]}
 
 

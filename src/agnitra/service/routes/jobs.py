@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, need
+from agnitra.service.access import Caller, audit, caller, in_scope, need
 from agnitra.service.routes.targets import DTYPES, find_target, target_settings
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, job_view, pareto_rows, project_named
 from agnitra.store.service_schema import DatasetRow, JobRow, ModelRow
@@ -70,8 +70,8 @@ def list_jobs(who: Caller = Depends(caller), project: str | None = None, status:
     query = select(JobRow)
     if project:
         query = query.where(JobRow.project_id == project_named(who.session, project).id)
-    if who.key.project_id is not None:
-        query = query.where(JobRow.project_id == who.key.project_id)
+    if (condition := in_scope(who, JobRow.project_id)) is not None:
+        query = query.where(condition)
     if status:
         query = query.where(JobRow.status == status)
     total = who.session.scalar(select(func.count()).select_from(query.subquery()))

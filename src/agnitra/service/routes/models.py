@@ -6,17 +6,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
 from agnitra.errors import UserError, first_line
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, need
+from agnitra.service.access import Caller, audit, caller, in_scope, need
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, model_view, page, project_named
 from agnitra.store.service_schema import ModelRow, ProjectRow
 
@@ -53,7 +55,7 @@ async def import_model(request: Request, who: Caller = Depends(caller)) -> dict:
     project = project_named(who.session, body.project)
     need(who, "editor", project.id)
     options = model_options(body.options)
-    row = _register(request, who.session, project, body.name, "zoo", f"zoo:{body.zoo}", options, None, "")
+    row = await _register(request, who.session, project, body.name, "zoo", f"zoo:{body.zoo}", options, None, "")
     audit(who, "model.import", f"model:{row.id}", zoo=body.zoo, options=options)
     return model_view(row)
 
@@ -69,7 +71,7 @@ def get_model(model_id: int, who: Caller = Depends(caller)) -> dict:
 def list_models(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     """The models the key may see, newest first: of one project (by name) or of every project in its scope."""
     need(who, "viewer")
-    total, rows = page(who.session, ModelRow, who.key, project, limit, offset)
+    total, rows = page(who.session, ModelRow, lambda column: in_scope(who, column), project, limit, offset)
     return {"total": total, "limit": limit, "offset": offset, "models": [model_view(r) for r in rows]}
 
 
@@ -93,7 +95,7 @@ async def _import_upload(request: Request, who: Caller) -> dict:
     options = model_options(options)
     path, size, sha = await save_upload(upload, config.data_dir / "models", suffix, config.max_upload_bytes)
     try:
-        row = _register(request, who.session, project, str(name), UPLOAD_SUFFIXES[suffix], str(path), options, size, sha, upload.filename or "")
+        row = await _register(request, who.session, project, str(name), UPLOAD_SUFFIXES[suffix], str(path), options, size, sha, upload.filename or "")
     except HTTPException:
         path.unlink(missing_ok=True)
         raise
@@ -119,8 +121,10 @@ async def save_upload(upload: UploadFile, folder: Path, suffix: str, max_bytes: 
     return final, size, digest.hexdigest()
 
 
-def _register(request: Request, s: Session, project: ProjectRow, name: str, kind: str, spec: str, options: dict, size: int | None, sha: str, shown: str = "") -> ModelRow:
-    summary = _summary(spec, options, request.app.state.config.allow_pickle, shown)
+async def _register(request: Request, s: Session, project: ProjectRow, name: str, kind: str, spec: str, options: dict, size: int | None, sha: str,
+                    shown: str = "") -> ModelRow:
+    # read in a thread: seconds of loading and capture (a zoo model's imports) on the event loop held every other request
+    summary = await run_in_threadpool(_summary, spec, options, request.app.state.config.allow_pickle, shown)
     row = ModelRow(project_id=project.id, name=name, kind=kind, spec=spec, options=options, size_bytes=size, sha256=sha, summary=summary, created_at=queue.now())
     s.add(row)
     s.flush()
@@ -152,13 +156,17 @@ def model_options(options: Any) -> dict[str, Any]:
     return options
 
 
+_READING = threading.Lock()  # one model read at a time (graph capture is not made to run in two threads at once)
+
+
 def _summary(spec: str, options: dict[str, Any], allow_pickle: bool, shown: str = "") -> dict[str, Any]:
     """The model's IR summary and signature (untimed), or why it cannot be loaded (a 422 naming the
     upload by its own file name, never the server's path)."""
     from agnitra import api
 
     try:
-        report = api.inspect(spec, device="cpu", timed=False, allow_pickle=allow_pickle, **options)
+        with _READING:
+            report = api.inspect(spec, device="cpu", timed=False, allow_pickle=allow_pickle, **options)
     except UserError as exc:
         raise HTTPException(422, str(exc).replace(spec, shown or spec)) from exc
     ir = report.ir

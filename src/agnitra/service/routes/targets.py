@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, need
+from agnitra.service.access import Caller, audit, caller, in_scope, need
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, iso, page, project_named
 from agnitra.store.service_schema import TargetRow
 
@@ -58,7 +58,7 @@ def create_target(body: TargetIn, who: Caller = Depends(caller)) -> dict:
 def list_targets(who: Caller = Depends(caller), project: str | None = None, limit: int = Query(50, ge=1, le=500), offset: int = Query(0, ge=0, le=MAX_OFFSET)) -> dict:
     """The targets the key may see, newest first: of one project (by name) or of every project in its scope."""
     need(who, "viewer")
-    total, rows = page(who.session, TargetRow, who.key, project, limit, offset)
+    total, rows = page(who.session, TargetRow, lambda column: in_scope(who, column), project, limit, offset)
     return {"total": total, "limit": limit, "offset": offset, "targets": [target_view(r) for r in rows]}
 
 
