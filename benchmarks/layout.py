@@ -18,8 +18,8 @@ import torch
 
 from agnitra.api import benchmark, describe_device
 from agnitra.bench.variants.given import GivenModel
-from agnitra.layout.pipeline import MODES, run_layout, targets
-from agnitra.layout.steps import parse_steps
+from agnitra.relayout.pipeline import MODES, run_layout, targets
+from agnitra.relayout.steps import parse_steps
 from agnitra.transforms.permutation.costs import TwoFour
 from agnitra.transforms.permutation.solver import solve
 from agnitra.transforms.permutation.spaces import find_spaces
@@ -31,7 +31,7 @@ PIPELINES = ["sparsity:2:4", "quant:int4:g32", "sparsity:2:4,quant:int4:g32"]
 
 def unstructured_kept(model, calibration) -> float:
     """Importance kept by unstructured 50% on the layers 2:4 changes: the bound 2:4 is judged by."""
-    from agnitra.layout.pipeline import activation_norms
+    from agnitra.relayout.pipeline import activation_norms
 
     step = parse_steps("sparsity:2:4")[0]
     layers = targets(model, find_spaces(model, calibration[0]), step)

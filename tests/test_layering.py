@@ -25,7 +25,7 @@ LAYERS = {
     "kernels": 5, "verify": 5,
     "transforms": 6,
     "bench": 7,
-    "search": 8, "layout": 8,
+    "search": 8, "relayout": 8,
     "report": 9,
     "testing": 10,
     "optimized": 11, "gate": 11,

@@ -1,4 +1,4 @@
-"""The layout pipeline (`agnitra.layout`): state transforms applied to a copy in modes none / once
+"""The layout pipeline (`agnitra.relayout`, `agnitra.layout()`): state transforms applied to a copy in modes none / once
 / iterative; a permutation that changes the outputs is rolled back with a note; a re-permutation
 after 2:4 moves whole fours, so the 2:4 pattern survives a later quantisation's new order."""
 
@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from agnitra.errors import UserError
-from agnitra.layout import pipeline
-from agnitra.layout.pipeline import run_layout
-from agnitra.layout.steps import parse_steps
+from agnitra.relayout import pipeline
+from agnitra.relayout.pipeline import run_layout
+from agnitra.relayout.steps import parse_steps
 
 
 def _planted() -> tuple[nn.Module, list[tuple]]:
@@ -85,3 +85,23 @@ def test_a_given_model_is_measured_and_judged_beside_the_original():
                        device="cpu", runs=2, warmup=0, op_breakdown=False, store=False)
     by_name = {v.name: v for v in report.variants}
     assert by_name["same"].correctness.passed and not by_name["broken"].correctness.passed
+
+
+def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path):
+    import json
+
+    import agnitra
+    from agnitra.cli import main
+
+    model, calibration = _planted()
+    doc = agnitra.layout(model, calibration[0], transforms="sparsity:2:4", device="cpu", solve_seconds=2, runs=2, out=tmp_path / "sdk")
+    modes = {m["mode"]: m for m in doc["modes"]}
+    assert list(modes) == ["none", "once", "iterative"] and all(m["quality"]["metric"] for m in modes.values())
+    assert modes["iterative"]["steps"][0]["importance_kept"] > modes["none"]["steps"][0]["importance_kept"]
+    assert json.loads((tmp_path / "sdk" / "layout.json").read_text())["schema"] == "agnitra.layout/1"
+    assert (tmp_path / "sdk" / "layout.csv").read_text().count("\n") == 4  # a header and a row per mode and step
+    (tmp_path / "m.py").write_text("import torch\n\ndef make():\n    torch.manual_seed(0)\n    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), (torch.randn(4, 16),)\n")
+    assert main(["layout", f"{tmp_path}/m.py:make", "--device", "cpu", "--transform", "quant:int4:g16", "--modes", "none,iterative", "--solve-seconds", "1",
+                 "--runs", "2", "--out", str(tmp_path / "cli")]) == 0
+    assert [m["mode"] for m in json.loads((tmp_path / "cli" / "layout.json").read_text())["modes"]] == ["none", "iterative"]
+    assert main(["layout", f"{tmp_path}/m.py:make", "--modes", "sideways"]) == 2

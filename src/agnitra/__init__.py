@@ -1,7 +1,7 @@
 """Agnitra: measure, optimize and verify PyTorch models for inference."""
 
 from agnitra._version import __version__
-from agnitra.api import benchmark, describe_device, inspect, optimize, prepare_workload, profile
+from agnitra.api import benchmark, describe_device, inspect, layout, optimize, prepare_workload, profile
 from agnitra.optimized import OptimizedModel, apply, load
 from agnitra.search.settings import SearchSettings
 from agnitra.transforms.recipe import Recipe
@@ -28,6 +28,7 @@ __all__ = [
     "capture",
     "describe_device",
     "inspect",
+    "layout",
     "load",
     "optimize",
     "prepare_workload",

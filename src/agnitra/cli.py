@@ -805,6 +805,35 @@ def check(
     return 0
 
 
+@app.command()
+def layout(
+    model: str = typer.Argument(..., help="zoo:NAME, file.py:factory or a model file"),
+    transform: str = typer.Option("sparsity:2:4,quant:int4", "--transform", help="state transforms in order: sparsity:2:4, quant:int4[:gN], quant:int8, blocks:SIZE:DENSITY"),
+    modes: str = typer.Option("none,once,iterative", "--modes", help="none (transforms only), once (permuted before the first), iterative (re-permuted before each)"),
+    solve_seconds: float = typer.Option(60.0, "--solve-seconds", help="the solver's time for each step's permutations"),
+    device: Optional[str] = DeviceOpt,
+    dtype: Optional[str] = DtypeOpt,
+    batch: Optional[int] = BatchOpt,
+    seq_len: Optional[int] = SeqOpt,
+    tokens: Optional[int] = TokensOpt,
+    size: str = SizeOpt,
+    runs: Optional[int] = typer.Option(None, "--runs", help="timed runs of each mode's model"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="write layout.json and layout.csv here"),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Permute channels for each state transform (2:4, blocks, int4/int8 groups) and compare the modes on quality and latency."""
+    with _working(out_dir, not as_json) as progress:
+        doc = _api().layout(model, transforms=transform, modes=[m.strip() for m in modes.split(",") if m.strip()], solve_seconds=solve_seconds, device=device,
+                            dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, out=out_dir, progress=progress)
+    if as_json:
+        _print_json(doc)
+        return
+    for m in doc["modes"]:
+        q = m["quality"] or {}
+        steps = "; ".join(f"{s['step']}: kept {s['importance_kept']:.4f}, error {s['weight_error']:.4f}, {s['permuted_spaces']} space(s) permuted" for s in m["steps"])
+        out.print(f"{m['mode']}\t{q.get('metric', '')} {q.get('value', '')}\t{steps}", highlight=False)
+
+
 ExecutorOpt = typer.Option("local", "--executor", help="where jobs run: local (a child process of the worker) or ray (a Ray task on the cluster RAY_ADDRESS names; pip install 'agnitra[ray]')")
 
 

@@ -42,22 +42,25 @@ class StateStep:
             return Blocks(importance, group=self.group, rows=self.group, density=self.density)
         return GroupQuant(w, n, group=self.group, bits=self.bits)
 
-    def apply(self, weight: torch.Tensor) -> None:
+    def apply(self, weight: torch.Tensor, norms: torch.Tensor | None = None) -> None:
         """The weight as the transform leaves it, in place."""
         with torch.no_grad():
-            weight.copy_(self.transformed(weight))
+            weight.copy_(self.transformed(weight, norms))
 
-    def transformed(self, weight: torch.Tensor) -> torch.Tensor:
+    def transformed(self, weight: torch.Tensor, norms: torch.Tensor | None = None) -> torch.Tensor:
+        """Pruning keeps the weights of most importance, |W| times the input channel's activation
+        norm where `norms` are given (what the solver's cost counts), else |W|."""
         w = weight.detach().float()
         n, k = w.shape
+        importance = w.abs() * norms.float() if norms is not None else w.abs()
         if self.kind == "sparsity":
             groups = w.reshape(n, k // 4, 4)
-            keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, groups.abs().topk(2, dim=-1).indices, True)
+            keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, importance.reshape(n, k // 4, 4).topk(2, dim=-1).indices, True)
             return (groups * keep).reshape(n, k).to(weight.dtype)
         if self.kind == "blocks":
             b = self.group
             blocks = w.reshape(n // b, b, k // b, b)
-            mass = blocks.abs().sum((1, 3))  # [row blocks, column blocks]
+            mass = importance.reshape(n // b, b, k // b, b).sum((1, 3))  # [row blocks, column blocks]
             kept = mass.flatten().topk(max(1, round(self.density * mass.numel()))).indices
             mask = torch.zeros(mass.numel(), dtype=torch.bool).scatter_(0, kept, True).reshape(mass.shape)
             return (blocks * mask[:, None, :, None]).reshape(n, k).to(weight.dtype)

@@ -3,8 +3,9 @@ channels permuted never (`none`), once before the first (`once`), or before each
 model's state at that point (`iterative`). Each permutation is checked to leave the model's
 outputs as they were before it is kept; one that does not is rolled back and the cause noted.
 
-For each step the record says, over the Linear layers it changed: the importance it kept (the
-magnitude of the weights times their input channels' activation norms on the calibration inputs)
+Pruning keeps the weights of most importance (the magnitude of a weight times its input
+channel's activation norm on the calibration inputs, as Wanda prunes), which is what the solver's
+cost counts. For each step the record says, over the Linear layers it changed: the importance kept
 and the relative error of the weights it changed, so that modes compare at equal compression."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from agnitra.layout.steps import StateStep
+from agnitra.relayout.steps import StateStep
 from agnitra.transforms.permutation.apply import permute_weights
 from agnitra.transforms.permutation.costs import InUnits
 from agnitra.transforms.permutation.solver import solve
@@ -154,7 +155,7 @@ def _apply(layers: dict[str, nn.Linear], norms: dict[str, torch.Tensor], step: S
     kept_num = kept_den = err_num = err_den = 0.0
     for name, layer in layers.items():
         before = layer.weight.detach().float().clone()
-        step.apply(layer.weight)
+        step.apply(layer.weight, norms.get(name))
         after = layer.weight.detach().float()
         scale = norms.get(name)
         scale = scale if scale is not None else torch.ones(before.shape[1])
