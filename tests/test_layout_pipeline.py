@@ -105,3 +105,25 @@ def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path):
                  "--runs", "2", "--out", str(tmp_path / "cli")]) == 0
     assert [m["mode"] for m in json.loads((tmp_path / "cli" / "layout.json").read_text())["modes"]] == ["none", "iterative"]
     assert main(["layout", f"{tmp_path}/m.py:make", "--modes", "sideways"]) == 2
+
+
+def test_permutations_are_cached_reused_and_invalidated(tmp_path, monkeypatch):
+    import agnitra._version
+    from agnitra.relayout.cache import PermutationCache
+
+    model, calibration = _planted()
+    steps = parse_steps("sparsity:2:4")
+    cache = PermutationCache(tmp_path / "layout")
+    first = run_layout(model, calibration, steps, "iterative", solve_seconds=2, cache=cache)
+    assert len(list((tmp_path / "layout").glob("*.json"))) == 1
+    again = run_layout(model, calibration, steps, "iterative", solve_seconds=2, cache=cache)
+    assert any("were reused" in n for n in again.steps[0].notes)
+    assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()))
+    assert again.steps[0].solver_gain == first.steps[0].solver_gain
+    monkeypatch.setattr(agnitra._version, "__version__", "99.0")  # another version of Agnitra: solved again
+    newer = run_layout(model, calibration, steps, "iterative", solve_seconds=1, cache=cache)
+    assert not any("reused" in n for n in newer.steps[0].notes) and len(list((tmp_path / "layout").glob("*.json"))) == 2
+    for path in (tmp_path / "layout").glob("*.json"):
+        path.write_text("{not json")
+    damaged = run_layout(model, calibration, steps, "iterative", solve_seconds=1, cache=cache)
+    assert any("were damaged" in n and "set aside" in n for n in damaged.steps[0].notes)

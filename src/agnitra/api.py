@@ -198,6 +198,7 @@ def layout(
     is left as it is."""
     from agnitra.bench.variants import get_variant
     from agnitra.bench.variants.given import GivenModel
+    from agnitra.relayout.cache import PermutationCache
     from agnitra.relayout.pipeline import MODES, run_layout
     from agnitra.relayout.steps import parse_steps
 
@@ -208,11 +209,12 @@ def layout(
     _check_load_options(device, load_options)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     calibration = [tuple(workload.example_inputs)]
+    cache = PermutationCache((settings or load_settings()).cache_path / "layout")
     runs_by_mode = {}
     for mode in modes:
         if progress:
             progress(f"layout: mode {mode}", 0.1 + 0.6 * len(runs_by_mode) / len(modes))
-        runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds)
+        runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds, cache=cache)
     variants = [get_variant("eager")] + [GivenModel(f"layout {mode}", run.model) for mode, run in runs_by_mode.items()]
     report = run_harness(workload, dev, describe_device(dev, settings), BenchConfig(variants=variants, runs=runs, op_breakdown=False), progress)
     rows = {v.name: v for v in report.variants}

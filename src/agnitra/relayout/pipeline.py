@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from agnitra.relayout.cache import PermutationCache, space_label
 from agnitra.relayout.steps import StateStep
 from agnitra.transforms.permutation.apply import permute_weights
 from agnitra.transforms.permutation.costs import InUnits
@@ -80,8 +81,9 @@ def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) ->
 
 
 def run_layout(model: nn.Module, calibration: list[tuple], steps: list[StateStep], mode: str, *, solve_seconds: float = 20.0,
-               seed: int = 0) -> LayoutRun:
-    """The steps applied to a copy of `model` in `mode` (the original is left as it is)."""
+               seed: int = 0, cache: PermutationCache | None = None) -> LayoutRun:
+    """The steps applied to a copy of `model` in `mode` (the original is left as it is); `cache`
+    keeps each step's permutations and gives them back under the same conditions."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}; one of {', '.join(MODES)}")
     work = copy.deepcopy(model).eval()
@@ -98,7 +100,7 @@ def run_layout(model: nn.Module, calibration: list[tuple], steps: list[StateStep
             if step.group % unit:
                 notes.append(f"{step.text}: not permuted: its groups of {step.group} would break the groups of {unit} the earlier steps fixed")
             else:
-                permuted, gain = _permute_for(work, spaces, layers, norms, step, unit, calibration, solve_seconds, seed, notes)
+                permuted, gain = _permute_for(work, spaces, layers, norms, step, unit, calibration, solve_seconds, seed, notes, cache)
             norms = activation_norms(work, calibration, list(layers)) if permuted else norms
         kept, error = _apply(layers, norms, step)
         records.append(StepRecord(step.text, permuted, gain, kept, error, len(layers), round(time.monotonic() - started, 2), notes))
@@ -115,12 +117,24 @@ def _fixed_unit(earlier: list[StateStep]) -> int:
     return unit
 
 
-def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: int, calibration, seconds: float, seed: int, notes: list[str]) -> tuple[int, float]:
-    """Each free space that a changed layer reads gets the order of least cost for `step`;
-    the model's outputs are checked unchanged before it is kept (rolled back otherwise)."""
+def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: int, calibration, seconds: float, seed: int, notes: list[str],
+                 cache: PermutationCache | None = None) -> tuple[int, float]:
+    """Each free space that a changed layer reads gets the order of least cost for `step` (from
+    the cache where it holds them); the model's outputs are checked unchanged before it is kept
+    (rolled back otherwise)."""
     chosen, before_cost, after_cost = {}, 0.0, 0.0
     read = [(space, [name for name in layers if any(a.name == f"{name}.weight" and a.dim == 1 for a in space.axes)]) for space in spaces.free]
     read = [(space, readers) for space, readers in read if readers]
+    key = cache.key(model, step.text, unit, seconds) if cache is not None else None
+    cached = cache.get(key) if cache is not None else None
+    if cache is not None:
+        notes += cache.notes
+        cache.notes.clear()
+    if cached is not None:
+        labels = {space_label(space): space for space, _ in read}
+        chosen = {labels[label].id: torch.tensor(order) for label, order in cached[0].items() if label in labels}
+        notes.append(f"{step.text}: the permutations of an earlier run under the same conditions were reused")
+        read = []
     for space, readers in read:
         cost = step.cost([layers[n].weight for n in readers], [norms.get(n) for n in readers])
         if unit > 1:
@@ -130,6 +144,10 @@ def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: in
             chosen[space.id] = cost.channel_order(solution.order) if unit > 1 else solution.order
             before_cost += solution.identity_cost
             after_cost += solution.cost
+    gain = cached[1] if cached is not None else (1 - after_cost / before_cost) if before_cost > 0 else 0.0
+    if cache is not None and cached is None:
+        by_id = {space.id: space for space in spaces.free}
+        cache.put(key, {space_label(by_id[i]): order.tolist() for i, order in chosen.items()}, gain)
     if not chosen:
         return 0, 0.0
     saved = copy.deepcopy(model.state_dict())
@@ -141,7 +159,7 @@ def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: in
             model.load_state_dict(saved)
             notes.append(f"{step.text}: the permutation changed the model's outputs; rolled back to the previous layout")
             return 0, 0.0
-    return len(chosen), (1 - after_cost / before_cost) if before_cost > 0 else 0.0
+    return len(chosen), gain
 
 
 def _outputs(model, batch) -> list[torch.Tensor]:
