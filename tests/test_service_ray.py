@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("ray")
 psutil = pytest.importorskip("psutil")
 
-from service_server import QUICK_JOB, Server, free_port, onnx_linear, wait  # noqa: E402 - tests/: the service's test server
+from service_server import QUICK_JOB, Server, free_port, onnx_linear, session_cache, wait  # noqa: E402 - tests/: the service's test server
 
 RAY = str(Path(sys.executable).with_name("ray"))
 IN_RAY_TASK = re.compile(r"in Ray task ([0-9a-f]{16,}) on node ([0-9a-f]{56}) \(.*, pid (\d+)(, GPU \d+)?\)")
@@ -97,7 +97,7 @@ class RayCluster:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ray-service")
-    cluster = RayCluster(dict(os.environ, AGNITRA_CACHE_DIR=str(folder / "cache")))  # the head starts while the server does
+    cluster = RayCluster(dict(os.environ, AGNITRA_CACHE_DIR=str(session_cache(folder))))  # the head starts while the server does
     server = None
     try:
         server = Server(folder, 0)  # no local workers: the worker below runs jobs as Ray tasks
@@ -143,12 +143,12 @@ def test_jobs_run_as_ray_tasks_cancel_and_survive_a_lost_node(service):
     server, cluster, admin, linear, worker = service
     # a CUDA job asks Ray for a GPU: it runs where Ray gave it one (this machine has no CUDA: the job fails there)
     on_gpu = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "device": "cuda"}}).json()
+    first = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "60s"}}).json()  # taken next
     _wait_for_task(admin, on_gpu["id"], worker)
     failed = wait(admin, on_gpu["id"], seconds=90)
     assert failed["status"] == "failed" and "cuda" in failed["error"].lower(), failed
     assert any(re.search(r"in Ray task \w+ on node \w+ \(.*, GPU 0\)$", e["message"]) for e in failed["events"]), failed["events"]
     # a job runs in a Ray task on the worker node; its outcome and its measurements are recorded once
-    first = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "60s"}}).json()
     task, node, pid = _wait_for_task(admin, first["id"], worker)
     assert pid in {p.pid for p in cluster.tree("node")}, "the job's process is not one of the worker node's"
     assert pid != worker.pid
@@ -165,13 +165,13 @@ def test_jobs_run_as_ray_tasks_cancel_and_survive_a_lost_node(service):
     long = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "5m"}}).json()
     _, _, pid = _wait_for_task(admin, long["id"], worker)
     assert admin.post(f"/v1/jobs/{long['id']}/cancel").status_code in (200, 202)
+    lost = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "5m"}}).json()  # taken next
     cancelled = wait(admin, long["id"], seconds=30)
     assert cancelled["status"] == "cancelled", cancelled
     time.sleep(1)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
     # a node that dies under a job: the task is lost, the job is not failed; its lease lapses and it is queued again
-    lost = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "5m"}}).json()
     _wait_for_task(admin, lost["id"], worker)
     cluster.kill_node("node")
     assert worker.wait(60) == 0, (server.folder / "worker.log").read_text()[-3000:]  # its last job: it exits
@@ -183,19 +183,20 @@ def test_jobs_run_as_ray_tasks_cancel_and_survive_a_lost_node(service):
     assert any("stopped renewing its lease: queued again" in m for m in messages), messages
 
 
-def test_executor_ray_without_ray_or_cluster_is_one_line(tmp_path):
-    shadow = tmp_path / "shadow" / "ray"
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('No module named ray')\n")
-    env = dict(os.environ, PYTHONPATH=str(shadow.parent), AGNITRA_DB_URL=f"sqlite:///{tmp_path}/store.db", AGNITRA_CACHE_DIR=str(tmp_path / "cache"))
+def test_executor_ray_without_ray_or_cluster_is_one_line(tmp_path, monkeypatch, capsys):
+    """The CLI's commands as `agnitra` runs them (its exit code and stderr), here in this process."""
+    from agnitra.cli import main
+
+    monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{tmp_path}/store.db")
+    missing = "error: --executor ray needs Ray, which is not installed: pip install 'agnitra[ray]'"
+    with monkeypatch.context() as without_ray:
+        without_ray.setitem(sys.modules, "ray", None)  # `import ray` fails as where Ray is not installed
+        for command in (["worker", "--executor", "ray", "--jobs", "1"], ["serve", "--executor", "ray", "--port", str(free_port())]):
+            assert main([*command, "--data-dir", str(tmp_path / "data")]) == 2
+            assert capsys.readouterr().err.strip() == missing
     nowhere = f"127.0.0.1:{free_port()}"  # a cluster that is not there: one line at once, not ray.init's minutes of retries
-    runs = [(["worker", "--executor", "ray", "--jobs", "1"], env, "error: --executor ray needs Ray, which is not installed: pip install 'agnitra[ray]'"),
-            (["serve", "--executor", "ray", "--port", str(free_port())], env, "error: --executor ray needs Ray, which is not installed: pip install 'agnitra[ray]'"),
-            (["worker", "--executor", "ray"], {**env, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "RAY_ADDRESS": nowhere},
-             f"error: --executor ray cannot reach the Ray cluster at RAY_ADDRESS={nowhere} (Connection refused); start it (`ray start --head`) or fix RAY_ADDRESS")]
-    running = [subprocess.Popen([sys.executable, "-m", "agnitra.cli", *command, "--data-dir", str(tmp_path / "data")], env=environ, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for command, environ, _ in runs]
-    for process, (_, _, expected) in zip(running, runs):
-        _, stderr = process.communicate(timeout=120)
-        assert process.returncode == 2 and stderr.strip() == expected, stderr
+    monkeypatch.setenv("RAY_ADDRESS", nowhere)
+    assert main(["worker", "--executor", "ray", "--data-dir", str(tmp_path / "data")]) == 2
+    expected = f"error: --executor ray cannot reach the Ray cluster at RAY_ADDRESS={nowhere} (Connection refused); start it (`ray start --head`) or fix RAY_ADDRESS"
+    assert capsys.readouterr().err.strip() == expected
     assert not (tmp_path / "store.db").exists()  # refused before the store was opened
