@@ -466,13 +466,9 @@ def test_killed_or_interrupted_then_resume_reuses_what_was_measured(tmp_path, si
     while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in workers)
-    if sig == signal.SIGINT:  # the CLI's --resume
-        done = subprocess.run(args + ["--resume", "--json"], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        search, candidates = json.loads(done.stdout)["search"], json.loads(done.stdout)["candidates"]
-    else:  # the SDK's resume=True, in this process (whose workers' fork server is warm)
-        report = agnitra.optimize(f"{model_file}:make", device="cpu", budget="90s", transforms=["plugin-a", "plugin-b", "plugin-c"], peers=[], out=run, resume=True).report
-        search, candidates = report.search, report.candidates
+    done = subprocess.run(args + ["--resume", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    search, candidates = json.loads(done.stdout)["search"], json.loads(done.stdout)["candidates"]
     assert search["reused"] == measured
     assert len(candidates) == 7  # three alone, three pairs, all three: the rest measured after the resume
 
@@ -540,3 +536,20 @@ def test_an_in_process_time_limit_holds_when_its_first_alarm_is_swallowed():
     with pytest.raises(WorkerTimeout):
         InProcess(None, torch.device("cpu")).call(stubborn, timeout=0.3)
     assert time.perf_counter() - started < 2.0
+
+
+def test_a_journal_started_by_the_cli_resumes_from_the_sdk(tmp_path):
+    """The CLI passes the load options at their defaults (size=full, no pickles), the SDK leaves
+    them out: the same run either way."""
+    import agnitra
+    from agnitra.search.run_folder import journal_key
+    from agnitra.verify import Tolerances
+
+    model_file = tmp_path / "plugin_model.py"
+    model_file.write_text(PLUGIN)
+    spec = f"{model_file}:make"
+    workload, device = agnitra.prepare_workload(spec, device="cpu")
+    report = agnitra.describe_device(device)
+    cli = journal_key(spec, {"size": "full", "allow_pickle": False, "dtype": None}, workload, report, Tolerances())
+    assert cli == journal_key(spec, {}, workload, report, Tolerances())
+    assert cli != journal_key(spec, {"size": "tiny"}, workload, report, Tolerances())
