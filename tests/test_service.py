@@ -131,11 +131,10 @@ def test_a_job_survives_kill_9_of_its_worker(server, linear):
     worker = psutil.Process(int(owner[1]))
     assert worker.ppid() == server.process.pid
     time.sleep(2)
-    # its fork server and the job's process, forked from it (what the job starts is the job's to stop)
-    forked = [p for fork_server in worker.children() for p in [fork_server, *fork_server.children()]]
-    assert len(forked) >= 2, "the job's process is not the worker's"
+    job_process = worker.children()  # what the job started in turn is the job's to stop
+    assert job_process, "the job's process is not the worker's"
     worker.kill()
-    _, alive = psutil.wait_procs(forked, timeout=30)
+    _, alive = psutil.wait_procs(job_process, timeout=30)
     assert not [p for p in alive if _alive(p)], "the job's process outlived its worker"
     done = _wait(admin, job["id"], seconds=240)
     assert done["status"] == "done" and done["attempts"] == 2, done

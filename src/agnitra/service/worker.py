@@ -1,13 +1,13 @@
-"""`agnitra worker`: takes jobs from the queue and runs each in a process of its own (forked from
-the worker's fork server, service/executor.py), or as a Ray task on a cluster (`--executor ray`).
+"""`agnitra worker`: takes jobs from the queue and runs each in a child process of its own (forked
+from the worker on Linux), or as a Ray task on a cluster (`--executor ray`, service/executor.py).
 
 The child runs `api.optimize` on the job's model with the job's settings, exactly as the CLI does,
 writing its progress to the job; the outcome is written by the child in one transaction with the
 run's measurements (`finish` only while the lease is its own). The worker renews the lease while
 the child runs, kills it at the job's hard limit (its budget and a grace) or on cancellation, and
-marks a child that died without an outcome failed. The child dies with its worker (PDEATHSIG,
-through the fork server); a Ray task is killed by Ray when its owner, this worker, dies. A Ray task
-lost with its node leaves the job to its lease, which lapses: the job is queued again.
+marks a child that died without an outcome failed. The child dies with its worker (PDEATHSIG); a
+Ray task is killed by Ray when its owner, this worker, dies. A Ray task lost with its node leaves
+the job to its lease, which lapses: the job is queued again.
 """
 
 from __future__ import annotations
@@ -76,6 +76,7 @@ def _supervise(store, config: WorkerConfig, executor, job_id: int) -> None:
         job = session.get(JobRow, job_id)
         budget_s = _budget_s(job.settings)
         device = _device_of(job.settings, session.get(ModelRow, job.model_id).options)
+    store.engine.dispose()  # no connection of this process's open while the job starts: a forked child shares none
     # the folder absolute: a Ray task does not run in this process's working directory
     run = executor.launch(JobLaunch(config.db_url, str(Path(config.data_dir).resolve()), config.owner, job_id, device))
     deadline, why = time.monotonic() + budget_s + GRACE_S, ""
