@@ -114,6 +114,10 @@ def test_the_new_endpoints_are_in_the_openapi(server):
     assert {"/v1/datasets", "/v1/datasets/{dataset_id}", "/v1/targets", "/v1/export", "/v1/recipes/recommend"} <= set(paths)
 
 
+def test_a_zoo_import_is_read_in_the_server(models):
+    assert models["bert"]["kind"] == "zoo" and models["bert"]["summary"]["params"] > 0 and "matmul" in models["bert"]["summary"]["op_mix"]
+
+
 def test_datasets_are_read_at_upload_and_kept_to_their_project(server, models, keys):
     editor, viewer, other = keys["editor"], keys["viewer"], keys["other"]
     made = _upload_dataset(editor, "rows.npz", _saved(lambda a, f: np.savez(f, a), np.ones((6, 8), dtype=np.float32)))
