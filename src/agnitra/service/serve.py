@@ -6,6 +6,7 @@ start: a server that cannot check tokens does not start."""
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import threading
 from pathlib import Path
 
@@ -102,17 +103,29 @@ class _Workers(threading.Thread):
         self.children: list = []
         self.stopping = threading.Event()
 
+    def start(self) -> None:
+        """The first local workers are forked from this process while it runs no other thread (on
+        Linux): they start without a fresh interpreter's seconds of imports. A worker that replaces
+        a dead one is spawned: by then Uvicorn's threads run here."""
+        if self.executor == "local" and sys.platform.startswith("linux") and threading.active_count() == 1:
+            self.store.engine.dispose()  # no connection of this process's open in a forked worker
+            self._fill(multiprocessing.get_context("fork"))
+        super().start()
+
     def run(self) -> None:
         while not self.stopping.is_set():
             self.children = [c for c in self.children if c.is_alive()]
-            while len(self.children) < self.count:
-                # not a daemon: a worker starts a process for each job; it dies with the server (PDEATHSIG)
-                child = multiprocessing.get_context("spawn").Process(target=_worker_main, args=(self.db_url, str(self.data_dir), self.executor))
-                child.start()
-                self.children.append(child)
+            self._fill(multiprocessing.get_context("spawn"))
             with self.store.session() as session:
                 queue.requeue_lapsed(session)
             self.stopping.wait(KEEPER_S)
+
+    def _fill(self, context) -> None:
+        while len(self.children) < self.count:
+            # not a daemon: a worker starts a process for each job; it dies with the server (PDEATHSIG)
+            child = context.Process(target=_worker_main, args=(self.db_url, str(self.data_dir), self.executor))
+            child.start()
+            self.children.append(child)
 
     def stop(self) -> None:
         self.stopping.set()
