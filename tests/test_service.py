@@ -124,8 +124,9 @@ def test_a_job_survives_kill_9_of_its_worker(server, linear):
     assert owner, running["events"]
     worker = psutil.Process(int(owner[1]))
     assert worker.ppid() == server.process.pid
-    time.sleep(2)
-    job_process = worker.children()  # what the job started in turn is the job's to stop
+    deadline = time.monotonic() + 30
+    while not (job_process := worker.children()) and time.monotonic() < deadline:  # what the job starts in turn is the job's to stop
+        time.sleep(0.1)
     assert job_process, "the job's process is not the worker's"
     worker.kill()
     _, alive = psutil.wait_procs(job_process, timeout=30)
