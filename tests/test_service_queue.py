@@ -1,6 +1,6 @@
 """The job queue on SQLite and on a real PostgreSQL: workers claiming at once take different jobs,
 a re-submitted idempotency key makes one job, a lapsed lease is queued again and its old owner can
-no longer write an outcome."""
+no longer write an outcome, a running job asked to cancel ends cancelled."""
 
 from __future__ import annotations
 
@@ -88,4 +88,19 @@ def test_a_lapsed_lease_is_queued_again_and_its_old_owner_cannot_finish(db_url):
     with store.session() as session:
         done = session.get(JobRow, job.id)
         assert done.status == "done" and done.result == {"verdict": "fresh"}
+    store.close()
+
+
+def test_a_running_job_asked_to_cancel_ends_cancelled_whatever_its_run_writes(db_url):
+    """A run being stopped can still write its failure (a Ray task cancelled mid-run): the cancellation stands."""
+    store, project, model = _store_with_model(db_url)
+    with store.session() as session:
+        job, _ = queue.submit(session, project, model, "schedule", {}, None, None)
+        queue.claim(session, "worker")
+        queue.cancel(session, session.get(JobRow, job.id))
+    with store.session() as session:
+        assert not queue.finish(session, job.id, "worker", "failed", error="EOFError: unexpected EOF")
+        assert not queue.finish(session, job.id, "worker", "cancelled")  # it is already
+    with store.session() as session:
+        assert session.get(JobRow, job.id).status == "cancelled"
     store.close()

@@ -90,9 +90,22 @@ def progress(session: Session, job_id: int, owner: str, message: str, fraction: 
 
 
 def finish(session: Session, job_id: int, owner: str, status: str, result: dict[str, Any] | None = None, error: str = "") -> bool:
-    """Record the outcome if `owner` still holds the job; False (nothing written) otherwise."""
+    """Record the outcome if `owner` still holds the job; False (nothing written) otherwise. A job
+    whose cancellation was asked for ends cancelled, whatever outcome its run comes to while it is
+    being stopped (a Ray task cancelled mid-run can still write its failure): False then, unless
+    `status` is cancelled."""
+    held = (JobRow.id == job_id, JobRow.lease_owner == owner, JobRow.status == "running")
+    if status == "cancelled":
+        return _end(session, job_id, held, status)
+    if _end(session, job_id, (*held, JobRow.cancel_requested.is_(False)), status, result, error):
+        return True
+    _end(session, job_id, (*held, JobRow.cancel_requested.is_(True)), "cancelled")
+    return False
+
+
+def _end(session: Session, job_id: int, where: tuple, status: str, result: dict[str, Any] | None = None, error: str = "") -> bool:
     done = session.execute(
-        update(JobRow).where(JobRow.id == job_id, JobRow.lease_owner == owner, JobRow.status == "running")
+        update(JobRow).where(*where)
         .values(status=status, result=result or {}, error=error[:4000], finished_at=now(), lease_until=None,
                 progress=1.0 if status == "done" else JobRow.progress)
     ).rowcount
@@ -120,8 +133,8 @@ def requeue_lapsed(session: Session) -> list[int]:
 
 
 def cancel(session: Session, job: JobRow) -> None:
-    """A queued job is cancelled at once; a running one when its worker sees the request (also one
-    that a worker claimed between this request's read and its write)."""
+    """A queued job is cancelled at once; a running one (also one that a worker claimed between this
+    request's read and its write) when its worker sees the request or its run ends, whichever is first."""
     if job.status == "queued":
         if session.execute(update(JobRow).where(JobRow.id == job.id, JobRow.status == "queued").values(status="cancelled", finished_at=now())).rowcount:
             event(session, job.id, "cancelled")
