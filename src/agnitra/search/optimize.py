@@ -9,7 +9,9 @@ the run holds a best answer that only improves (`tuner.search`). What is left at
 one final interleaved run of the baseline, the fastest compile mode and other peer that passed and
 the best finalists, with full runs, energy and correctness: the answer is chosen from that run,
 and only if it beats the baseline. Where the final run cannot finish, or the run is interrupted,
-the best verified result of the search is the answer, with its own run's figures.
+the best verified result of the search is the answer, with its own run's figures. Where an LLM
+advisor is asked (`search.advisor`), the question goes out once the space is known, the reply is
+read after the baseline, and its valid recipes lead the queue.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from agnitra.bench.variants.recipe import RecipeVariant
 from agnitra.device import out_of_memory
 from agnitra.errors import UserError, first_line
 from agnitra.results import BenchReport, CandidateResult, DeviceReport, OptimizeReport, VariantResult
+from agnitra.search.advisor import Advice, AdvisorSettings, Asking
+from agnitra.search.advisor.prompt import facts as advisor_facts
 from agnitra.search.budget import Budget
 from agnitra.search.final_reserve import SAFETY, FinalReserve
 from agnitra.search.peers import COMPILE_PEERS, PeerQueue
@@ -38,7 +42,7 @@ from agnitra.search.run_folder import RunFolder
 from agnitra.search.space import Candidate, recipe_space
 from agnitra.search.costmodel.context import workload_row
 from agnitra.search.strategies.base import SearchContext, Strategy, get_strategy
-from agnitra.search.strategies.warm_start import WarmStart
+from agnitra.search.strategies.warm_start import led_by
 from agnitra.search.tuner import SearchConfig, free_candidate, pareto_front, screening_run, screening_tolerances, search
 from agnitra.search.verdict import common_failure, nothing_helped, screened_verdict, win_verdict
 from agnitra.transforms.base import TransformContext
@@ -135,14 +139,18 @@ def run_optimize(
     peers: list[str],
     setup: RunSetup,
     progress: Callable[[str, float], None] | None = None,
+    advisor: AdvisorSettings | None = None,
 ) -> OptimizeResult:
     progress = progress or (lambda message, fraction: None)
     notes = list(setup.journal_warnings)
     if setup.source is not None:
         fork_server.warm(setup.source.device)  # its imports run while the graph is captured
-    op_kinds, signature = graph_facts(workload, notes)
+    ir = captured_graph(workload, notes)
+    op_kinds, signature = facts_of(ir)
     ctx = TransformContext(workload, device, op_kinds=op_kinds)
     space, skipped = recipe_space(ctx, allowed=set(transforms) if transforms else None)
+    # asked now, read after the baseline's measurement: the call costs no time of its own
+    asking = Asking(advisor, lambda: advisor_facts(workload, ir, device_report, space, skipped, objective), budget.total_s, setup.folder.path if setup.folder else None) if advisor else None
     # candidates are screened on one window of positions; the final run verifies all of them
     config = SearchConfig(candidate_timeout_s=candidate_timeout_s, tolerances=screening_tolerances(tolerances))
     runner = Worker(setup.source, progress) if setup.source is not None else InProcess(workload, device, progress)
@@ -155,7 +163,8 @@ def run_optimize(
         reserve = FinalReserve(probe_s, probe.variants, budget, device.type == "cuda", restart_s=runner.start_s,
                                decoder=workload.decoder is not None, running=lambda: runner.running)
         budget.mark("original model")
-        searcher = _searcher(strategy, space, signature, workload, device_report, device, resumed=bool(setup.done), notes=notes)
+        advice = _advice(asking, space, skipped, ctx, transforms, budget, notes)
+        searcher = _searcher(strategy, space, signature, workload, device_report, device, resumed=bool(setup.done), notes=notes, advised=advice.candidates if advice else [])
         reference = ReferenceBaseline.for_device(device)
         if reference is not None:
             reference.add(baseline_median(probe.variants))
@@ -193,6 +202,8 @@ def run_optimize(
         "reserved_for_final_s": round(reserved_s, 1),
         "notes": notes,
     }
+    if advice is not None:
+        search_info["advisor"] = advice.to_dict(results)
     if final is None:
         return _screened_answer(workload, device, probe, signature, objective, results, outcome, final_failure, search_info, budget, progress)
     bench = with_hotspots(final.bench, signature)
@@ -212,20 +223,29 @@ def run_optimize(
 
 
 def _searcher(strategy: str, space: list[Candidate], signature: dict | None, workload: Workload, device_report: DeviceReport, device: torch.device,
-              resumed: bool, notes: list[str]) -> Strategy:
-    """The strategy, told the workload's features; the recipes the store recommends go first where
-    it did not learn from the store itself (a resumed run keeps its first order, so its journal's
-    results line up)."""
+              resumed: bool, notes: list[str], advised: list[Candidate] = ()) -> Strategy:
+    """The strategy, told the workload's features; the advisor's valid recipes go first, then the
+    recipes the store recommends where it did not learn from the store itself (a resumed run keeps
+    its first order, so its journal's results line up)."""
     first: list = []
     if not resumed:
         space, first = _warm_started(space, signature, device, notes)
     searcher = get_strategy(strategy)(space)
-    notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device)))
+    notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device), advised=list(advised)))
     if first and searcher.learned_from_store():  # the cost model learned from those measurements: its order, not theirs
         notes[:] = [n.replace(" measured first: ", " left to the cost model, which learned from them: ", 1) if n.startswith("warm start:") else n for n in notes]
-    elif first:
-        searcher = WarmStart(first, searcher)
-    return searcher
+        first = []
+    return led_by(searcher, list(advised), first)
+
+
+def _advice(asking: Asking | None, space: list[Candidate], skipped, ctx: TransformContext, transforms: list[str] | None, budget: Budget, notes: list[str]) -> Advice | None:
+    """The advisor's reply, judged; what waiting for it took past the baseline is its own stage."""
+    if asking is None:
+        return None
+    advice = asking.advice(space, skipped, ctx, set(transforms) if transforms else None)
+    budget.mark("advisor")
+    notes.append(advice.note())
+    return advice
 
 
 def _screened_answer(workload, device, probe, signature, objective, results, outcome, why: str, search_info, budget: Budget, progress) -> OptimizeResult:
@@ -309,16 +329,42 @@ def graph_facts(workload: Workload, notes: list[str], timed: bool = True) -> tup
     its signature: the static part finds the nearest stored workloads; the hotspot features
     (`measured`: time shares per op kind, the device's busy share) are timed here once, unless
     `timed` is off, and are what the cost model reads besides."""
-    from agnitra.ir import capture_workload, signature
+    return facts_of(captured_graph(workload, notes, timed))
+
+
+def captured_graph(workload: Workload, notes: list[str], timed: bool = True):
+    """The captured IR with its hotspots timed (unless `timed` is off); None where it does not capture."""
+    from agnitra.ir import capture_workload
 
     try:
         ir = capture_workload(workload)
     except Exception as exc:  # noqa: BLE001 - a model that does not capture is still searched, all of it
         notes.append(f"the graph was not captured ({first_line(exc)}); every transform was searched")
-        return None, None
+        return None
     if timed:
         _time_hotspots(ir, workload, notes)
+    return ir
+
+
+def facts_of(ir) -> tuple[frozenset[str] | None, dict | None]:
+    """A captured graph's op kinds and signature (None, None where there is none)."""
+    from agnitra.ir import signature
+
+    if ir is None:
+        return None, None
     return frozenset(node.kind for node in ir.nodes), signature(ir).to_dict()
+
+
+def proposed_by(report: OptimizeReport) -> str | None:
+    """Who proposed the answer: the advisor, a peer or the search (None: the original model)."""
+    if report.chosen is None:
+        return None
+    name = Recipe.from_dict(report.recipe).name
+    advised = {p["recipe"] for p in (report.search.get("advisor") or {}).get("proposals", []) if p["status"] != "rejected"}
+    if name in advised:
+        return "advisor"
+    searched = [c for c in report.candidates if c.name == name or c.peer == report.chosen]
+    return "peer" if any(c.peer for c in searched) else "search"
 
 
 def with_hotspots(bench: BenchReport, signature: dict | None) -> BenchReport:
@@ -376,6 +422,9 @@ def _warm_started(space: list, signature: dict | None, device: torch.device, not
 
 def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> OptimizeResult:
     budget.mark("answer")
+    report.search["proposed_by"] = proposed_by(report)
+    if report.search.get("advisor") and report.search["proposed_by"]:
+        report.verdict += "; proposed by " + {"advisor": "the advisor", "peer": "a peer", "search": "the search, not the advisor"}[report.search["proposed_by"]]
     report.search["elapsed_s"] = round(budget.elapsed(), 1)
     report.search["time_s"] = dict(budget.phases)
     report.search["notes"].append(_time_note(budget, report.search.get("reserved_for_final_s")))

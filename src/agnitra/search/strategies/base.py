@@ -65,6 +65,7 @@ class SearchContext:
 
     workload_row: dict[str, Any] = field(default_factory=dict)
     store_url: str | None = None  # None: the configured store
+    advised: list[Candidate] = field(default_factory=list)  # the advisor's valid recipes (`llm` measures them first)
 
 
 def register_strategy(cls: type[Strategy]) -> type[Strategy]:

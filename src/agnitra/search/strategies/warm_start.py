@@ -1,7 +1,8 @@
 """Around any strategy, what is known before it asks. `WarmStart`: the recipes that passed on the
 nearest stored workloads are measured first, whatever the strategy's own order, and the strategy
 is told their results (a cost model learns from them, Optuna adds them as trials); afterwards the
-strategy asks as it would, and what it proposes that was measured already is passed over."""
+strategy asks as it would, and what it proposes that was measured already is passed over. The
+advisor's valid recipes (`search.advisor`) go first of all (`led_by`)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,13 @@ class WarmStart(Around):
                 self.measured.add(candidate.recipe.key())
                 return candidate
         return None
+
+
+def led_by(searcher: Strategy, advised: list[Candidate], recommended: list[Candidate]) -> Strategy:
+    """The advisor's recipes first, then the store's recommendations, then the strategy's own
+    order; a strategy that leads with the advisor's itself (`llm`) takes the store's after them."""
+    if isinstance(searcher, WarmStart):
+        searcher.first += recommended
+        return searcher
+    first = advised + recommended
+    return WarmStart(first, searcher) if first else searcher
