@@ -609,6 +609,8 @@ def optimize(
     strategy: str | None = None,
     candidate_timeout: str | float | None = None,
     peers: Sequence[str] | None = None,
+    advisor: str | None = None,
+    advisor_model: str | None = None,
     store: bool = True,
     **load_options,
 ):
@@ -619,10 +621,13 @@ def optimize(
     interleaved run, the original model is returned and the report says so. What the answer must
     meet comes as `tolerances=Tolerances(...)`, how the search runs as `search=SearchSettings(...)`;
     their fields are also accepted one by one (`budget="3m"`, `min_cosine=0.99`), not both ways.
+    `advisor="http://host/v1", advisor_model="NAME"` asks an OpenAI-compatible endpoint for recipes
+    to measure first (key from AGNITRA_LLM_API_KEY; see docs/search.md).
     """
     flat_tolerances = dict(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db,
                            max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions)
-    flat_search = dict(budget=budget, candidate_timeout=candidate_timeout, strategy=strategy, transforms=transforms, exclude_transforms=exclude_transforms, peers=peers)
+    flat_search = dict(budget=budget, candidate_timeout=candidate_timeout, strategy=strategy, transforms=transforms, exclude_transforms=exclude_transforms, peers=peers,
+                       advisor=advisor, advisor_model=advisor_model)
     tolerances = _grouped("tolerances", tolerances, Tolerances, flat_tolerances)
     search = _grouped("search", search, SearchSettings, flat_search)
     arguments.one_of("--objective", objective, OBJECTIVES, "objective")
@@ -637,7 +642,10 @@ def optimize(
     arguments.count("--check-positions", tolerances.check_positions)
     arguments.each_one_of("--peers", search.peers, _variant_names(), "variant")
     _check_load_options(device, load_options)
+    from agnitra.search.advisor import advisor_settings
     from agnitra.search.budget import Budget
+
+    asked = advisor_settings(search.advisor, search.advisor_model, search.strategy)  # a URL, a model, the openai package
 
     clock = Budget(parse_duration(search.budget, "--budget"))  # the whole run counts, loading the model included
     if not _registers_transforms(model):
@@ -652,7 +660,8 @@ def optimize(
         warnings.warn(trained, UserWarning, stacklevel=2)
     folder = RunFolder(out) if out else None  # writable and ours before any work is done
     try:
-        return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, search=search, resume=resume, progress=progress, settings=settings, load_options=load_options, store=store)
+        return _optimize_in(folder, clock, model, example_inputs, device=device, objective=objective, tolerances=tolerances, search=search, resume=resume, progress=progress, settings=settings, load_options=load_options, store=store,
+                            advisor=asked)
     finally:
         if folder is not None:
             folder.close()
@@ -692,7 +701,7 @@ def _searched_transforms(search: SearchSettings) -> list[str] | None:
     return [t.name for t in all_transforms() if t.name not in excluded and (not search.transforms or t.name in search.transforms)]
 
 
-def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, search, resume, progress, settings, load_options, store=True):
+def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, search, resume, progress, settings, load_options, store=True, advisor=None):
     from agnitra.bench.isolated import workload_source
     from agnitra.optimized import OptimizedModel
     from agnitra.search.optimize import RunSetup, run_optimize
@@ -715,7 +724,7 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         objective=objective, budget=clock, candidate_timeout_s=parse_duration(search.candidate_timeout), tolerances=tolerances,
         transforms=_searched_transforms(search), strategy=search.strategy,
         peers=list(search.peers) if search.peers is not None else default_peers(workload, dev),
-        setup=setup, progress=progress,
+        setup=setup, progress=progress, advisor=advisor,
     )
     optimized = OptimizedModel(result.model, result.recipe, workload, result.report)
     trained = training_mode_note(model, optimized=True)

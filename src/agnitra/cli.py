@@ -496,7 +496,9 @@ def optimize(
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
     candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
-    strategy: str = typer.Option("auto", "--strategy", help="how the space is searched: auto (the default: the cost model where one trains, else lossless recipes first; near-identical variants wait once one failed verification), model (the cost model learned from the store: the largest expected gain first), enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error)"),
+    strategy: str = typer.Option("auto", "--strategy", help="how the space is searched: auto (the default: the cost model where one trains, else lossless recipes first; near-identical variants wait once one failed verification), model (the cost model learned from the store: the largest expected gain first), enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error), llm (the advisor's recipes first, then auto; needs --advisor)"),
+    advisor: Optional[str] = typer.Option(None, "--advisor", help="URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) asked for recipes, measured first; key from AGNITRA_LLM_API_KEY; off by default"),
+    advisor_model: Optional[str] = typer.Option(None, "--advisor-model", help="the model the --advisor endpoint serves"),
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants, measured as candidates and compared in the final run (default: the compile modes, and ONNX Runtime where it applies)"),
     resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
     allow_pickle: bool = PickleOpt,
@@ -519,7 +521,7 @@ def optimize(
             model, device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, input_shapes=input_shape, task=task, size=size,
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
-            candidate_timeout=candidate_timeout, strategy=strategy,
+            candidate_timeout=candidate_timeout, strategy=strategy, advisor=advisor, advisor_model=advisor_model,
             peers=_names(peers), out=out_dir, resume=resume, progress=progress, store=not no_store, **_pickle(allow_pickle), **_check_inputs(check_inputs),
         )
     if out_dir is not None:
@@ -540,7 +542,7 @@ def _list_transforms() -> None:
 
 
 def _render_optimize(report) -> None:
-    from agnitra.report.console import bench_table, candidates_table, checks_summary
+    from agnitra.report.console import advisor_lines, bench_table, candidates_table, checks_summary
 
     _print_device(report.bench.device)
     _show(candidates_table(report))
@@ -552,6 +554,8 @@ def _render_optimize(report) -> None:
         out.print(f"[dim]not applicable: {item['transform']}: {item['reason']}[/]")
     for note in report.search.get("notes", []) + report.bench.notes:
         out.print(f"[dim]note: {note}[/]", highlight=False)
+    for line in advisor_lines(report):
+        out.print(line, style="dim", markup=False, highlight=False)
     out.print(f"[bold]{report.verdict}[/]", highlight=False)
 
 

@@ -85,6 +85,20 @@ def candidates_table(report) -> Table:
     return table
 
 
+def advisor_lines(report) -> list[str]:
+    """The LLM advisor's proposals, one line each with its status, and who proposed the answer
+    (nothing where no advisor was asked)."""
+    advisor = report.search.get("advisor")
+    if not advisor:
+        return []
+    lines = [f"advisor {advisor['model']} at {advisor['url']}: {len(advisor['proposals'])} proposal(s); the answer was proposed by {report.search.get('proposed_by') or 'nobody (the original model)'}"]
+    for p in advisor["proposals"]:
+        speedup = f" {p['speedup']:.2f}x" if p.get("speedup") else ""
+        reason = f": {p['reason']}" if p.get("reason") else ""
+        lines.append(f"  {p['status']}{speedup}  {p['recipe']}{reason}")
+    return lines
+
+
 def weights_summary(report: BenchReport) -> str | None:
     """One line: each variant's own weights and buffers on the device (the peak column holds every
     variant's, all resident in one run); None when no variant's are known."""

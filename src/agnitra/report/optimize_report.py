@@ -92,13 +92,28 @@ def optimize_html(report: OptimizeReport) -> str:
         f'<p class="summary"><strong>{html.escape(report.verdict)}</strong></p>',
         _section("Final run", _chart_grid(charts, speedup_figure(report)), _chart_grid(charts, latency_figure(bench.variants)), _results_table(bench.variants), _notes_list(bench.notes)),
         _section("Search", _chart_grid(charts, pareto_figure(report)), _chart_grid(charts, prediction_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(4, 10))),
+        _advisor_section(report),
         _section("Not applicable here", _table(["transform", "reason"], skipped) if skipped else '<p class="muted">Every transform applied.</p>'),
         _section("Recipe", f"<pre>{html.escape(json.dumps(report.recipe, indent=2))}</pre>"),
         _checks_section(bench.conditions),
-        _context_section(bench.workload, bench.device, {**bench.conditions, **{f"search.{k}": v for k, v in report.search.items() if k != "not_applicable"}}, bench.versions),
+        _context_section(bench.workload, bench.device, {**bench.conditions, **{f"search.{k}": v for k, v in report.search.items() if k not in ("not_applicable", "advisor")}}, bench.versions),
         f'<p class="muted">Schema {html.escape(report.schema)}</p>',
     ])
     return _page(f"Agnitra optimize: {_workload_name(bench.workload)}", body, with_plotly=charts.count > 0)
+
+
+def _advisor_section(report: OptimizeReport) -> str:
+    """The LLM advisor's outcome and each proposal's status ('' where no advisor was asked)."""
+    advisor = report.search.get("advisor")
+    if not advisor:
+        return ""
+    who = report.search.get("proposed_by") or "nobody (the original model is returned)"
+    rows = [(p["recipe"], p["status"], f"{p['speedup']:.2f}x" if p.get("speedup") else "", p.get("reason") or "", p.get("rationale") or "") for p in advisor["proposals"]]
+    return _section(
+        "LLM advisor",
+        f"<p>{html.escape(advisor['outcome'])}</p><p>{html.escape(advisor['model'])} at {html.escape(advisor['url'])}; the chosen recipe was proposed by <strong>{html.escape(who)}</strong>.</p>",
+        _table(["proposed recipe", "status", "speedup", "reason", "rationale"], rows) if rows else "",
+    )
 
 
 def write_optimize_report(report: OptimizeReport, out_dir: Path) -> dict[str, Path]:

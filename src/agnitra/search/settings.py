@@ -1,5 +1,5 @@
 """How a search runs: its budget, its time limit per candidate, its strategy, what it may try,
-and the peers it is measured against. `agnitra.optimize(..., search=SearchSettings(...))`."""
+the peers it is measured against, and the LLM advisor it may ask. `agnitra.optimize(..., search=SearchSettings(...))`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ class SearchSettings:
     transforms: Sequence[str] | None = None  # search only these
     exclude_transforms: Sequence[str] | None = None  # search all but these
     peers: Sequence[str] | None = None  # measured beside the answer; None: the best built-in ones
+    advisor: str | None = None  # an OpenAI-compatible endpoint's URL: its recipes measured first (off by default)
+    advisor_model: str | None = None  # the model that endpoint serves
 
     @classmethod
     def names(cls) -> list[str]:
