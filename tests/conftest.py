@@ -15,10 +15,20 @@ if os.environ.get("AGNITRA_GPU_TESTS") != "1":
 import pytest
 import torch
 
+DEFAULT_THREADS = torch.get_num_threads()  # what a process a test starts gets (pytest_configure lowers this one's)
+
+@pytest.fixture(scope="session")
+def _session_cache(tmp_path_factory):
+    """The cache folder every test shares, with CPU ceilings given for this worker's threads and
+    for the processes tests start (torch's default threads): measuring them costs 8 s of CPU each."""
+    from seeded_cache import seeded_cache
+
+    return seeded_cache(tmp_path_factory.getbasetemp() / "agnitra-cache", threads=(DEFAULT_THREADS,))
+
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, tmp_path, monkeypatch):
-    cache = tmp_path_factory.getbasetemp() / "agnitra-cache"  # shared by the session: ceilings measured once
+def _isolated_cache(_session_cache, tmp_path, monkeypatch):
+    cache = _session_cache
     monkeypatch.setenv("AGNITRA_CACHE_DIR", str(cache))
     # each test its own measurement store: no test warm-starts from another's runs
     monkeypatch.setenv("AGNITRA_DB_URL", f"sqlite:///{tmp_path / 'agnitra-store.db'}")
@@ -70,6 +80,8 @@ def pytest_configure(config):
     # pytest-xdist: each worker's torch gets its share of the cores. Two workers of torch's default
     # two threads on the 2-core VM spin against each other (OpenMP): training tinylm-py four steps
     # took 23 s beside another copy, 10 s with one thread each, 7 s alone.
+    global DEFAULT_THREADS
+    DEFAULT_THREADS = torch.get_num_threads()
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     if workers > 1:
         torch.set_num_threads(max(1, min(torch.get_num_threads(), (os.cpu_count() or 1) // workers)))
