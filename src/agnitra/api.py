@@ -98,6 +98,7 @@ def benchmark(
     check: bool = True,
     op_breakdown: bool = True,
     threshold: float | None = None,
+    check_positions: int | None = None,
     progress: Progress | None = None,
     settings: Settings | None = None,
     store: bool = True,
@@ -115,13 +116,15 @@ def benchmark(
     arguments.non_negative("--temperature", temperature)
     arguments.count("--top-k", top_k)
     arguments.positive("--threshold", threshold)
+    arguments.count("--check-positions", check_positions)
     _check_load_options(device, load_options)
     _check_named_store(store)
     trained = training_mode_note(model)
     if trained:
         warnings.warn(trained, UserWarning, stacklevel=2)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
-    config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold)
+    config = BenchConfig(variants=names, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k, check=check, op_breakdown=op_breakdown, threshold=threshold,
+                         tolerances=Tolerances(check_positions=check_positions))
     report = run_harness(workload, dev, describe_device(dev, settings), config, progress)
     original = next((v for v in report.variants if v.name == "eager"), None)
     if original is not None and original.status == "failed" and out_of_memory(original.reason or ""):

@@ -420,6 +420,7 @@ def bench(
     temperature: float = typer.Option(0.0, "--temperature", help="decoders: sampling temperature (0 = greedy)"),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="decoders: sample from the k most likely tokens"),
     threshold: Optional[float] = typer.Option(None, "--threshold", help="correctness threshold for the workload's metric"),
+    check_positions: Optional[int] = typer.Option(None, "--check-positions", help="decoders: teacher-forced positions verified (default: --tokens; 1024 on held-out text), in windows of --tokens"),
     no_check: bool = typer.Option(False, "--no-check", help="skip the correctness comparison"),
     no_ops: bool = typer.Option(False, "--no-ops", help="skip the operator breakdown"),
     recipe: Optional[list[str]] = typer.Option(None, "--recipe", help="also measure a recipe against the variants: a recipe.json, or inline as 'int8-weight-only + compile(mode=reduce-overhead)' (repeatable)"),
@@ -434,7 +435,7 @@ def bench(
         report = _api().benchmark(
             model, variants=variants.split(",") + _recipe_variants(recipe or []), device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens,
             input_shapes=input_shape, task=task, size=size, runs=runs, warmup=warmup, temperature=temperature, top_k=top_k,
-            threshold=threshold, check=not no_check, op_breakdown=not no_ops, progress=progress, store=not no_store, **_pickle(allow_pickle), **_check_inputs(check_inputs),
+            threshold=threshold, check_positions=check_positions, check=not no_check, op_breakdown=not no_ops, progress=progress, store=not no_store, **_pickle(allow_pickle), **_check_inputs(check_inputs),
         )
     _emit(report, as_json, out_dir, _render_bench)
 
