@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -227,10 +228,13 @@ def test_the_prompt_and_reply_are_saved_and_the_prompt_carries_no_tensor_data(ad
     assert reply["cause"] is None and reply["response"]["choices"][0]["message"]["content"] == json.dumps(PROPOSALS)
 
 
-def test_the_console_lists_the_proposals(advised_run, capsys):
-    from agnitra.cli import _render_optimize
+def test_the_console_lists_the_proposals(advised_run, capsys, monkeypatch):
+    import agnitra.cli as cli
+    from agnitra.console_io import UserStreams
 
-    _render_optimize(advised_run[0].report)
+    # the console an earlier main() in this process left points at that call's streams
+    monkeypatch.setattr(cli, "out", cli._consoles(UserStreams(sys.stdout, sys.stderr))[0])
+    cli._render_optimize(advised_run[0].report)
     shown = " ".join(capsys.readouterr().out.split())
     assert "the answer was proposed by advisor" in shown and "passed" in shown and "unknown transform 'warp-drive'" in shown
 
