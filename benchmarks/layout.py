@@ -26,6 +26,8 @@ from agnitra.transforms.permutation.spaces import find_spaces
 from agnitra.workloads.prepare import prepare_workload
 from result_file import write_result
 
+CALIBRATION = "8 batches from Workload.calibration_inputs: tinylm-py training-corpus windows of 128 tokens (prefill form), minilm its example inputs and 7 like them"
+CALIBRATION_BATCHES = 8  # as `agnitra layout` does by default: a decoder's training text, else inputs like the example
 PIPELINES = ["sparsity:2:4", "quant:int4:g32", "sparsity:2:4,quant:int4:g32"]
 
 
@@ -47,7 +49,7 @@ def unstructured_kept(model, calibration) -> float:
 def workload_rows(name: str, solve_seconds: float) -> list[dict]:
     workload, _ = prepare_workload(f"zoo:{name}", device="cpu")
     model = workload.model
-    calibration = [tuple(workload.example_inputs)]
+    calibration = workload.calibration_inputs(CALIBRATION_BATCHES)
     bound = unstructured_kept(model, calibration)
     rows = []
     for text in PIPELINES:
@@ -83,14 +85,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="minilm,tinylm-py")
     parser.add_argument("--solve-seconds", type=float, default=60.0)
+    parser.add_argument("--tag", default="", help="appended to the result file's name")
     args = parser.parse_args()
-    out = Path(__file__).parent / "results" / f"layout-cpu-{dt.date.today().isoformat()}.json"
+    out = Path(__file__).parent / "results" / f"layout-cpu-{dt.date.today().isoformat()}{'-' + args.tag if args.tag else ''}.json"
     report = describe_device("cpu")
     rows = []
     for name in args.workloads.split(","):
         rows += workload_rows(name, args.solve_seconds)
-        write_result(out, "agnitra.layout-bench/1", report, conditions={"solve_seconds_per_step": args.solve_seconds, "calibration": "the workload's example inputs"}, rows=rows)
-    write_result(out, "agnitra.layout-bench/1", report, conditions={"solve_seconds_per_step": args.solve_seconds, "calibration": "the workload's example inputs"},
+        write_result(out, "agnitra.layout-bench/1", report, conditions={"solve_seconds_per_step": args.solve_seconds, "calibration": CALIBRATION}, rows=rows)
+    write_result(out, "agnitra.layout-bench/1", report, conditions={"solve_seconds_per_step": args.solve_seconds, "calibration": CALIBRATION},
                  rows=rows, solver=solver_row(60.0))
     print("wrote", out)
 

@@ -99,6 +99,7 @@ def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path):
     assert list(modes) == ["none", "once", "iterative"] and all(m["quality"]["metric"] for m in modes.values())
     assert modes["iterative"]["steps"][0]["importance_kept"] > modes["none"]["steps"][0]["importance_kept"]
     assert json.loads((tmp_path / "sdk" / "layout.json").read_text())["schema"] == "agnitra.layout/1"
+    assert doc["calibration"] == "8 batch(es) of [8, 32] from the example inputs and fresh inputs like them"
     assert (tmp_path / "sdk" / "layout.csv").read_text().count("\n") == 4  # a header and a row per mode and step
     (tmp_path / "m.py").write_text("import torch\n\ndef make():\n    torch.manual_seed(0)\n    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), (torch.randn(4, 16),)\n")
     assert main(["layout", f"{tmp_path}/m.py:make", "--device", "cpu", "--transform", "quant:int4:g16", "--modes", "none,iterative", "--solve-seconds", "1",
@@ -127,3 +128,23 @@ def test_permutations_are_cached_reused_and_invalidated(tmp_path, monkeypatch):
         path.write_text("{not json")
     damaged = run_layout(model, calibration, steps, "iterative", solve_seconds=1, cache=cache)
     assert any("were damaged" in n and "set aside" in n for n in damaged.steps[0].notes)
+
+
+def test_a_decoder_is_calibrated_on_its_training_text_never_its_held_out_text():
+    """tinylm-py's calibration batches are training-corpus windows in prefill form; the held-out
+    windows it is judged on never appear among them."""
+    from agnitra.api import prepare_workload
+    from agnitra.models.pycorpus import read_corpus, window
+    from agnitra.workloads.zoo.tinylm_py import CALIBRATION_WINDOWS
+
+    workload, _ = prepare_workload("zoo:tinylm-py", device="cpu")
+    batches = workload.calibration_inputs(3)
+    length = workload.decoder.max_seq_len
+    assert [tuple(t.shape) for t in batches[0]] == [(1, length), (length,)]
+    train = read_corpus("train").tokens
+    for i, (tokens, positions) in enumerate(batches):
+        assert torch.equal(tokens[0], window(train, i, length, CALIBRATION_WINDOWS)) and torch.equal(positions, torch.arange(length))
+    held_out = {tuple(workload.text_windows(i)[0][0, :32].tolist()) for i in range(8)}
+    assert not held_out & {tuple(tokens[0, :32].tolist()) for tokens, _ in batches}
+    logits = workload.model(*batches[0])
+    assert logits.shape[:2] == (1, length) and torch.isfinite(logits).all()

@@ -188,6 +188,7 @@ def layout(
     modes: Sequence[str] = ("none", "once", "iterative"),
     device=None,
     solve_seconds: float = 60.0,
+    calibration_batches: int = 8,
     runs: int | None = None,
     out: str | Path | None = None,
     progress: Progress | None = None,
@@ -208,10 +209,11 @@ def layout(
     steps = parse_steps(transforms)
     arguments.each_one_of("--modes", list(modes), MODES, "mode")
     arguments.positive("--solve-seconds", solve_seconds)
+    arguments.count("--calibration-batches", calibration_batches)
     _check_repeats(runs, None)
     _check_load_options(device, load_options)
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
-    calibration = [tuple(workload.example_inputs)]
+    calibration = workload.calibration_inputs(calibration_batches)
     cache = PermutationCache((settings or load_settings()).cache_path / "layout")
     runs_by_mode = {}
     for mode in modes:
@@ -222,7 +224,7 @@ def layout(
     report = run_harness(workload, dev, describe_device(dev, settings), BenchConfig(variants=variants, runs=runs, op_breakdown=False), progress)
     rows = {v.name: v for v in report.variants}
     doc = {"schema": "agnitra.layout/1", "workload": report.workload, "device": report.device.name if hasattr(report.device, "name") else None,
-           "transforms": transforms, "solve_seconds": solve_seconds, "modes": [], "notes": [
+           "transforms": transforms, "solve_seconds": solve_seconds, "calibration": _calibration_said(workload, calibration), "modes": [], "notes": [
                "the transformed weights run as dense tensors here: latency with the sparse and int4 kernels, L2 hit rate and energy per token are measured on the GPU"]}
     eager = rows["eager"]
     for mode, run in runs_by_mode.items():
@@ -247,6 +249,13 @@ def layout(
                              f"{m['latency_ms'] if m['latency_ms'] is not None else ''},{q.get('metric', '')},{q.get('value', '')}")
         atomic_write_text(folder / "layout.csv", "\n".join(lines) + "\n")
     return doc
+
+
+def _calibration_said(workload: Workload, calibration: list[tuple]) -> str:
+    """What the layout's activation statistics were gathered on, for its report."""
+    shapes = " x ".join(str(list(t.shape)) for t in calibration[0] if isinstance(t, torch.Tensor))
+    where = "the workload's training data (never the held-out data it is judged on)" if workload.calibration else "the example inputs and fresh inputs like them"
+    return f"{len(calibration)} batch(es) of {shapes} from {where}"
 
 
 def _strategy_names() -> list[str]:

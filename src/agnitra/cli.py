@@ -816,6 +816,7 @@ def layout(
     transform: str = typer.Option("sparsity:2:4,quant:int4", "--transform", help="state transforms in order: sparsity:2:4, quant:int4[:gN], quant:int8, blocks:SIZE:DENSITY"),
     modes: str = typer.Option("none,once,iterative", "--modes", help="none (transforms only), once (permuted before the first), iterative (re-permuted before each)"),
     solve_seconds: float = typer.Option(60.0, "--solve-seconds", help="the solver's time for each step's permutations"),
+    calibration_batches: int = typer.Option(8, "--calibration-batches", help="batches the activation statistics are gathered on (a decoder's training text where the workload has it)"),
     device: Optional[str] = DeviceOpt,
     dtype: Optional[str] = DtypeOpt,
     batch: Optional[int] = BatchOpt,
@@ -828,8 +829,8 @@ def layout(
 ) -> None:
     """Permute channels for each state transform (2:4, blocks, int4/int8 groups) and compare the modes on quality and latency."""
     with _working(out_dir, not as_json) as progress:
-        doc = _api().layout(model, transforms=transform, modes=[m.strip() for m in modes.split(",") if m.strip()], solve_seconds=solve_seconds, device=device,
-                            dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, out=out_dir, progress=progress)
+        doc = _api().layout(model, transforms=transform, modes=[m.strip() for m in modes.split(",") if m.strip()], solve_seconds=solve_seconds, calibration_batches=calibration_batches,
+                            device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, out=out_dir, progress=progress)
     if as_json:
         _print_json(doc)
         return

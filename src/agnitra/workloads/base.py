@@ -74,6 +74,9 @@ class Workload:
     # decoders with held-out text: window i -> (prompt [B, prompt_len], continuation [B, new
     # tokens]); verification then teacher-forces real text and judges held-out perplexity
     text_windows: Callable[[int], tuple] | None = None
+    # calibration batch i from data the model was trained on, never the held-out text it is judged
+    # on (tinylm-py: training-corpus windows in prefill form); None: fresh inputs (`inputs(seed)`)
+    calibration: Callable[[int], tuple] | None = None
     # what the original model does besides its output (inputs changed in place, values read into
     # Python, state, repeatability): workloads.behaviour, probed once before anything is measured
     behaviour: Any = None
@@ -119,6 +122,13 @@ class Workload:
         if self.make_inputs is None:
             return like_inputs(self.example_inputs, seed)
         return self.make_inputs(seed)
+
+    def calibration_inputs(self, count: int) -> list[tuple]:
+        """`count` batches to gather activation statistics on: the workload's own calibration
+        data where it has some, else the example inputs and fresh ones like them."""
+        if self.calibration is not None:
+            return [self.calibration(i) for i in range(count)]
+        return [self.example_inputs] + [self.inputs(seed) for seed in range(1, count)]
 
     def param_count(self) -> int:
         return sum(p.numel() for p in self.model.parameters())

@@ -26,6 +26,7 @@ NAME = "tinylm-py"
 DEFAULT_PROMPT_LEN = 64
 DEFAULT_NEW_TOKENS = 64
 TEXT_WINDOWS = 64  # evenly spread held-out windows the verification draws from
+CALIBRATION_WINDOWS = 64  # evenly spread training-corpus windows calibration draws from
 
 
 def model_size(options_size: str) -> str:
@@ -65,11 +66,19 @@ def _build(options: BuildOptions) -> Workload:
         raise UserError(f"{NAME}: --seq-len {prompt_len} + --tokens {new_tokens} exceed the {cfg.rope_len} positions it was built for")
     model.setup_caches(batch, spec.max_seq_len)
     heldout = read_corpus("heldout").tokens
+    training: list[torch.Tensor] = []  # read on the first calibration batch only
 
     def text_window(index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Held-out text for window `index`: (prompt [B, prompt_len], continuation [B, new_tokens])."""
         rows = torch.stack([window(heldout, index * batch + b, spec.max_seq_len, TEXT_WINDOWS * batch) for b in range(batch)]).to(options.device)
         return rows[:, :prompt_len], rows[:, prompt_len:]
+
+    def calibration(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training text for batch `index`, whole windows in prefill form: (tokens [B, L], positions)."""
+        if not training:
+            training.append(read_corpus("train").tokens)
+        rows = torch.stack([window(training[0], index * batch + b, spec.max_seq_len, CALIBRATION_WINDOWS * batch) for b in range(batch)]).to(options.device)
+        return rows, torch.arange(spec.max_seq_len, device=options.device)
 
     def decode_inputs(seed: int) -> tuple:
         prompt, _ = text_window(seed)
@@ -89,6 +98,7 @@ def _build(options: BuildOptions) -> Workload:
         hints={"config": cfg.to_dict(), "training": {k: record[k] for k in ("size", "steps", "tokens_seen", "heldout_perplexity", "unigram_perplexity", "corpus")}},
         weights="trained",
         text_windows=text_window,
+        calibration=calibration,
     )
 
 
