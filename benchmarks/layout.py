@@ -19,7 +19,7 @@ import torch
 from agnitra.api import benchmark, describe_device
 from agnitra.bench.variants.given import GivenModel
 from agnitra.relayout.pipeline import MODES, run_layout, targets
-from agnitra.relayout.steps import parse_steps
+from agnitra.transforms.permutation.steps import parse_steps
 from agnitra.transforms.permutation.costs import TwoFour
 from agnitra.transforms.permutation.solver import solve
 from agnitra.transforms.permutation.spaces import find_spaces

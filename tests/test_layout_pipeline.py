@@ -11,7 +11,7 @@ from torch import nn
 from agnitra.errors import UserError
 from agnitra.relayout import pipeline
 from agnitra.relayout.pipeline import run_layout
-from agnitra.relayout.steps import parse_steps
+from agnitra.transforms.permutation.steps import parse_steps
 
 
 def _planted() -> tuple[nn.Module, list[tuple]]:
@@ -50,12 +50,14 @@ def test_a_later_permutation_moves_whole_fours_so_the_2_4_pattern_holds():
 def test_a_permutation_that_changes_the_outputs_is_rolled_back(monkeypatch):
     model, calibration = _planted()
 
-    def broken(model, spaces, chosen):  # moves one side of the hidden layer only
+    from agnitra.transforms.permutation import order
+
+    def broken(model, spaces, chosen, in_place=True):  # moves one side of the hidden layer only
         with torch.no_grad():
             model[2].weight.copy_(model[2].weight.flip(1))
         return 1
 
-    monkeypatch.setattr(pipeline, "permute_weights", broken)
+    monkeypatch.setattr(order, "permute_weights", broken)
     none = run_layout(model, calibration, parse_steps("sparsity:2:4"), "none")
     run = run_layout(model, calibration, parse_steps("sparsity:2:4"), "iterative", solve_seconds=1)
     assert run.steps[0].permuted_spaces == 0 and any("rolled back" in n for n in run.steps[0].notes)
@@ -110,7 +112,7 @@ def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path):
 
 def test_permutations_are_cached_reused_and_invalidated(tmp_path, monkeypatch):
     import agnitra._version
-    from agnitra.relayout.cache import PermutationCache
+    from agnitra.transforms.permutation.cache import PermutationCache
 
     model, calibration = _planted()
     steps = parse_steps("sparsity:2:4")

@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from agnitra.relayout.cache import PermutationCache, space_label
-from agnitra.relayout.steps import StateStep
-from agnitra.transforms.permutation.apply import permute_weights
-from agnitra.transforms.permutation.costs import InUnits
-from agnitra.transforms.permutation.solver import solve
+from agnitra.transforms.permutation.cache import PermutationCache
+from agnitra.transforms.permutation.order import activation_norms, permute_checked, solve_orders, targets
 from agnitra.transforms.permutation.spaces import Spaces, find_spaces
+from agnitra.transforms.permutation.steps import StateStep
+
+__all__ = ["MODES", "LayoutRun", "StepRecord", "activation_norms", "run_layout", "targets"]
 
 MODES = ("none", "once", "iterative")
 
@@ -48,36 +48,6 @@ class LayoutRun:
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "steps": [asdict(s) for s in self.steps]}
-
-
-def targets(model: nn.Module, spaces: Spaces, step: StateStep) -> dict[str, nn.Linear]:
-    """The Linear layers a step changes: every one it fits, but a head whose outputs are the
-    model's own (a classifier, an LM head: left at full precision, as is the practice)."""
-    found = {}
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and step.fits(module.weight) and f"{name}.weight" not in spaces.heads:
-            found[name] = module
-    return found
-
-
-def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) -> dict[str, torch.Tensor]:
-    """Each named Linear's input channels' L2 norm over every calibration token."""
-    sums: dict[str, torch.Tensor] = {}
-    modules = dict(model.named_modules())
-    hooks = []
-    for name in names:
-        def record(_module, args, name=name):
-            x = args[0].detach().float().reshape(-1, args[0].shape[-1])
-            sums[name] = sums.get(name, 0) + (x**2).sum(0)
-        hooks.append(modules[name].register_forward_pre_hook(record))
-    try:
-        with torch.no_grad():
-            for batch in inputs:
-                model(*batch)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return {name: total.sqrt() for name, total in sums.items()}
 
 
 def run_layout(model: nn.Module, calibration: list[tuple], steps: list[StateStep], mode: str, *, solve_seconds: float = 20.0,
@@ -119,54 +89,17 @@ def _fixed_unit(earlier: list[StateStep]) -> int:
 
 def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: int, calibration, seconds: float, seed: int, notes: list[str],
                  cache: PermutationCache | None = None) -> tuple[int, float]:
-    """Each free space that a changed layer reads gets the order of least cost for `step` (from
-    the cache where it holds them); the model's outputs are checked unchanged before it is kept
-    (rolled back otherwise)."""
-    chosen, before_cost, after_cost = {}, 0.0, 0.0
-    read = [(space, [name for name in layers if any(a.name == f"{name}.weight" and a.dim == 1 for a in space.axes)]) for space in spaces.free]
-    read = [(space, readers) for space, readers in read if readers]
-    key = cache.key(model, step.text, unit, seconds) if cache is not None else None
-    cached = cache.get(key) if cache is not None else None
-    if cache is not None:
-        notes += cache.notes
-        cache.notes.clear()
-    if cached is not None:
-        labels = {space_label(space): space for space, _ in read}
-        chosen = {labels[label].id: torch.tensor(order) for label, order in cached[0].items() if label in labels}
-        notes.append(f"{step.text}: the permutations of an earlier run under the same conditions were reused")
-        read = []
-    for space, readers in read:
-        cost = step.cost([layers[n].weight for n in readers], [norms.get(n) for n in readers])
-        if unit > 1:
-            cost = InUnits(cost, unit)
-        solution = solve(cost, seconds=seconds / len(read), seed=seed)
-        if solution.cost < solution.identity_cost:
-            chosen[space.id] = cost.channel_order(solution.order) if unit > 1 else solution.order
-            before_cost += solution.identity_cost
-            after_cost += solution.cost
-    gain = cached[1] if cached is not None else (1 - after_cost / before_cost) if before_cost > 0 else 0.0
-    if cache is not None and cached is None:
-        by_id = {space.id: space for space in spaces.free}
-        cache.put(key, {space_label(by_id[i]): order.tolist() for i, order in chosen.items()}, gain)
-    if not chosen:
+    """The step's orders solved (or taken from the cache) and applied, once the model's outputs
+    are shown unchanged by them (rolled back otherwise)."""
+    orders = solve_orders(model, spaces, layers, norms, step, unit, seconds, seed, cache)
+    notes += orders.notes
+    if not orders.chosen:
         return 0, 0.0
-    saved = copy.deepcopy(model.state_dict())
-    reference = [_outputs(model, batch) for batch in calibration[:2]]
-    permute_weights(model, spaces, chosen)
-    for batch, expected in zip(calibration[:2], reference):
-        got = _outputs(model, batch)
-        if not all(torch.allclose(g, e, rtol=1e-3, atol=1e-4 * max(1.0, e.abs().max().item())) for g, e in zip(got, expected)):
-            model.load_state_dict(saved)
-            notes.append(f"{step.text}: the permutation changed the model's outputs; rolled back to the previous layout")
-            return 0, 0.0
-    return len(chosen), gain
-
-
-def _outputs(model, batch) -> list[torch.Tensor]:
-    from agnitra.workloads.base import tensor_leaves
-
-    with torch.no_grad():
-        return [t.detach().float().clone() for t in tensor_leaves(model(*batch))]
+    why_not = permute_checked(model, spaces, orders.chosen, calibration[:2])
+    if why_not:
+        notes.append(f"{step.text}: {why_not}")
+        return 0, 0.0
+    return len(orders.chosen), orders.gain
 
 
 def _apply(layers: dict[str, nn.Linear], norms: dict[str, torch.Tensor], step: StateStep) -> tuple[float, float]:

@@ -29,9 +29,11 @@ def induced(spaces: Spaces, space: Space, chosen: dict[int, torch.Tensor]) -> to
     return index.reshape(-1)
 
 
-def permute_weights(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Tensor]) -> int:
-    """Reorder, in place, every weight and buffer axis of a space the chosen permutations move
-    (`chosen`: space id -> new order, a permutation of range(size)); returns how many axes moved."""
+def permute_weights(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Tensor], in_place: bool = True) -> int:
+    """Reorder every weight and buffer axis of a space the chosen permutations move (`chosen`:
+    space id -> new order, a permutation of range(size)); returns how many axes moved. In place,
+    or (`in_place=False`) into new tensors set under every name that shared the old one's storage,
+    so that another model holding the old tensors (the user's, beside a patcher's copy) keeps them."""
     for space_id, order in chosen.items():
         space = spaces.spaces[space_id]
         if not space.free:
@@ -39,6 +41,8 @@ def permute_weights(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Te
         if sorted(order.tolist()) != list(range(space.size)):
             raise ValueError(f"not a permutation of {space.size} channels")
     tensors = dict(model.named_parameters(remove_duplicate=False)) | dict(model.named_buffers(remove_duplicate=False))
+    if not in_place:
+        tensors = _fresh_storage(model, tensors, spaces, chosen)
     moved = 0
     done: set[tuple[int, int]] = set()  # (storage of a tied weight, dim): moved once
     for space in spaces.spaces.values():
@@ -57,6 +61,26 @@ def permute_weights(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Te
                 tensor.copy_(tensor.index_select(axis.dim, order.to(tensor.device)))
             moved += 1
     return moved
+
+
+def _fresh_storage(model: nn.Module, tensors: dict[str, torch.Tensor], spaces: Spaces, chosen: dict[int, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy of each tensor an axis to be moved belongs to, set on the model under every name that
+    held it (tied weights stay tied); the others as they were."""
+    moving = {axis.name for space in spaces.spaces.values() if induced(spaces, space, chosen) is not None for axis in space.axes}
+    copies: dict[int, torch.Tensor] = {}
+    for name in moving:
+        tensor = tensors.get(name)
+        if tensor is not None and id(tensor) not in copies:
+            data = tensor.detach().clone()
+            copies[id(tensor)] = nn.Parameter(data, requires_grad=tensor.requires_grad) if isinstance(tensor, nn.Parameter) else data
+    fresh = dict(tensors)
+    for name, tensor in tensors.items():
+        if id(tensor) in copies:
+            owner_name, _, attr = name.rpartition(".")
+            owner = model.get_submodule(owner_name) if owner_name else model
+            (owner._parameters if attr in owner._parameters else owner._buffers)[attr] = copies[id(tensor)]
+            fresh[name] = copies[id(tensor)]
+    return fresh
 
 
 def random_orders(spaces: Spaces, seed: int = 0) -> dict[int, torch.Tensor]:

@@ -1,0 +1,135 @@
+"""The channel orders one state transform wants: the Linear layers it changes, their input
+channels' activation norms on calibration inputs (what pruning and the solver weigh a weight by,
+as Wanda does), each free space's order of least cost for the step (from the cache where it holds
+them), and the permutation applied only once the model's outputs are shown unchanged by it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from agnitra.transforms.permutation.apply import permute_weights
+from agnitra.transforms.permutation.cache import PermutationCache, space_label
+from agnitra.transforms.permutation.costs import InUnits
+from agnitra.transforms.permutation.solver import solve
+from agnitra.transforms.permutation.spaces import Spaces
+from agnitra.transforms.permutation.steps import StateStep
+
+
+@dataclass
+class Orders:
+    """What the solver chose for one step: space id -> new order, and the share of the step's cost removed."""
+
+    chosen: dict[int, torch.Tensor] = field(default_factory=dict)
+    gain: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def targets(model: nn.Module, spaces: Spaces, step: StateStep) -> dict[str, nn.Linear]:
+    """The Linear layers a step changes: every one it fits, but a head whose outputs are the
+    model's own (a classifier, an LM head: left at full precision, as is the practice)."""
+    found = {}
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear) and step.fits(module.weight) and f"{name}.weight" not in spaces.heads:
+            found[name] = module
+    return found
+
+
+def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) -> dict[str, torch.Tensor]:
+    """Each named Linear's input channels' L2 norm over every calibration token."""
+    sums: dict[str, torch.Tensor] = {}
+    modules = dict(model.named_modules())
+    hooks = []
+    for name in names:
+        def record(_module, args, name=name):
+            x = args[0].detach().float().reshape(-1, args[0].shape[-1])
+            sums[name] = sums.get(name, 0) + (x**2).sum(0).cpu()
+        hooks.append(modules[name].register_forward_pre_hook(record))
+    try:
+        with torch.no_grad():
+            for batch in inputs:
+                model(*batch)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return {name: total.sqrt() for name, total in sums.items()}
+
+
+def solve_orders(model: nn.Module, spaces: Spaces, layers: dict[str, nn.Linear], norms: dict[str, torch.Tensor], step: StateStep, unit: int,
+                 seconds: float, seed: int = 0, cache: PermutationCache | None = None) -> Orders:
+    """Each free space a changed layer reads gets the order of least cost for `step`, moving whole
+    units of `unit` channels (groups an earlier step fixed); the cache's orders where it has them."""
+    result = Orders()
+    read = [(space, [name for name in layers if any(a.name == f"{name}.weight" and a.dim == 1 for a in space.axes)]) for space in spaces.free]
+    read = [(space, readers) for space, readers in read if readers]
+    key = cache.key(model, step.text, unit, seconds) if cache is not None else None
+    cached = cache.get(key) if cache is not None else None
+    if cache is not None:
+        result.notes += cache.notes
+        cache.notes.clear()
+    if cached is not None:
+        labels = {space_label(space): space for space, _ in read}
+        result.chosen = {labels[label].id: torch.tensor(order) for label, order in cached[0].items() if label in labels}
+        result.gain = cached[1]
+        result.notes.append(f"{step.text}: the permutations of an earlier run under the same conditions were reused")
+        return result
+    before_cost = after_cost = 0.0
+    for space, readers in read:
+        cost = step.cost([layers[n].weight for n in readers], [norms.get(n) for n in readers])
+        if unit > 1:
+            cost = InUnits(cost, unit)
+        solution = solve(cost, seconds=seconds / len(read), seed=seed)
+        if solution.cost < solution.identity_cost:
+            result.chosen[space.id] = cost.channel_order(solution.order) if unit > 1 else solution.order
+            before_cost += solution.identity_cost
+            after_cost += solution.cost
+    result.gain = (1 - after_cost / before_cost) if before_cost > 0 else 0.0
+    if cache is not None:
+        by_id = {space.id: space for space in spaces.free}
+        cache.put(key, {space_label(by_id[i]): order.tolist() for i, order in result.chosen.items()}, result.gain)
+    return result
+
+
+def outputs(model: nn.Module, batch: tuple) -> list[torch.Tensor]:
+    from agnitra.workloads.base import tensor_leaves
+
+    with torch.no_grad():
+        return [t.detach().float().clone() for t in tensor_leaves(model(*batch))]
+
+
+def same_outputs(got: list[torch.Tensor], expected: list[torch.Tensor]) -> bool:
+    """Equal up to the order of floating-point sums."""
+    return len(got) == len(expected) and all(
+        g.shape == e.shape and torch.allclose(g, e, rtol=1e-3, atol=1e-4 * max(1.0, e.abs().max().item())) for g, e in zip(got, expected))
+
+
+def permute_checked(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Tensor], checks: list[tuple], in_place: bool = True) -> str:
+    """Apply the orders if the outputs on `checks` stay as they were; '' when applied, else why not
+    (the model is then as it was). `in_place=False` gives moved tensors new storage (a patcher's
+    copy shares the original's tensors)."""
+    reference = [outputs(model, batch) for batch in checks]
+    saved = {name: t for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))}
+    backup = None if not in_place else {name: t.detach().clone() for name, t in saved.items()}
+    permute_weights(model, spaces, chosen, in_place=in_place)
+    if all(same_outputs(outputs(model, batch), expected) for batch, expected in zip(checks, reference)):
+        return ""
+    if in_place:
+        with torch.no_grad():
+            for name, tensor in saved.items():
+                tensor.copy_(backup[name])
+    else:
+        _restore(model, saved)
+    return "the permutation changed the model's outputs; rolled back to the previous layout"
+
+
+def _restore(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """Put the tensors `saved` held back under their names (undoing a permutation that gave new ones)."""
+    for name, tensor in saved.items():
+        owner_name, _, attr = name.rpartition(".")
+        owner = model.get_submodule(owner_name) if owner_name else model
+        if attr in owner._parameters:
+            owner._parameters[attr] = tensor
+        elif attr in owner._buffers:
+            owner._buffers[attr] = tensor
