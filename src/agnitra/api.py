@@ -202,9 +202,9 @@ def layout(
     is left as it is."""
     from agnitra.bench.variants import get_variant
     from agnitra.bench.variants.given import GivenModel
-    from agnitra.relayout.cache import PermutationCache
+    from agnitra.transforms.permutation.cache import PermutationCache
     from agnitra.relayout.pipeline import MODES, run_layout
-    from agnitra.relayout.steps import parse_steps
+    from agnitra.transforms.permutation.steps import parse_steps
 
     steps = parse_steps(transforms)
     arguments.each_one_of("--modes", list(modes), MODES, "mode")
