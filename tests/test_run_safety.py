@@ -443,34 +443,42 @@ PLUGIN = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "SIGINT"])
-def test_killed_or_interrupted_then_resume_reuses_what_was_measured(tmp_path, sig):
-    model_file = tmp_path / "plugin_model.py"
-    model_file.write_text(PLUGIN)
-    run = tmp_path / "run"
-    args = [sys.executable, "-m", "agnitra.cli", "optimize", f"{model_file}:make", "--device", "cpu", "--budget", "90s", "--transforms", "plugin-a,plugin-b,plugin-c", "--peers", "", "--out", str(run)]
+def _stopped_after(args: list[str], journal: Path, lines: int, sig: int) -> tuple[int, str, int]:
+    """Run the CLI until the journal holds `lines` lines, send `sig`, and wait until its workers are
+    gone: (its exit code, its stderr, the candidates the journal then holds)."""
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    journal = run / "candidates.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (journal.is_file() and len(journal.read_text().splitlines()) >= 3):
+    while time.monotonic() < deadline and not (journal.is_file() and len(journal.read_text().splitlines()) >= lines):
         time.sleep(0.2)
     workers = _workers_of(proc.pid)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=30)
-    measured = len(journal.read_text().splitlines()) - 1
-    assert measured >= 2 and workers
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130
-        assert err.strip().splitlines()[-1] == f"interrupted; the best verified recipe so far and the partial results are in {run}; resume with --resume"
+    assert workers
     deadline = time.monotonic() + 10  # the worker dies with its parent, the fork server as it sees its parent gone
     while time.monotonic() < deadline and any(_alive(pid) for pid in workers):
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in workers)
+    return proc.returncode, err, len(journal.read_text().splitlines()) - 1
+
+
+def test_killed_then_interrupted_then_resumed_reuses_what_was_measured(tmp_path):
+    """kill -9 mid-search, then a resume stopped by Ctrl-C, then a resume to the end: each resume
+    measures only what the journal does not hold, and the last answers for all seven candidates."""
+    model_file = tmp_path / "plugin_model.py"
+    model_file.write_text(PLUGIN)
+    run = tmp_path / "run"
+    args = [sys.executable, "-m", "agnitra.cli", "optimize", f"{model_file}:make", "--device", "cpu", "--budget", "90s", "--transforms", "plugin-a,plugin-b,plugin-c", "--peers", "", "--out", str(run)]
+    journal = run / "candidates.jsonl"
+    _, _, killed_at = _stopped_after(args, journal, 3, signal.SIGKILL)
+    assert killed_at >= 2
+    code, err, interrupted_at = _stopped_after(args + ["--resume"], journal, killed_at + 3, signal.SIGINT)
+    assert code == 130 and interrupted_at > killed_at
+    assert err.strip().splitlines()[-1] == f"interrupted; the best verified recipe so far and the partial results are in {run}; resume with --resume"
     done = subprocess.run(args + ["--resume", "--json"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     search, candidates = json.loads(done.stdout)["search"], json.loads(done.stdout)["candidates"]
-    assert search["reused"] == measured
-    assert len(candidates) == 7  # three alone, three pairs, all three: the rest measured after the resume
+    assert search["reused"] == interrupted_at
+    assert len(candidates) == 7  # three alone, three pairs, all three: the rest measured after the resumes
 
 
 class _Branchy(nn.Module):
