@@ -15,6 +15,7 @@
 #   bash benchmarks/device_run.sh strategies CASE [BUDGET]    # optimize.py CASE with --strategy enumerate and model (STRATEGIES="..."; a carried .devstore.db trains the model), each with cold compile caches
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 #   bash benchmarks/device_run.sh adversarial [WORKLOADS]        # the runtime and verification tests on the GPU, then adversarial.py (the adversarial zoo on every CUDA runtime; exploring inputs on WORKLOADS)
+#   bash benchmarks/device_run.sh layout                       # tinylm-py decode: each weight format with and without the `layout` transform before it (latency, held-out perplexity, energy)
 #   bash benchmarks/device_run.sh curve BUDGETS WORKLOADS [TAG] # budget_curve.py: `agnitra optimize` as a user runs it at each budget, a workload a GPU side by side (CURVE_DEADLINE, default 540 s)
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -112,6 +113,15 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         --workloads "${3:?WORKLOADS, e.g. zoo:bert-base@b1,zoo:resnet50@b64,hf:roberta}" --lanes "${CURVE_LANES:-$(nvidia-smi -L | wc -l)}" \
         --deadline-s "${CURVE_DEADLINE:-540}" --runs /tmp/curve-runs --copy-reports "/tmp/curve-reports-${4:-$2}" --out "$OUT/budget-curve-${4:-$2}.json"
       tar czf "$OUT/curve-reports-${4:-$2}.tgz" -C "/tmp/curve-reports-${4:-$2}" . 2>/dev/null  # one file: at most 8 come back from a call
+      ;;
+    layout)  # the `layout` transform before the weight formats it serves, with their CUDA kernels: tinylm-py (trained) decode, held-out perplexity, energy
+      ro="compile(mode=reduce-overhead)"
+      for fmt in "sparsity:2:4|sparsity-2of4" "quant:int4:g32|int4-weight-only(group_size=32)" "quant:int4:g128|int4-weight-only(group_size=128)"; do
+        serves=${fmt%%|*}; step=${fmt#*|}; tag=$(echo "$serves" | tr ':' '-')
+        timeout 170 python3 -m agnitra.cli bench zoo:tinylm-py --device cuda --dtype bf16 --no-ops --no-store --variants eager --recipe "$step" \
+          --recipe "layout(serves=$serves,solve_seconds=20) + $step" --recipe "$step + $ro" --recipe "layout(serves=$serves,solve_seconds=20) + $step + $ro" \
+          --json > "$OUT/bench-layout-tinylm-py-$tag.json"
+      done
       ;;
     decode8b)  # llama-8b decode (random weights): bf16 compile vs the fused int8 decode kernels vs int8 through Inductor
       ro="compile(mode=reduce-overhead)"

@@ -123,9 +123,11 @@ def test_permutations_are_cached_reused_and_invalidated(tmp_path, monkeypatch):
     assert any("were reused" in n for n in again.steps[0].notes)
     assert all(torch.equal(a, b) for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()))
     assert again.steps[0].solver_gain == first.steps[0].solver_gain
+    other_inputs = run_layout(model, calibration[::-1], steps, "iterative", solve_seconds=1, cache=cache)  # other activation norms: solved again
+    assert not any("reused" in n for n in other_inputs.steps[0].notes) and len(list((tmp_path / "layout").glob("*.json"))) == 2
     monkeypatch.setattr(agnitra._version, "__version__", "99.0")  # another version of Agnitra: solved again
     newer = run_layout(model, calibration, steps, "iterative", solve_seconds=1, cache=cache)
-    assert not any("reused" in n for n in newer.steps[0].notes) and len(list((tmp_path / "layout").glob("*.json"))) == 2
+    assert not any("reused" in n for n in newer.steps[0].notes) and len(list((tmp_path / "layout").glob("*.json"))) == 3
     for path in (tmp_path / "layout").glob("*.json"):
         path.write_text("{not json")
     damaged = run_layout(model, calibration, steps, "iterative", solve_seconds=1, cache=cache)

@@ -91,7 +91,7 @@ def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: in
                  cache: PermutationCache | None = None) -> tuple[int, float]:
     """The step's orders solved (or taken from the cache) and applied, once the model's outputs
     are shown unchanged by them (rolled back otherwise)."""
-    orders = solve_orders(model, spaces, layers, norms, step, unit, seconds, seed, cache)
+    orders = solve_orders(model, spaces, layers, norms, step, unit, seconds, seed, cache, calibration)
     notes += orders.notes
     if not orders.chosen:
         return 0, 0.0

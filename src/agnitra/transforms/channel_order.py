@@ -84,11 +84,12 @@ class ChannelOrder(Transform):
         step = served_step(params.serves)
         calibration = ctx.calibration_inputs or ctx.workload.calibration_inputs(params.calibration_batches)
         spaces = find_spaces(model, calibration[0])
-        layers = targets(model, spaces, step)
+        layers = targets(model, spaces, step, heads=True)  # the weight format converts heads too: their groups count
         check(layers, f"layout: no Linear layer that {params.serves} fits has channels it may reorder")
         # int4's error is weighed by each channel's activation norm; 2:4 prunes by magnitude alone
         norms = activation_norms(model, calibration, list(layers)) if step.kind == "quant" else {}
-        orders = solve_orders(model, spaces, layers, norms, step, 1, params.solve_seconds, cache=PermutationCache(load_settings().cache_path / "layout"))
+        orders = solve_orders(model, spaces, layers, norms, step, 1, params.solve_seconds, cache=PermutationCache(load_settings().cache_path / "layout"),
+                              calibration=calibration)
         if orders.chosen:
             why_not = permute_checked(model, spaces, orders.chosen, calibration[:1], in_place=False)
             if why_not:

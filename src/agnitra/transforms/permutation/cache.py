@@ -28,6 +28,19 @@ def weights_digest(model: nn.Module) -> str:
     return digest.hexdigest()
 
 
+def inputs_digest(batches: list[tuple]) -> str:
+    """SHA-256 over the calibration batches' tensors (the activation norms the orders weigh by)."""
+    from agnitra.pytree import tensor_leaves
+
+    digest = hashlib.sha256()
+    for batch in batches:
+        for t in tensor_leaves(batch):
+            data = t.detach().cpu().contiguous()
+            digest.update(f"{tuple(data.shape)}{data.dtype}".encode())
+            digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
+    return digest.hexdigest()
+
+
 def space_label(space: Space) -> str:
     return hashlib.sha256("|".join(sorted(f"{a.name}:{a.dim}" for a in space.axes)).encode()).hexdigest()[:16]
 
@@ -37,10 +50,11 @@ class PermutationCache:
         self.folder = Path(folder)
         self.notes: list[str] = []
 
-    def key(self, model: nn.Module, step_text: str, unit: int, seconds: float) -> str:
+    def key(self, model: nn.Module, step_text: str, unit: int, seconds: float, calibration: list[tuple] = ()) -> str:
         from agnitra._version import __version__
 
-        tag = json.dumps({"weights": weights_digest(model), "step": step_text, "unit": unit, "seconds": seconds, "agnitra": __version__}, sort_keys=True)
+        tag = json.dumps({"weights": weights_digest(model), "step": step_text, "unit": unit, "seconds": seconds, "calibration": inputs_digest(list(calibration)),
+                          "agnitra": __version__}, sort_keys=True)
         return hashlib.sha256(tag.encode()).hexdigest()[:32]
 
     def get(self, key: str) -> tuple[dict[str, list[int]], float] | None:

@@ -27,12 +27,13 @@ class Orders:
     notes: list[str] = field(default_factory=list)
 
 
-def targets(model: nn.Module, spaces: Spaces, step: StateStep) -> dict[str, nn.Linear]:
-    """The Linear layers a step changes: every one it fits, but a head whose outputs are the
-    model's own (a classifier, an LM head: left at full precision, as is the practice)."""
+def targets(model: nn.Module, spaces: Spaces, step: StateStep, heads: bool = False) -> dict[str, nn.Linear]:
+    """The Linear layers a step changes: every one it fits, but (unless `heads`) a head whose
+    outputs are the model's own (a classifier, an LM head: left at full precision, as is the
+    practice of the layout pipeline; the search's weight formats convert heads too)."""
     found = {}
     for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and step.fits(module.weight) and f"{name}.weight" not in spaces.heads:
+        if isinstance(module, nn.Linear) and step.fits(module.weight) and (heads or f"{name}.weight" not in spaces.heads):
             found[name] = module
     return found
 
@@ -58,13 +59,13 @@ def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) ->
 
 
 def solve_orders(model: nn.Module, spaces: Spaces, layers: dict[str, nn.Linear], norms: dict[str, torch.Tensor], step: StateStep, unit: int,
-                 seconds: float, seed: int = 0, cache: PermutationCache | None = None) -> Orders:
+                 seconds: float, seed: int = 0, cache: PermutationCache | None = None, calibration: list[tuple] = ()) -> Orders:
     """Each free space a changed layer reads gets the order of least cost for `step`, moving whole
     units of `unit` channels (groups an earlier step fixed); the cache's orders where it has them."""
     result = Orders()
     read = [(space, [name for name in layers if any(a.name == f"{name}.weight" and a.dim == 1 for a in space.axes)]) for space in spaces.free]
     read = [(space, readers) for space, readers in read if readers]
-    key = cache.key(model, step.text, unit, seconds) if cache is not None else None
+    key = cache.key(model, step.text, unit, seconds, calibration) if cache is not None else None
     cached = cache.get(key) if cache is not None else None
     if cache is not None:
         result.notes += cache.notes
