@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev,service,advisor]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev,service,advisor,agent]'
 	touch $(STAMP)
 
 venv: $(STAMP)
