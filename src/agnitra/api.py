@@ -377,6 +377,67 @@ def _costmodel_rows(datasets, device_kind: str | None, skipped: list[str] | None
     return rows
 
 
+def agent_train(datasets: Sequence[str | Path] | None = None, *, steps: int = 20000, device_class: str | None = None, settings: Settings | None = None):
+    """Train the learning agent for a device class (default: this machine's) on the store's
+    measurements (or dataset CSVs): behaviour cloning of each run's best recipe, then `steps` of
+    PPO on the cost model; saved as the next version under the cache dir. Returns the training
+    summary and the policy's record path."""
+    from agnitra.search.agent.policy import policy_folder
+    from agnitra.search.agent.train import train_policy
+
+    arguments.count("--steps", steps, minimum=0)
+    name, rows = _agent_rows(datasets, device_class)
+    trained = train_policy(rows, steps)
+    folder = policy_folder((settings or load_settings()).cache_path, name)
+    try:
+        return trained, trained.policy.save(folder, name, trained.record())
+    except OSError as exc:
+        raise UserError(f"cannot write the policy under {folder}: {exc.strerror or exc}; set AGNITRA_CACHE_DIR to a writable folder") from None
+
+
+def agent_eval(datasets: Sequence[str | Path] | None = None, *, workloads: Sequence[str] | None = None, device_class: str | None = None, settings: Settings | None = None):
+    """The newest saved policy of a device class on each stored run's workload: its greedy
+    recipe among the recipes measured there, against plain torch.compile and the best measured."""
+    from agnitra.search.agent.evaluate import evaluate
+    from agnitra.search.agent.policy import latest
+
+    name, rows = _agent_rows(datasets, device_class, need_training=False)
+    policy = latest((settings or load_settings()).cache_path, name)
+    if policy is None:
+        raise UserError(f"no saved policy for {name}; train one with `agnitra agent train --device-class {name}`")
+    wanted = [w for item in workloads or [] for w in item.split(",") if w] or None
+    found = evaluate(policy, rows, name, wanted)
+    if wanted and not found.workloads and not found.unreachable:
+        raise UserError(f"none of {', '.join(wanted)} is among the measured workloads on {name}")
+    return found
+
+
+def _agent_rows(datasets, device_class: str | None, need_training: bool = True) -> tuple[str, list[dict]]:
+    """The device class (checked; default this machine's) and its rows; the extra checked first
+    where training needs it."""
+    from agnitra.search.agent.policy import check_class, class_here, rows_of_class
+    from agnitra.search.agent.train import sb3
+    from agnitra.search.costmodel import load_rows
+    from agnitra.store import open_store
+
+    name = device_class or class_here("cuda" if torch.cuda.is_available() else "cpu")
+    check_class(name)
+    if need_training:
+        sb3()
+    if datasets:
+        rows, source = load_rows(datasets=list(datasets)), ", ".join(map(str, datasets))
+    else:
+        store = open_store()
+        try:
+            rows, source = load_rows(store), "the store"
+        finally:
+            store.close()
+    rows = rows_of_class(rows, name)
+    if not rows:
+        raise UserError(f"no recipe measurements on {name} in {source}; run `agnitra collect` (or `agnitra optimize`) first, or give --dataset")
+    return name, rows
+
+
 def collect(
     entries: Sequence,
     *,

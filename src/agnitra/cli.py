@@ -41,6 +41,8 @@ keys_app = typer.Typer(no_args_is_help=True, help="API keys of the service (stor
 app.add_typer(keys_app, name="keys")
 costmodel_app = typer.Typer(no_args_is_help=True, help="The learned cost model: trained on the store's measurements (or dataset CSVs), evaluated on workloads it never saw.")
 app.add_typer(costmodel_app, name="costmodel")
+agent_app = typer.Typer(no_args_is_help=True, help="The learning agent (--strategy ppo): trained on the store's measurements (or dataset CSVs), saved per device class.")
+app.add_typer(agent_app, name="agent")
 
 GLOBAL_FLAGS = ("--debug", "--verbose")
 # click's ClickException as the installed typer raises it: typer >= 0.2x vendors click
@@ -277,6 +279,57 @@ def costmodel_eval(
     _show(table)
 
 
+DeviceClassOpt = typer.Option(None, "--device-class", help="cpu, cuda (any GPU) or cuda-smNN (cuda-sm90: H100/H200); default: this machine's")
+
+
+@agent_app.command("train")
+def agent_train(
+    steps: int = typer.Option(20000, "--steps", help="PPO steps on the cost model after behaviour cloning (0: cloning only)"),
+    from_store: bool = typer.Option(False, "--from-store", help="train on the store's measurements (the default)"),
+    dataset: Optional[list[Path]] = typer.Option(None, "--dataset", help="dataset CSV(s) from `agnitra store export --features` (repeat) instead of the store"),
+    device_class: Optional[str] = DeviceClassOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Behaviour cloning of each run's best measured recipe, then PPO on the cost model; saved as the next policy version."""
+    if from_store and dataset:
+        raise UserError("--from-store and --dataset: give one (the store is the default)")
+    with _working(None, show_progress=False):
+        trained, path = _api().agent_train(dataset, steps=steps, device_class=device_class)
+    record = trained.policy.record
+    if as_json:
+        _print_json({"path": str(path), **{k: v for k, v in record.items() if k not in ("layout", "state")}})
+        return
+    out.print(f"policy {record['version']} for {record['device_class']}: cloned the best recipe of {trained.imitated} run(s) ({trained.rows} rows, {trained.workloads} workloads), "
+              f"then {trained.ppo_steps} PPO steps; mean predicted reward {trained.reward_after_bc:.3f} after cloning, {trained.reward_after_ppo:.3f} after PPO; saved to {path}")
+    if trained.nothing_to_imitate:
+        err.print(f"note: {trained.nothing_to_imitate} run(s) had no recipe that passed and beat the original: nothing to imitate there")
+
+
+@agent_app.command("eval")
+def agent_eval(
+    workloads: Optional[list[str]] = typer.Option(None, "--workloads", help="only these workloads (comma-separated or repeated)"),
+    dataset: Optional[list[Path]] = typer.Option(None, "--dataset", help="dataset CSV(s) instead of the store"),
+    device_class: Optional[str] = DeviceClassOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """The newest policy's greedy recipe on each measured workload, against plain torch.compile and the best measured recipe."""
+    with _working(None, show_progress=False):
+        found = _api().agent_eval(dataset, workloads=workloads, device_class=device_class)
+    if as_json:
+        _print_json(found.to_dict())
+        return
+    wins, compared = found.beats_compile
+    table = Table(title=f"Agent policy {found.policy} on {found.device_class}: at least plain compile on {wins} of {compared}", title_justify="left")
+    for col in ("workload", "agent's recipe", "speedup", "compile", "best measured", "best"):
+        table.add_column(col)
+    fmt = lambda v: "—" if v is None else f"{v:.2f}x"  # noqa: E731
+    for w in found.workloads:
+        table.add_row(w.workload, escape(w.agent), fmt(w.agent_speedup) + ("" if w.agent_passed else " (failed)"), fmt(w.compile_speedup), escape(w.best), fmt(w.best_speedup))
+    _show(table)
+    if found.unreachable:
+        err.print(f"note: {found.unreachable} run(s) measured no recipe the policy can build")
+
+
 @app.command()
 def collect(
     specs: Optional[list[str]] = typer.Argument(None, help="model specs to collect on (zoo:NAME, gen:mlp-w512-d4, file.py:factory, ...)"),
@@ -497,7 +550,7 @@ def optimize(
     exclude_transforms: Optional[str] = typer.Option(None, "--exclude-transforms", help="comma-separated: search all but these"),
     list_transforms: bool = typer.Option(False, "--list-transforms", help="list the transforms and what each needs"),
     candidate_timeout: str = typer.Option("5m", "--candidate-timeout", help="a candidate running longer is recorded as timed out"),
-    strategy: str = typer.Option("auto", "--strategy", help="how the space is searched: auto (the default: the cost model where one trains, else lossless recipes first; near-identical variants wait once one failed verification), model (the cost model learned from the store: the largest expected gain first), enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error), llm (the advisor's recipes first, then auto; needs --advisor)"),
+    strategy: str = typer.Option("auto", "--strategy", help="how the space is searched: auto (the default: the cost model where one trains, else lossless recipes first; near-identical variants wait once one failed verification), model (the cost model learned from the store: the largest expected gain first), enumerate (by the transforms' priors), random, tpe (Optuna TPE), nsga2 (Optuna NSGA-II over speed, memory and error), llm (the advisor's recipes first, then auto; needs --advisor), ppo (the learning agent's recipes first, then model; needs the agent extra)"),
     advisor: Optional[str] = typer.Option(None, "--advisor", help="URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) asked for recipes, measured first; key from AGNITRA_LLM_API_KEY; off by default"),
     advisor_model: Optional[str] = typer.Option(None, "--advisor-model", help="the model the --advisor endpoint serves"),
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants, measured as candidates and compared in the final run (default: the compile modes, and ONNX Runtime where it applies)"),

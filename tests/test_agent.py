@@ -1,0 +1,213 @@
+"""The learning agent (issue 55): the environment keeps gymnasium's contract and masks what the
+space forbids, behaviour cloning imitates the best measured recipe, a few hundred PPO steps beat
+a random policy on a planted cost model, `--strategy ppo` runs and explains its pick, and the CLI's
+mistakes end in one line. CPU only, tiny budgets."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+pytest.importorskip("sb3_contrib")  # the `agent` extra
+
+import agnitra  # noqa: E402
+from agnitra.cli import main  # noqa: E402
+from agnitra.search.agent.parts import ABSENT, Layout, Reach, candidate_steps  # noqa: E402
+from agnitra.search.agent.reward import Scene, Weights, reward  # noqa: E402
+from agnitra.search.agent.state import StateSpec  # noqa: E402
+from agnitra.search.costmodel.model import Prediction  # noqa: E402
+from agnitra.search.space import recipe_space  # noqa: E402
+from agnitra.transforms.base import TransformContext  # noqa: E402
+from agnitra.transforms.recipe import Recipe  # noqa: E402
+from agnitra.workloads.base import TaskKind, Workload  # noqa: E402
+
+SEARCHED = {"dynamic-int8", "int8-weight-only", "threads", "compile"}
+ROW = {"device_kind": "cpu", "batch": 4, "sig.size": 0.3, "hot.time_share.matmul": 0.8, "dev.logical_cores": 2, "dev.memory_bytes": 64 * 2**30}
+
+
+def _mlp() -> Workload:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
+    make = lambda seed: (torch.randn(4, 32, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
+    return Workload("mlp", model, make(0), TaskKind.GENERIC, batch=4, make_inputs=make)
+
+
+class Planted:
+    """A planted cost model: compile and dynamic-int8 pay, threads(count=1) costs, int8 weight-only
+    often fails verification."""
+
+    EFFECT = {"compile": 0.4, "dynamic-int8": 0.25, "int8-weight-only": 0.1, "threads": -0.3}
+
+    def predict_recipes(self, row: dict, recipes: list[list[dict]]) -> list[Prediction]:
+        out = []
+        for steps in recipes:
+            log_speedup = sum(self.EFFECT[s["transform"]] for s in steps)
+            p_pass = 0.3 if any(s["transform"] == "int8-weight-only" for s in steps) else 0.95
+            out.append(Prediction(log_speedup, 0.05, p_pass, 0.8 if any("int8" in s["transform"] for s in steps) else 1.0))
+        return out
+
+
+@pytest.fixture(scope="module")
+def space():
+    candidates, _ = recipe_space(TransformContext(_mlp(), torch.device("cpu")), allowed=SEARCHED)
+    return candidates
+
+
+def _scene(space) -> tuple[Scene, StateSpec]:
+    layout, spec = Layout.from_recipes(candidate_steps(c) for c in space), StateSpec.from_rows([ROW])
+    return Scene.of(ROW, Reach.of(layout, space), spec, Weights.for_device(ROW), Planted()), spec
+
+
+def test_the_environment_keeps_gymnasiums_contract(space):
+    from gymnasium.utils.env_checker import check_env
+
+    from agnitra.search.agent.env import INVALID_REWARD, RecipeEnv
+
+    scene, spec = _scene(space)
+    env = RecipeEnv([scene], spec)
+    check_env(env, skip_render_check=True)
+    assert [d.transform for d in scene.layout.dimensions][-1] in ("compile", "threads")  # whole-model choices last
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == env.observation_space.shape and obs.dtype == np.float32
+    forbidden = int(np.flatnonzero(~env.action_masks())[0]) if not env.action_masks().all() else None
+    if forbidden is not None:
+        assert env.step(forbidden)[1:3] == (INVALID_REWARD, True)  # plain PPO: penalised, the episode ends
+
+
+def test_masking_forbids_a_pair_of_one_exclusive_group(space):
+    from agnitra.search.agent.env import RecipeEnv
+
+    scene, spec = _scene(space)
+    dims = [d.transform for d in scene.layout.dimensions]
+    assert dims.index("dynamic-int8") < dims.index("int8-weight-only")  # both weight formats, in their order
+    env = RecipeEnv([scene], spec)
+    env.reset(seed=0)
+    chosen = 1  # dynamic-int8's first choice
+    for i, _ in enumerate(dims[: dims.index("int8-weight-only")]):
+        mask = env.action_masks()
+        action = chosen if i == dims.index("dynamic-int8") else ABSENT
+        assert mask[action]
+        env.step(action)
+    assert env.action_masks().tolist() == [True] + [False] * (scene.layout.actions - 1)  # int8 weight-only: absent only
+
+
+def test_the_reward_weighs_memory_more_on_a_memory_poor_device():
+    small, large = Weights.for_device({"dev.memory_bytes": 8 * 2**30}), Weights.for_device(ROW)
+    assert small.beta > large.beta and Weights.for_device(ROW, alpha=0.5, beta=0.5) == Weights(0.5, 0.5)
+    p = Prediction(math.log(2.0), 0.0, 0.9, 0.5)
+    assert reward(p, large) == pytest.approx(0.9 * 0.5 + 0.1 * 0.5 - 1.0 * 0.1)
+
+
+def _planted_rows(workloads: int = 6) -> list[dict]:
+    """Every run measured four recipes; plain compile is always the best."""
+    recipes = {"compile(mode=default)": 1.6, "threads(count=1)": 0.7, "dynamic-int8": 1.2, "dynamic-int8 + compile(mode=default)": 1.4}
+    rows = []
+    for w in range(workloads):
+        for name, speedup in recipes.items():
+            steps = Recipe.parse(name).to_dict()["steps"]
+            rows.append({"group": f"run{w}", "run_id": w, "workload": f"w{w}", "device_kind": "cpu", "device": "AMD EPYC", "batch": 2 ** w, "sig.size": w / workloads,
+                         "dev.memory_bytes": 64 * 2**30, "recipe": json.dumps(steps), "status": "ok", "speedup": speedup * (1 + 0.01 * w), "passed": True})
+    return rows
+
+
+def test_behaviour_cloning_makes_the_greedy_episode_pick_the_best_measured_recipe():
+    from agnitra.search.agent.evaluate import evaluate
+    from agnitra.search.agent.train import train_policy
+
+    rows = _planted_rows()
+    trained = train_policy(rows, steps=0)
+    assert trained.imitated == 6 and trained.ppo_steps == 0
+    found = evaluate(trained.policy, rows, "cpu")
+    assert {w.agent for w in found.workloads} == {Recipe.parse("compile(mode=default)").name}
+    assert found.beats_compile == (6, 6)
+
+
+def test_a_few_hundred_ppo_steps_beat_the_random_policy_on_a_planted_cost_model(space):
+    from agnitra.search.agent.train import train_on_space
+
+    scene, spec = _scene(space)
+    rng = np.random.default_rng(0)
+
+    def random_episode() -> tuple[int, ...]:
+        actions: tuple[int, ...] = ()
+        for _ in scene.layout.dimensions:
+            actions += (int(rng.choice(np.flatnonzero(scene.reach.mask(actions)))),)
+        return actions
+
+    random_mean = np.mean([scene.reward(random_episode()) for _ in range(200)])
+    policy, ran = train_on_space(scene, spec, steps=384, seconds=30.0)
+    learned_mean = np.mean([scene.reward(policy.episode(scene, greedy=False, rng=rng)) for _ in range(200)])
+    assert ran >= 384 and learned_mean > random_mean + 0.05, (learned_mean, random_mean)
+
+
+def test_a_saved_policy_reloads_without_a_pickle_and_plays_the_same(space, tmp_path):
+    from agnitra.search.agent.policy import Policy, latest
+    from agnitra.search.agent.train import train_on_space
+
+    scene, spec = _scene(space)
+    policy, _ = train_on_space(scene, spec, steps=8, seconds=10.0)
+    path = policy.save(tmp_path / "agent" / "cpu", "cpu", {"training_rows": 0})
+    again = latest(tmp_path, "cpu")
+    assert path.name == "policy-0001.json" and again.record["device_class"] == "cpu" and again.record["agnitra"] == agnitra.__version__
+    assert again.episode(scene) == policy.episode(scene)
+    policy.save(tmp_path / "agent" / "cpu", "cpu", {})
+    assert latest(tmp_path, "cpu").record["version"] == 2 and isinstance(Policy.load(path), Policy)
+
+
+def test_strategy_ppo_runs_in_optimize_and_the_report_names_the_agents_choices(tmp_path):
+    fast = agnitra.optimize(_mlp(), device="cpu", strategy="ppo", transforms=["threads", "dynamic-int8"], budget="60s", peers=[], out=tmp_path)
+    search = fast.report.search
+    assert search["strategy"] == "ppo"
+    assert any(n.startswith("ppo: no saved policy for cpu; a small one trained here on the transforms' priors") for n in search["notes"]), search["notes"]
+    first = fast.report.candidates[0]
+    assert first.predicted["agent"] == "greedy" and first.predicted["choices"], first.predicted
+    assert {c["dimension"] for c in first.predicted["choices"]} <= {"threads", "dynamic-int8"}
+    assert any(n.startswith(f"ppo: the agent's greedy pick, {first.name}, part by part as predicted: ") for n in search["notes"])
+    saved = json.loads((tmp_path / "report.json").read_text())
+    assert saved["candidates"][0]["predicted"]["choices"] == first.predicted["choices"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["agent", "train", "--device-class", "tpu"], "unknown device class 'tpu'"),
+    (["agent", "train"], "no recipe measurements on cpu in the store"),
+    (["agent", "train", "--dataset", "missing.csv"], "dataset not found: missing.csv"),
+    (["agent", "train", "--from-store", "--dataset", "d.csv"], "--from-store and --dataset: give one"),
+    (["agent", "train", "--steps", "-1"], "--steps must be a whole number >= 0"),
+    (["agent", "eval"], "no recipe measurements on cpu in the store"),
+])
+def test_agent_mistakes_end_in_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_without_the_extra_training_says_what_to_install(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "sb3_contrib", None)  # an import of it fails, as where the extra is missing
+    assert main(["agent", "train"]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'agnitra[agent]'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_agent_train_then_eval_from_a_dataset(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path / "cache"))  # its own policies: the first is version 1
+    path = tmp_path / "d.csv"
+    rows = _planted_rows()
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    assert main(["agent", "train", "--dataset", str(path), "--steps", "0", "--device-class", "cpu"]) == 0
+    assert "policy 1 for cpu: cloned the best recipe of 6 run(s)" in capsys.readouterr().out
+    assert main(["agent", "eval", "--dataset", str(path), "--json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["policy"] == 1 and found["beats_compile"] == 6 and found["with_compile"] == 6
+    assert main(["agent", "eval", "--dataset", str(path), "--workloads", "nope"]) == 2
+    assert "none of nope is among the measured workloads on cpu" in capsys.readouterr().err
