@@ -131,3 +131,16 @@ def test_resident_bytes_counts_each_storage_once():
     model.register_buffer("own", torch.zeros(3, dtype=torch.int8))
     model.register_buffer("meta", torch.zeros(100, device="meta"))
     assert resident_bytes(model, torch.device("cpu")) == 10 * 4 * 4 + 3
+
+
+def test_resident_bytes_counts_what_a_wrapper_subclass_holds():
+    """A weight that is a tensor subclass without storage of its own (a 2:4 semi-structured
+    weight on the GPU: packed values and metadata) counts the tensors it holds; asking it for its
+    storage ended `agnitra bench` with an internal error on the H200."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    model = torch.nn.Linear(64, 32, bias=False)
+    model.weight = torch.nn.Parameter(TwoTensor(torch.randn(32, 64), torch.randn(32, 64)), requires_grad=False)
+    with pytest.raises(RuntimeError):
+        model.weight.untyped_storage().data_ptr()  # what resident_bytes read before
+    assert resident_bytes(model, torch.device("cpu")) == 2 * 32 * 64 * 4

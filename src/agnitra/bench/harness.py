@@ -264,7 +264,10 @@ class Harness:
                 continue
             self.memory_kind = kind
             model = self._variant_model(run)
-            run.result.model_bytes = resident_bytes(model, self.device) if model is not None else None
+            try:
+                run.result.model_bytes = resident_bytes(model, self.device) if model is not None else None
+            except Exception as exc:  # noqa: BLE001 - the model's size is a figure, not a reason to lose the variant
+                self.notes.append(f"{run.name}: its weights' size is not known ({first_line(exc)})")
 
     def _variant_model(self, run: _Run) -> torch.nn.Module | None:
         """The module a variant runs (a decoder's own model when the variant keeps it), None for

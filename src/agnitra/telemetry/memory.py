@@ -49,12 +49,30 @@ class _RssPeak:
 def resident_bytes(module: torch.nn.Module, device: torch.device) -> int:
     """Bytes of `module`'s parameters and buffers on `device`'s kind, each storage counted once
     (views and tensors shared between modules are not counted twice)."""
-    storages = {}
+    storages: dict[int, int] = {}
     for t in list(module.parameters()) + list(module.buffers()):
         if t.device.type == device.type:
-            storage = t.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+            storages.update(_storages(t))
     return sum(storages.values())
+
+
+def _storages(t: torch.Tensor) -> dict[int, int]:
+    """{storage address: bytes} of a tensor, or of the tensors a wrapper subclass holds (a 2:4
+    semi-structured weight: its packed values and metadata; it has no storage of its own)."""
+    from torch.utils._python_dispatch import is_traceable_wrapper_subclass
+
+    if is_traceable_wrapper_subclass(t):
+        found: dict[int, int] = {}
+        for name in t.__tensor_flatten__()[0]:
+            inner = getattr(t, name)
+            if isinstance(inner, torch.Tensor):
+                found.update(_storages(inner))
+        return found
+    try:
+        storage = t.untyped_storage()
+        return {storage.data_ptr(): storage.nbytes()}
+    except (RuntimeError, NotImplementedError):  # a subclass without storage that does not flatten: its logical size
+        return {id(t): t.numel() * t.element_size()}
 
 
 def peak_memory(fn: Callable[[], object], device: torch.device) -> tuple[int, str]:

@@ -84,10 +84,10 @@ def total_cost(cost: GroupCost, order: torch.Tensor) -> float:
 def stacked(weights: list[torch.Tensor], norms: list[torch.Tensor | None] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The weights that read a space (each [rows, channels]) stacked by rows as float32, and each
     one's input activation norms per channel broadcast to its rows (None where none were given)."""
-    w = torch.cat([t.detach().float().reshape(-1, t.shape[-1]) for t in weights], 0)
+    w = torch.cat([t.detach().float().cpu().reshape(-1, t.shape[-1]) for t in weights], 0)  # the solver runs on the CPU
     if not norms or any(n is None for n in norms):
         return w, None
-    return w, torch.cat([n.float().expand(t.reshape(-1, t.shape[-1]).shape) for t, n in zip(weights, norms)], 0)
+    return w, torch.cat([n.float().cpu().expand(t.reshape(-1, t.shape[-1]).shape) for t, n in zip(weights, norms)], 0)
 
 
 class InUnits(GroupCost):
