@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -24,7 +25,7 @@ from agnitra.search.agent.reward import Scene, Weights, reward  # noqa: E402
 from agnitra.search.agent.state import StateSpec  # noqa: E402
 from agnitra.search.costmodel.model import Prediction  # noqa: E402
 from agnitra.search.space import recipe_space  # noqa: E402
-from agnitra.transforms.base import TransformContext  # noqa: E402
+from agnitra.transforms.base import TRANSFORMS, Choice, Transform, TransformContext, register_transform  # noqa: E402
 from agnitra.transforms.recipe import Recipe  # noqa: E402
 from agnitra.workloads.base import TaskKind, Workload  # noqa: E402
 
@@ -161,17 +162,62 @@ def test_a_saved_policy_reloads_without_a_pickle_and_plays_the_same(space, tmp_p
     assert latest(tmp_path, "cpu").record["version"] == 2 and isinstance(Policy.load(path), Policy)
 
 
-def test_strategy_ppo_runs_in_optimize_and_the_report_names_the_agents_choices(tmp_path):
-    fast = agnitra.optimize(_mlp(), device="cpu", strategy="ppo", transforms=["threads", "dynamic-int8"], budget="60s", peers=[], out=tmp_path)
+class _Slow(nn.Linear):
+    """A linear layer that sleeps a little each call until `agent-fast` set `fast`."""
+
+    fast = False
+
+    def forward(self, x):
+        time.sleep(0.0 if self.fast else 0.004)
+        return super().forward(x)
+
+
+class _AgentFast(Transform):
+    name = "agent-fast"
+    description = "test transform: makes _Slow fast"
+
+    def choices(self, ctx):
+        return [Choice(self.name, (), 2.0)]
+
+    def apply(self, model, ctx, params):
+        model.fast = True
+        return model
+
+
+@pytest.fixture
+def agent_fast():
+    register_transform(_AgentFast)
+    try:
+        yield
+    finally:
+        TRANSFORMS.pop("agent-fast")  # other tests' spaces stay as they were
+
+
+def test_strategy_ppo_runs_in_optimize_and_the_report_names_the_agents_choices(tmp_path, agent_fast):
+    make = lambda seed: (torch.randn(4, 32, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
+    sleepy = Workload("slow", _Slow(32, 8).eval(), make(0), TaskKind.GENERIC, batch=4, make_inputs=make)
+    fast = agnitra.optimize(sleepy, device="cpu", strategy="ppo", transforms=["agent-fast"], budget="60s", peers=[], out=tmp_path)
     search = fast.report.search
     assert search["strategy"] == "ppo"
     assert any(n.startswith("ppo: no saved policy for cpu; a small one trained here on the transforms' priors") for n in search["notes"]), search["notes"]
     first = fast.report.candidates[0]
-    assert first.predicted["agent"] == "greedy" and first.predicted["choices"], first.predicted
-    assert {c["dimension"] for c in first.predicted["choices"]} <= {"threads", "dynamic-int8"}
-    assert any(n.startswith(f"ppo: the agent's greedy pick, {first.name}, part by part as predicted: ") for n in search["notes"])
+    assert first.predicted["agent"] == "greedy" and [c["choice"] for c in first.predicted["choices"]] == ["agent-fast"], first.predicted
+    assert any(n.startswith("ppo: the agent's greedy pick, agent-fast, part by part as predicted: agent-fast x2.00; measured ") for n in search["notes"])
+    assert fast.report.chosen and search["proposed_by"] == "agent"
+    assert any(n.startswith("agent: the answer was its greedy pick; part by part as predicted: agent-fast x2.00; measured ") for n in search["notes"]), search["notes"]
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["candidates"][0]["predicted"]["choices"] == first.predicted["choices"]
+
+
+def test_each_part_of_an_agents_recipe_gets_its_predicted_effect(space):
+    from agnitra.search.agent.reward import choice_effects
+
+    scene, _ = _scene(space)
+    both = next(a for a, c in scene.reach.candidates.items() if [s.transform for s in c.recipe.steps] == ["dynamic-int8", "compile"])
+    effects = {e.dimension: e for e in choice_effects(scene, both)}
+    assert set(effects) == {"dynamic-int8", "compile"}
+    assert effects["compile"].speedup_factor == pytest.approx(math.exp(0.4)) and effects["dynamic-int8"].speedup_factor == pytest.approx(math.exp(0.25))
+    assert effects["compile"].reward_gain > 0
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -364,7 +364,21 @@ def proposed_by(report: OptimizeReport) -> str | None:
     if name in advised:
         return "advisor"
     searched = [c for c in report.candidates if c.name == name or c.peer == report.chosen]
-    return "peer" if any(c.peer for c in searched) else "search"
+    if any(c.peer for c in searched):
+        return "peer"
+    return "agent" if any((c.predicted or {}).get("agent") for c in searched) else "search"
+
+
+def agent_note(report: OptimizeReport) -> str:
+    """For an answer the learning agent proposed (`ppo`): its parts with their predicted effect, and the measured speedup."""
+    if report.search.get("proposed_by") != "agent":
+        return ""
+    found = next((c for c in report.candidates if c.name == Recipe.from_dict(report.recipe).name and (c.predicted or {}).get("agent")), None)
+    if found is None:
+        return ""
+    parts = ", ".join(f"{p['choice']} x{p['speedup_factor']:.2f}" for p in found.predicted.get("choices", []))
+    measured = f"; measured {report.speedup:.2f}x" if report.speedup else ""
+    return f"agent: the answer was its {found.predicted['agent']} pick; part by part as predicted: {parts}{measured}"
 
 
 def with_hotspots(bench: BenchReport, signature: dict | None) -> BenchReport:
@@ -423,8 +437,12 @@ def _warm_started(space: list, signature: dict | None, device: torch.device, not
 def _finish(report: OptimizeReport, budget: Budget, result: OptimizeResult) -> OptimizeResult:
     budget.mark("answer")
     report.search["proposed_by"] = proposed_by(report)
+    said = agent_note(report)
+    if said:
+        report.search["notes"].append(said)
     if report.search.get("advisor") and report.search["proposed_by"]:
-        report.verdict += "; proposed by " + {"advisor": "the advisor", "peer": "a peer", "search": "the search, not the advisor"}[report.search["proposed_by"]]
+        report.verdict += "; proposed by " + {"advisor": "the advisor", "peer": "a peer", "search": "the search, not the advisor",
+                                              "agent": "the learning agent, not the advisor"}[report.search["proposed_by"]]
     report.search["elapsed_s"] = round(budget.elapsed(), 1)
     report.search["time_s"] = dict(budget.phases)
     report.search["notes"].append(_time_note(budget, report.search.get("reserved_for_final_s")))

@@ -27,7 +27,8 @@ from agnitra.search.costmodel.features import steps_of
 EXTRA = "pip install 'agnitra[agent]'"
 NET = [64, 64]  # sb3's MlpPolicy default, pinned: `Policy.logits` evaluates exactly this network
 BC_EPOCHS = 300  # full-batch passes over the imitated steps
-LEARNING_RATE = 3e-3
+LEARNING_RATE = 3e-3  # PPO from scratch (on the spot) and behaviour cloning
+REFINE_LEARNING_RATE = 3e-4  # PPO after cloning: a smaller step keeps what was cloned
 N_STEPS = 128  # PPO's rollout between updates: episodes are a dozen steps
 
 
@@ -42,10 +43,10 @@ def sb3():
     return MaskablePPO
 
 
-def make_model(env, seed: int = 0, n_steps: int = N_STEPS):
+def make_model(env, seed: int = 0, n_steps: int = N_STEPS, learning_rate: float = LEARNING_RATE):
     MaskablePPO = sb3()
     kwargs = {"net_arch": {"pi": NET, "vf": NET}, "activation_fn": torch.nn.Tanh}
-    return MaskablePPO("MlpPolicy", env, n_steps=n_steps, batch_size=min(64, n_steps), n_epochs=4, learning_rate=LEARNING_RATE, gamma=1.0,
+    return MaskablePPO("MlpPolicy", env, n_steps=n_steps, batch_size=min(64, n_steps), n_epochs=4, learning_rate=learning_rate, gamma=1.0,
                        ent_coef=0.01, seed=seed, device="cpu", verbose=0, policy_kwargs=kwargs)
 
 
@@ -87,6 +88,8 @@ def behaviour_clone(model, examples: list[Example], epochs: int = BC_EPOCHS) -> 
     actions = torch.as_tensor([e.action for e in examples])
     masks = np.stack([e.mask for e in examples])
     loss = torch.tensor(0.0)
+    for group in policy.optimizer.param_groups:  # PPO's `learn` sets its own rate again
+        group["lr"] = LEARNING_RATE
     policy.set_training_mode(True)
     for _ in range(epochs):
         _, log_prob, _ = policy.evaluate_actions(obs, actions, action_masks=masks)
@@ -193,7 +196,7 @@ def train_policy(rows: list[dict], steps: int, seed: int = 0, alpha: float | Non
     layout, spec = Layout.from_recipes(steps_of(r) for r in rows), StateSpec.from_rows(rows)
     scenes = scenes_of(rows, layout, spec, weights, _predictor(rows, steps))
     env = RecipeEnv(list(scenes.values()), spec)
-    model = make_model(env, seed)
+    model = make_model(env, seed, learning_rate=REFINE_LEARNING_RATE)
     examples = [e for b in bests if (a := layout.encode(b.steps)) is not None for e in trajectory(scenes[b.group], spec, a)]
     loss = behaviour_clone(model, examples)
     weight = next(iter(weights.values()))
