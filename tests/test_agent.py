@@ -10,6 +10,7 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -160,6 +161,7 @@ def test_a_saved_policy_reloads_without_a_pickle_and_plays_the_same(space, tmp_p
     assert again.episode(scene) == policy.episode(scene)
     policy.save(tmp_path / "agent" / "cpu", "cpu", {})
     assert latest(tmp_path, "cpu").record["version"] == 2 and isinstance(Policy.load(path), Policy)
+    assert Policy.uniform(scene.layout, spec, scene.weights).episode(scene) in scene.reach.candidates  # untrained: the first valid recipe
 
 
 class _Slow(nn.Linear):
@@ -172,15 +174,23 @@ class _Slow(nn.Linear):
         return super().forward(x)
 
 
+@dataclass
+class _Level:
+    level: int = 2
+
+
 class _AgentFast(Transform):
     name = "agent-fast"
-    description = "test transform: makes _Slow fast"
+    description = "test transform: level 2 makes _Slow fast, level 1 does nothing"
+    Params = _Level
 
     def choices(self, ctx):
-        return [Choice(self.name, (), 2.0)]
+        return [Choice(self.name, (("level", 2),), 2.0), Choice(self.name, (("level", 1),), 1.5)]
 
     def apply(self, model, ctx, params):
-        model.fast = True
+        for m in model.modules():
+            if isinstance(m, _Slow) and params.level == 2:
+                m.fast = True  # the patcher's copy, never the user's
         return model
 
 
@@ -195,16 +205,17 @@ def agent_fast():
 
 def test_strategy_ppo_runs_in_optimize_and_the_report_names_the_agents_choices(tmp_path, agent_fast):
     make = lambda seed: (torch.randn(4, 32, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
-    sleepy = Workload("slow", _Slow(32, 8).eval(), make(0), TaskKind.GENERIC, batch=4, make_inputs=make)
+    mlp = nn.Sequential(_Slow(32, 64), nn.ReLU(), nn.Linear(64, 8)).eval()  # a tiny MLP, slow until agent-fast
+    sleepy = Workload("slow-mlp", mlp, make(0), TaskKind.GENERIC, batch=4, make_inputs=make)
     fast = agnitra.optimize(sleepy, device="cpu", strategy="ppo", transforms=["agent-fast"], budget="60s", peers=[], out=tmp_path)
     search = fast.report.search
     assert search["strategy"] == "ppo"
     assert any(n.startswith("ppo: no saved policy for cpu; a small one trained here on the transforms' priors") for n in search["notes"]), search["notes"]
     first = fast.report.candidates[0]
-    assert first.predicted["agent"] == "greedy" and [c["choice"] for c in first.predicted["choices"]] == ["agent-fast"], first.predicted
-    assert any(n.startswith("ppo: the agent's greedy pick, agent-fast, part by part as predicted: agent-fast x2.00; measured ") for n in search["notes"])
+    assert first.predicted["agent"] == "greedy" and [c["choice"] for c in first.predicted["choices"]] == ["agent-fast(level=2)"], first.predicted
+    assert any(n.startswith("ppo: the agent's greedy pick, agent-fast(level=2), part by part as predicted: agent-fast(level=2) x2.00; measured ") for n in search["notes"])
     assert fast.report.chosen and search["proposed_by"] == "agent"
-    assert any(n.startswith("agent: the answer was its greedy pick; part by part as predicted: agent-fast x2.00; measured ") for n in search["notes"]), search["notes"]
+    assert any(n.startswith("agent: the answer was its greedy pick; part by part as predicted: agent-fast(level=2) x2.00; measured ") for n in search["notes"]), search["notes"]
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["candidates"][0]["predicted"]["choices"] == first.predicted["choices"]
 

@@ -72,6 +72,12 @@ class Policy:
     tensors: dict[str, torch.Tensor]  # the sb3 policy's state dict (actor and critic)
     record: dict = field(default_factory=dict)
 
+    @classmethod
+    def uniform(cls, layout: Layout, spec: StateSpec, weights: Weights) -> "Policy":
+        """An untrained policy: every valid action alike (greedy: the first valid one)."""
+        tensors = {"action_net.weight": torch.zeros(layout.actions, spec.size(layout)), "action_net.bias": torch.zeros(layout.actions)}
+        return cls(layout, spec, weights, tensors)
+
     def logits(self, obs: np.ndarray) -> np.ndarray:
         h = torch.as_tensor(obs, dtype=torch.float32)
         layers = sorted((int(m.group(1)), k) for k in self.tensors if (m := _LAYER.match(k)))

@@ -24,6 +24,7 @@ from agnitra.search.strategies.base import SearchContext, Strategy, register_str
 from agnitra.search.strategies.model import ModelGuided
 
 ON_THE_SPOT_STEPS = 1024
+STEPS_PER_CANDIDATE = 64  # a small space needs fewer
 ON_THE_SPOT_S = 4.0  # a cap on the search's time: the agent's first recipes come from a few seconds of PPO
 SAMPLES = 32  # sampled episodes a batch
 PRECOMPUTE_LIMIT = 50_000  # spaces up to this size are predicted in one call before training
@@ -83,23 +84,31 @@ class Ppo(Strategy):
 
     def _on_the_spot(self, row: dict, predictor, scored: str, name: str) -> str:
         from agnitra.search.agent.parts import Layout, Reach, candidate_steps
+        from agnitra.search.agent.policy import Policy
         from agnitra.search.agent.reward import Scene, Weights
         from agnitra.search.agent.state import StateSpec
-        from agnitra.search.agent.train import sb3, train_on_space
 
-        sb3()
         layout, spec = Layout.from_recipes(candidate_steps(c) for c in self.space), StateSpec.from_rows([row])
         reach = Reach.of(layout, self.space)
         if not reach.candidates:
             raise UserError("the space is empty")
-        scene = Scene.of(row, reach, spec, Weights.for_device(row), predictor)
+        self.scene = Scene.of(row, reach, spec, Weights.for_device(row), predictor)
+        if len(reach.candidates) == 1:
+            self.policy = Policy.uniform(layout, spec, self.scene.weights)
+            return f"ppo: no saved policy for {name}; one recipe in the space, nothing to learn"
         started = time.monotonic()
-        if len(reach.candidates) <= PRECOMPUTE_LIMIT:
-            scene.precompute()
-        self.policy, ran = train_on_space(scene, spec, ON_THE_SPOT_STEPS, ON_THE_SPOT_S)
-        self.scene = scene
+        ran = self._train(spec, min(ON_THE_SPOT_STEPS, STEPS_PER_CANDIDATE * len(reach.candidates)))
         return (f"ppo: no saved policy for {name}; a small one trained here on {scored}: {ran} PPO steps in {time.monotonic() - started:.1f} s "
                 f"(at most {ON_THE_SPOT_STEPS} steps or {ON_THE_SPOT_S:.0f} s; `agnitra agent train` trains a lasting one)")
+
+    def _train(self, spec, steps: int) -> int:
+        from agnitra.search.agent.train import sb3, train_on_space
+
+        sb3()
+        if len(self.scene.reach.candidates) <= PRECOMPUTE_LIMIT:
+            self.scene.precompute()
+        self.policy, ran = train_on_space(self.scene, spec, steps, ON_THE_SPOT_S)
+        return ran
 
     def ask(self) -> Candidate | None:
         while (found := self._next_proposal()) is not None:
