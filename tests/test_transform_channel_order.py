@@ -68,3 +68,21 @@ def test_it_is_searched_only_beside_the_weight_format_it_serves():
     assert {r[0][1]["serves"] for r in with_layout} == {"quant:int4:g128", "quant:int4:g64", "quant:int4:g32"}  # 2:4 only on CUDA
     with pytest.raises(UserError, match=r"transform 'layout': serves='quant:int8': it orders channels for one step, quant:int4:gN or sparsity:2:4"):
         get_transform("layout").parse_params({"serves": "quant:int8"})
+
+
+def test_a_bf16_model_is_permuted_too(tmp_path, monkeypatch):
+    """bf16 sums in another order move the outputs by ~1e-2: the check allows what reassociation
+    moves at the model's precision (the H200's bf16 tinylm-py was refused at float32's 1e-3)."""
+    from agnitra.transforms.permutation.order import compute_eps, same_outputs
+
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path))
+    workload = _mixed_ranges()
+    workload.model = workload.model.to(torch.bfloat16)
+    workload.example_inputs = tuple(t.to(torch.bfloat16) for t in workload.example_inputs)
+    workload.make_inputs = None
+    transform = get_transform("layout")
+    permuted = transform.apply(_copy(workload), TransformContext(workload, torch.device("cpu")), transform.parse_params({"serves": "quant:int4:g32", "solve_seconds": 0.5}))
+    assert not torch.equal(permuted[0].weight, workload.model[0].weight)
+    assert compute_eps(permuted) == torch.finfo(torch.bfloat16).eps
+    x = workload.example_inputs[0]
+    assert not same_outputs([workload.model(x)], [workload.model(x) * 1.5], compute_eps(permuted))  # a real change is still caught
