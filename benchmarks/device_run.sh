@@ -116,11 +116,11 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
       ;;
     layout)  # the `layout` transform before the weight formats it serves, with their CUDA kernels: tinylm-py (trained) decode, held-out perplexity, energy
       ro="compile(mode=reduce-overhead)"
-      for fmt in "sparsity:2:4|sparsity-2of4" "quant:int4:g32|int4-weight-only(group_size=32)" "quant:int4:g128|int4-weight-only(group_size=128)"; do
+      for fmt in ${LAYOUT_FORMATS:-"sparsity:2:4|sparsity-2of4" "quant:int4:g32|int4-weight-only(group_size=32)" "quant:int4:g128|int4-weight-only(group_size=128)"}; do
         serves=${fmt%%|*}; step=${fmt#*|}; tag=$(echo "$serves" | tr ':' '-')
         timeout 170 python3 -m agnitra.cli bench zoo:tinylm-py --device cuda --dtype bf16 --no-ops --no-store --variants eager --recipe "$step" \
           --recipe "layout(serves=$serves,solve_seconds=20) + $step" --recipe "$step + $ro" --recipe "layout(serves=$serves,solve_seconds=20) + $step + $ro" \
-          --json > "$OUT/bench-layout-tinylm-py-$tag.json"
+          --json --debug > "$OUT/bench-layout-tinylm-py-$tag.json" 2> "$OUT/bench-layout-tinylm-py-$tag.err"; echo "$serves: exit $?"
       done
       ;;
     decode8b)  # llama-8b decode (random weights): bf16 compile vs the fused int8 decode kernels vs int8 through Inductor
