@@ -10,6 +10,8 @@ import random
 
 import pytest
 
+from agnitra.config import load_settings
+
 from agnitra.cli import main
 from agnitra.errors import UserError
 from agnitra.results import CandidateResult, Correctness
@@ -219,6 +221,9 @@ def test_costmodel_train_and_eval_from_a_dataset_file(tmp_path, capsys):
     assert main(["costmodel", "train", "--dataset", str(tmp_path / "d.csv"), "--out", str(tmp_path / "m.json")]) == 0
     assert "cost model trained on 108 recipe measurement(s) of 12 run(s)" in capsys.readouterr().out
     assert CostModel.load(tmp_path / "m.json").info["rows"] == 108
+    assert main(["costmodel", "train", "--dataset", str(tmp_path / "d.csv")]) == 0  # no --out: the cache folder (was an internal error)
+    assert CostModel.load(load_settings().cache_path / "costmodel.json").info["rows"] == 108
+    capsys.readouterr()
     assert main(["costmodel", "eval", "--dataset", str(tmp_path / "d.csv"), "--json", "--out", str(tmp_path / "e.json")]) == 0
     evaluation = json.loads(capsys.readouterr().out)
     assert evaluation["devices"][0]["groups"] == 12 and evaluation["devices"][0]["kendall_tau"] > 0.7

@@ -330,7 +330,7 @@ def costmodel_train(datasets: Sequence[str | Path] | None = None, *, device_kind
     model = CostModel.fit(rows)
     if skipped:
         model.notes.append(f"{len(skipped)} damaged row(s) of the store left out, e.g. {skipped[0]}")
-    path = Path(out) if out else (settings or load_settings()).cache_path() / "costmodel.json"
+    path = Path(out) if out else (settings or load_settings()).cache_path / "costmodel.json"
     try:
         return model, model.save(path)
     except OSError as exc:
