@@ -62,7 +62,8 @@ class ChannelOrder(Transform):
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
         served = [f"quant:int4:g{g}" for g in INT4_GROUPS] + (["sparsity:2:4"] if ctx.device.type == "cuda" else [])
-        return [Choice(self.name, (("serves", text),), 1.0) for text in served]
+        # no speed of its own and a solve to pay: after the same weight format alone, which it may rescue
+        return [Choice(self.name, (("serves", text),), 0.98) for text in served]
 
     def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
         if not _serving(params.serves, others):
