@@ -574,7 +574,7 @@ def test_other_strategies_search_verify_and_report(tmp_path, strategy):
 
 
 def test_an_unknown_strategy_is_refused_before_any_work():
-    with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: auto, enumerate, llm, model, nsga2, random, tpe"):
+    with pytest.raises(UserError, match=r"--strategy: unknown strategy 'annealing'; use one of: auto, enumerate, llm, model, nsga2, ppo, random, tpe"):
         agnitra.optimize(_mlp(), device="cpu", strategy="annealing", budget="60s")
 
 
