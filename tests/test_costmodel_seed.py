@@ -24,11 +24,11 @@ def seed_on(monkeypatch):
 
 
 def test_the_shipped_seed_is_the_committed_datasets_as_make_seed_writes_them(seed_on):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "datasets"))
     from make_seed import dataset_paths, seed_text
 
     shipped = gzip.decompress(resources.files("agnitra.search.costmodel").joinpath(SEED_FILE).read_bytes()).decode()
-    assert shipped == seed_text(dataset_paths()), "rerun `python benchmarks/make_seed.py` after changing benchmarks/datasets"
+    assert shipped == seed_text(dataset_paths()), "rerun `python benchmarks/datasets/make_seed.py` after changing benchmarks/datasets"
     committed = read_dataset(dataset_paths())
     for kind in ("cpu", "cuda"):
         assert len(seed_rows(kind)) == sum(1 for r in committed if r.get("device_kind") == kind) > 0

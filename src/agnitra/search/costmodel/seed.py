@@ -4,7 +4,7 @@ has a cost model for `--strategy model`, `auto` and `recommend`, and says whose 
 learned from. The store's own rows are added to them; once the store holds MIN_STORED of its own
 (`agnitra collect`), the seed is left out. AGNITRA_COSTMODEL_SEED=0 turns it off.
 
-`python benchmarks/make_seed.py` rewrites the file from the committed datasets
+`python benchmarks/datasets/make_seed.py` rewrites the file from the committed datasets
 (tests/test_costmodel_seed.py checks it holds every one of their rows)."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 every row of benchmarks/datasets/*.csv (not the held-out sets), with the file it came from in a
 `dataset` column, gzipped into src/agnitra/search/costmodel/seed.csv.gz.
 
-    python benchmarks/make_seed.py           # after a dataset is added or changed
+    python benchmarks/datasets/make_seed.py          # after a dataset is added or changed
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import io
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 
 from agnitra.search.costmodel.seed import DATASET_COLUMN, SEED_FILE  # noqa: E402
