@@ -37,11 +37,11 @@ def served_step(text: str):
 
 def _serving(step_text: str, others: list[Step]) -> bool:
     """Whether `others` hold the weight-format step `step_text` names."""
-    if step_text == "sparsity:2:4":
+    step = served_step(step_text)
+    if step.kind == "sparsity":
         return any(s.transform == "sparsity-2of4" for s in others)
-    group = int(step_text.rsplit(":g", 1)[1]) if ":g" in step_text else 32
-    return any(s.transform == "int4-weight-only" and s.params.get("group_size") == group for s in others) or any(
-        s.transform == "mixed-precision" and s.params.get("low") == "int4" and s.params.get("group_size") == group for s in others)
+    return any(s.transform == "int4-weight-only" and s.params.get("group_size") == step.group for s in others) or any(
+        s.transform == "mixed-precision" and s.params.get("low") == "int4" and s.params.get("group_size") == step.group for s in others)
 
 
 @register_transform

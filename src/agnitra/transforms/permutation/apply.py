@@ -76,11 +76,16 @@ def _fresh_storage(model: nn.Module, tensors: dict[str, torch.Tensor], spaces: S
     fresh = dict(tensors)
     for name, tensor in tensors.items():
         if id(tensor) in copies:
-            owner_name, _, attr = name.rpartition(".")
-            owner = model.get_submodule(owner_name) if owner_name else model
-            (owner._parameters if attr in owner._parameters else owner._buffers)[attr] = copies[id(tensor)]
+            set_tensor(model, name, copies[id(tensor)])
             fresh[name] = copies[id(tensor)]
     return fresh
+
+
+def set_tensor(model: nn.Module, name: str, tensor: torch.Tensor) -> None:
+    """`tensor` as the model's parameter or buffer `name` (the submodule's own entry replaced)."""
+    owner_name, _, attr = name.rpartition(".")
+    owner = model.get_submodule(owner_name) if owner_name else model
+    (owner._parameters if attr in owner._parameters else owner._buffers)[attr] = tensor
 
 
 def random_orders(spaces: Spaces, seed: int = 0) -> dict[int, torch.Tensor]:

@@ -18,27 +18,26 @@ from agnitra.transforms.permutation.spaces import Space
 SCHEMA = "agnitra.layout-cache/1"
 
 
-def weights_digest(model: nn.Module) -> str:
-    """SHA-256 over every parameter's and buffer's name, shape, dtype and bytes."""
+def _digest(named: list[tuple[str, torch.Tensor]]) -> str:
+    """SHA-256 over each tensor's name, shape, dtype and bytes."""
     digest = hashlib.sha256()
-    for name, tensor in list(model.named_parameters()) + list(model.named_buffers()):
+    for name, tensor in named:
         data = tensor.detach().cpu().contiguous()
         digest.update(f"{name}{tuple(data.shape)}{data.dtype}".encode())
         digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
     return digest.hexdigest()
 
 
+def weights_digest(model: nn.Module) -> str:
+    """Every parameter and buffer of the model."""
+    return _digest(list(model.named_parameters()) + list(model.named_buffers()))
+
+
 def inputs_digest(batches: list[tuple]) -> str:
-    """SHA-256 over the calibration batches' tensors (the activation norms the orders weigh by)."""
+    """The calibration batches' tensors (the activation norms the orders weigh by)."""
     from agnitra.pytree import tensor_leaves
 
-    digest = hashlib.sha256()
-    for batch in batches:
-        for t in tensor_leaves(batch):
-            data = t.detach().cpu().contiguous()
-            digest.update(f"{tuple(data.shape)}{data.dtype}".encode())
-            digest.update(data.view(torch.uint8).numpy().tobytes() if data.numel() else b"")
-    return digest.hexdigest()
+    return _digest([(str(i), t) for i, batch in enumerate(batches) for t in tensor_leaves(batch)])
 
 
 def space_label(space: Space) -> str:

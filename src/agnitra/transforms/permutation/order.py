@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from agnitra.transforms.permutation.apply import permute_weights
+from agnitra.transforms.permutation.apply import permute_weights, set_tensor
 from agnitra.transforms.permutation.cache import PermutationCache, space_label
 from agnitra.transforms.permutation.costs import InUnits
 from agnitra.transforms.permutation.solver import solve
@@ -132,16 +132,6 @@ def permute_checked(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Te
             for name, tensor in saved.items():
                 tensor.copy_(backup[name])
     else:
-        _restore(model, saved)
+        for name, tensor in saved.items():
+            set_tensor(model, name, tensor)
     return "the permutation changed the model's outputs; rolled back to the previous layout"
-
-
-def _restore(model: nn.Module, saved: dict[str, torch.Tensor]) -> None:
-    """Put the tensors `saved` held back under their names (undoing a permutation that gave new ones)."""
-    for name, tensor in saved.items():
-        owner_name, _, attr = name.rpartition(".")
-        owner = model.get_submodule(owner_name) if owner_name else model
-        if attr in owner._parameters:
-            owner._parameters[attr] = tensor
-        elif attr in owner._buffers:
-            owner._buffers[attr] = tensor
