@@ -53,7 +53,7 @@ class ChannelOrder(Transform):
     @dataclass
     class Params:
         serves: str = "quant:int4:g128"  # quant:int4:gN (int4-weight-only, group N) or sparsity:2:4
-        solve_seconds: float = 10.0  # the solver's time for the step's spaces
+        solve_seconds: float = 5.0  # the solver's time for the step's spaces (a candidate's setup pays it; cached for the next)
         calibration_batches: int = 4
 
     order = 25  # before the weight formats (30)
@@ -62,8 +62,8 @@ class ChannelOrder(Transform):
 
     def choices(self, ctx: TransformContext) -> list[Choice]:
         served = [f"quant:int4:g{g}" for g in INT4_GROUPS] + (["sparsity:2:4"] if ctx.device.type == "cuda" else [])
-        # no speed of its own and a solve to pay: after the same weight format alone, which it may rescue
-        return [Choice(self.name, (("serves", text),), 0.98) for text in served]
+        # no speed of its own and a solve to pay: after the weight formats alone, whose quality it may rescue
+        return [Choice(self.name, (("serves", text),), 0.9) for text in served]
 
     def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
         if not _serving(params.serves, others):
