@@ -4,6 +4,9 @@ after 2:4 moves whole fours, so the 2:4 pattern survives a later quantisation's 
 
 from __future__ import annotations
 
+import copy
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -74,7 +77,7 @@ def test_state_transforms_are_parsed_or_refused_in_one_line(text, fragment):
 
 
 def test_a_given_model_is_measured_and_judged_beside_the_original():
-    import copy
+
 
     from agnitra.api import benchmark
     from agnitra.bench.variants.given import GivenModel
@@ -100,14 +103,94 @@ def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path):
     modes = {m["mode"]: m for m in doc["modes"]}
     assert list(modes) == ["none", "once", "iterative"] and all(m["quality"]["metric"] for m in modes.values())
     assert modes["iterative"]["steps"][0]["importance_kept"] > modes["none"]["steps"][0]["importance_kept"]
-    assert json.loads((tmp_path / "sdk" / "layout.json").read_text())["schema"] == "agnitra.layout/1"
+    assert json.loads((tmp_path / "sdk" / "layout.json").read_text())["schema"] == "agnitra.layout/2"
     assert doc["calibration"] == "8 batch(es) of [8, 32] from the example inputs and fresh inputs like them"
     assert (tmp_path / "sdk" / "layout.csv").read_text().count("\n") == 4  # a header and a row per mode and step
+    # no 2:4 kernel on the CPU: measured dense, and said; energy and L2 are GPU figures, their gates not judged
+    assert any(n.startswith("sparsity-2of4 does not apply here") for n in doc["notes"])
+    gates = {g["name"]: g for g in modes["iterative"]["gates"]}
+    assert gates["energy per item"]["met"] is None and gates["L2 hit rate"]["met"] is None and "GPU" in gates["L2 hit rate"]["why"]
+    assert gates["latency"]["met"] is not None and gates["quality loss"]["met"] is not None
+    metrics = json.loads((tmp_path / "sdk" / "metrics.json").read_text())
+    assert set(metrics) == {"original", "none", "once", "iterative"} and metrics["iterative"]["gates"]["L2 hit rate"] is None
+    assert "Gates: latency -20%" in (tmp_path / "sdk" / "report.html").read_text()
     (tmp_path / "m.py").write_text("import torch\n\ndef make():\n    torch.manual_seed(0)\n    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), (torch.randn(4, 16),)\n")
     assert main(["layout", f"{tmp_path}/m.py:make", "--device", "cpu", "--transform", "quant:int4:g16", "--modes", "none,iterative", "--solve-seconds", "1",
                  "--runs", "2", "--out", str(tmp_path / "cli")]) == 0
     assert [m["mode"] for m in json.loads((tmp_path / "cli" / "layout.json").read_text())["modes"]] == ["none", "iterative"]
     assert main(["layout", f"{tmp_path}/m.py:make", "--modes", "sideways"]) == 2
+
+
+def test_a_mode_with_a_kernel_for_its_format_is_measured_with_it(tmp_path):
+    """int4 groups of 32 have a CPU kernel (int4-weight-only): each mode's model runs it, and its
+    weights take less memory than the original's."""
+    import agnitra
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    doc = agnitra.layout(model, torch.randn(4, 64), transforms="quant:int4:g32", modes=["none", "iterative"], device="cpu", solve_seconds=1, runs=2)
+    for m in doc["modes"]:
+        assert m["served"] == "served by int4-weight-only(group_size=32)" and m["status"] == "ok", m
+        assert m["model_bytes"] < doc["original"]["model_bytes"]
+        assert m["quality"]["metric"] and m["quality"]["value"] is not None
+
+
+def test_gates_judge_each_figure_against_the_original():
+    from agnitra.relayout.gates import gates
+
+    original = {"latency_ms": 10.0, "energy_j_per_item": 1.0, "l2_hit_rate_pct": 40.0}
+    faster = {"latency_ms": 7.5, "energy_j_per_item": 0.9, "l2_hit_rate_pct": 55.0, "quality": {"metric": "top1", "value": 0.9995}}
+    judged = {g.name: g for g in gates(original, faster)}
+    assert judged["latency"].met and judged["latency"].value == -0.25
+    assert judged["energy per item"].met is False  # -10%: not the -15% asked
+    assert judged["L2 hit rate"].met and judged["L2 hit rate"].value == 15.0
+    assert judged["quality loss"].met and judged["quality loss"].value == 0.05  # points of top-1 agreement
+    perplexity = {g.name: g for g in gates(original, {"latency_ms": 9.0, "quality": {"metric": "perplexity", "value": 0.004}})}
+    assert perplexity["quality loss"].met is False and perplexity["quality loss"].value == 0.4  # a 0.4% rise
+    assert perplexity["L2 hit rate"].met is None and perplexity["energy per item"].met is None
+
+
+NCU_RAW = (
+    '"ID","Kernel Name","lts__t_sector_hit_rate.pct","lts__t_sectors.sum"\n'
+    '"","","%","sector"\n'
+    '"0","gemv","50","1,000"\n'
+    '"1","norm","100","3000"\n'
+    '"2","broken","n/a",""\n'
+)
+
+
+def test_the_l2_rate_is_over_all_the_profiled_kernels_sectors():
+    from agnitra.telemetry.l2 import parse_raw_csv
+
+    reading = parse_raw_csv("==PROF== Connected to process 1\n" + NCU_RAW)
+    assert reading.kernels == 2 and reading.sectors == 4000 and reading.hit_rate_pct == 87.5  # (500 + 3000) / 4000
+    assert parse_raw_csv("==ERROR== LibraryNotLoaded\n") is None
+
+
+def test_the_l2_child_runs_the_modes_model_under_the_profiler(tmp_path, monkeypatch):
+    """A stand-in `ncu` on PATH runs the child as ncu would (the command after its flags) and writes
+    its CSV: the child loads the mode's weights into the rebuilt workload and serves the kernel."""
+    from agnitra.bench.isolated import workload_source
+    from agnitra.relayout.l2 import l2_of
+    from agnitra.relayout.serve import Kernel
+    from agnitra.workloads.prepare import prepare_workload
+
+    fake = tmp_path / "bin" / "ncu"
+    fake.parent.mkdir()
+    fake.write_text("#!/usr/bin/env python3\nimport subprocess, sys\nargs = sys.argv[1:]\nlog = args[args.index('--log-file') + 1]\n"
+                    "run = subprocess.run(args[args.index('--log-file') + 2:])\n"
+                    f"open(log, 'w').write({NCU_RAW!r} if run.returncode == 0 else '==ERROR== the child failed')\nsys.exit(run.returncode)\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    workload, device = prepare_workload(model, torch.randn(4, 64), device="cpu")
+    source, why = workload_source(model, {}, workload, device)
+    mode_model = copy.deepcopy(model)
+    found = l2_of(source, {"iterative": (mode_model, Kernel("int4-weight-only", {"group_size": 32}))}, tmp_path)
+    reading, why = found["iterative"]
+    assert reading is not None and reading.hit_rate_pct == 87.5, why
+    assert "agnitra-l2: iterative: served by int4-weight-only(group_size=32)" in (tmp_path / "ncu-0.log").read_text()
 
 
 def test_permutations_are_cached_reused_and_invalidated(tmp_path, monkeypatch):

@@ -190,20 +190,25 @@ def layout(
     solve_seconds: float = 60.0,
     calibration_batches: int = 8,
     runs: int | None = None,
+    l2: bool = True,
     out: str | Path | None = None,
     progress: Progress | None = None,
     settings: Settings | None = None,
     **load_options,
 ) -> dict:
     """Layout re-optimisation (agnitra.relayout): the state transforms applied in each mode to a copy
-    (none, permuted once, re-permuted before each), each mode's model measured and verified beside
-    the original in one interleaved run; the report (a dict, `agnitra.layout/1`) with each step's
-    importance kept and weight error, and each mode's latency and quality. The model the user gave
-    is left as it is."""
+    (none, permuted once, re-permuted before each), each mode's model served by the kernel of its
+    weight format where one applies, measured and verified beside the original in one interleaved
+    run (latency, memory, energy per item on a GPU, the L2 hit rate through ncu where `l2` and it
+    can read the counters) and judged on the gates; the report (a dict, `agnitra.layout/2`), and
+    with `out` its files (layout.json, layout.csv, metrics.json, report.html). The model the user
+    gave is left as it is."""
     from agnitra.bench.variants import get_variant
     from agnitra.bench.variants.given import GivenModel
-    from agnitra.transforms.permutation.cache import PermutationCache
+    from agnitra.relayout.measure import mode_entries
     from agnitra.relayout.pipeline import MODES, run_layout
+    from agnitra.relayout.serve import serve, served_kernel
+    from agnitra.transforms.permutation.cache import PermutationCache
     from agnitra.transforms.permutation.steps import parse_steps
 
     steps = parse_steps(transforms)
@@ -218,37 +223,48 @@ def layout(
     runs_by_mode = {}
     for mode in modes:
         if progress:
-            progress(f"layout: mode {mode}", 0.1 + 0.6 * len(runs_by_mode) / len(modes))
+            progress(f"layout: mode {mode}", 0.1 + 0.5 * len(runs_by_mode) / len(modes))
         runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds, cache=cache)
-    variants = [get_variant("eager")] + [GivenModel(f"layout {mode}", run.model) for mode, run in runs_by_mode.items()]
-    report = run_harness(workload, dev, describe_device(dev, settings), BenchConfig(variants=variants, runs=runs, op_breakdown=False), progress)
-    rows = {v.name: v for v in report.variants}
-    doc = {"schema": "agnitra.layout/1", "workload": report.workload, "device": report.device.name if hasattr(report.device, "name") else None,
-           "transforms": transforms, "solve_seconds": solve_seconds, "calibration": _calibration_said(workload, calibration), "modes": [], "notes": [
-               "the transformed weights run as dense tensors here: latency with the sparse and int4 kernels, L2 hit rate and energy per token are measured on the GPU"]}
-    eager = rows["eager"]
+    kernel, no_kernel = served_kernel(steps)
+    notes = [no_kernel] if no_kernel else []
+    l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, out, notes, progress) if l2 else {}
+    served = {}
     for mode, run in runs_by_mode.items():
-        row = rows[f"layout {mode}"]
-        check = row.correctness
-        doc["modes"].append({**run.to_dict(), "status": row.status, "reason": row.reason,
-                             "latency_ms": row.latency_ms.median if row.latency_ms else None,
-                             "speedup": eager.latency_ms.median / row.latency_ms.median if row.latency_ms and eager.latency_ms else None,
-                             "quality": {"metric": check.metric, "value": check.value, "passed": check.passed} if check else None})
+        run.model, served[mode] = serve(run.model, workload, dev, kernel)
+    notes += sorted({said for said in served.values() if said and not said.startswith("served by")})
+    variants = [get_variant("eager")] + [GivenModel(f"layout {mode}", run.model) for mode, run in runs_by_mode.items()]
+    report = run_harness(workload, dev, describe_device(dev, settings), BenchConfig(variants=variants, runs=runs, op_breakdown=False, energy_seconds=3.0), progress)
+    original, mode_docs = mode_entries(report, runs_by_mode, served, l2_readings)
+    doc = {"schema": "agnitra.layout/2", "workload": report.workload, "device": report.device.name if hasattr(report.device, "name") else None,
+           "transforms": transforms, "solve_seconds": solve_seconds, "calibration": _calibration_said(workload, calibration),
+           "original": original, "modes": mode_docs, "notes": notes + list(report.notes)}
     if out is not None:
-        import json
+        from agnitra.report.layout_files import write_layout_report
 
-        from agnitra.fileio import atomic_write_text, ensure_writable_dir
+        write_layout_report(doc, out)
+    return doc
+
+
+def _layout_l2(model, load_options: dict, workload: Workload, dev: torch.device, runs_by_mode: dict, kernel, out, notes: list[str], progress) -> dict:
+    """Each mode's L2 hit rate and the original's, through ncu in child processes (CUDA only)."""
+    if dev.type != "cuda":
+        return {}
+    from agnitra.bench.isolated import workload_source
+    from agnitra.relayout.l2 import l2_of
+
+    source, why = workload_source(model, load_options, workload, dev)
+    if source is None:
+        notes.append(f"L2 hit rate: not measured ({why})")
+        return {}
+    if progress:
+        progress("layout: L2 hit rates through ncu", 0.6)
+    models = {"original": (None, None), **{mode: (run.model, kernel) for mode, run in runs_by_mode.items()}}
+    folder = None
+    if out is not None:
+        from agnitra.fileio import ensure_writable_dir
 
         folder = ensure_writable_dir(out)
-        atomic_write_text(folder / "layout.json", json.dumps(doc, indent=2, default=str))
-        lines = ["mode,step,permuted_spaces,solver_gain,importance_kept,weight_error,latency_ms,quality_metric,quality_value"]
-        for m in doc["modes"]:
-            q = m["quality"] or {}
-            for s in m["steps"]:
-                lines.append(f"{m['mode']},{s['step']},{s['permuted_spaces']},{s['solver_gain']:.6g},{s['importance_kept']:.6g},{s['weight_error']:.6g},"
-                             f"{m['latency_ms'] if m['latency_ms'] is not None else ''},{q.get('metric', '')},{q.get('value', '')}")
-        atomic_write_text(folder / "layout.csv", "\n".join(lines) + "\n")
-    return doc
+    return l2_of(source, models, folder)
 
 
 def _calibration_said(workload: Workload, calibration: list[tuple]) -> str:

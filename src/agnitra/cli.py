@@ -877,20 +877,25 @@ def layout(
     tokens: Optional[int] = TokensOpt,
     size: str = SizeOpt,
     runs: Optional[int] = typer.Option(None, "--runs", help="timed runs of each mode's model"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="write layout.json and layout.csv here"),
+    l2: bool = typer.Option(True, "--l2/--no-l2", help="on a GPU, read each mode's L2 hit rate through ncu (Nsight Compute) in a child process"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", help="write layout.json, layout.csv, metrics.json and report.html here"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Permute channels for each state transform (2:4, blocks, int4/int8 groups) and compare the modes on quality and latency."""
+    """Permute channels for each state transform (2:4, blocks, int4/int8 groups) and compare the modes on quality, latency, memory, energy and L2 hit rate, with the gates each meets."""
     with _working(out_dir, not as_json) as progress:
         doc = _api().layout(model, transforms=transform, modes=[m.strip() for m in modes.split(",") if m.strip()], solve_seconds=solve_seconds, calibration_batches=calibration_batches,
-                            device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, out=out_dir, progress=progress)
+                            device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, l2=l2, out=out_dir, progress=progress)
     if as_json:
         _print_json(doc)
         return
+    verdict = {True: "met", False: "missed", None: "n/a"}
     for m in doc["modes"]:
         q = m["quality"] or {}
         steps = "; ".join(f"{s['step']}: kept {s['importance_kept']:.4f}, error {s['weight_error']:.4f}, {s['permuted_spaces']} space(s) permuted" for s in m["steps"])
-        out.print(f"{m['mode']}\t{q.get('metric', '')} {q.get('value', '')}\t{steps}", highlight=False)
+        gates = ", ".join(f"{g['name']} {verdict[g['met']]}" for g in m["gates"])
+        out.print(f"{m['mode']}\t{q.get('metric', '')} {q.get('value', '')}\t{steps}\tgates: {gates}", highlight=False)
+    for note in doc["notes"]:
+        err.print(f"note: {note}", highlight=False)
 
 
 ExecutorOpt = typer.Option("local", "--executor", help="where jobs run: local (a child process of the worker) or ray (a Ray task on the cluster RAY_ADDRESS names; pip install 'agnitra[ray]')")

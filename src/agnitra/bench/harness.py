@@ -76,6 +76,7 @@ class BenchConfig:
     shape_check: bool = True  # verify at another batch size too, where the original model takes one
     load_probe_s: float = 0.25  # other processes' load measured this long before the run (0: not)
     size_threads: bool = True  # torch's CPU threads sized to the cores other processes leave free
+    l2_units: int = 0  # GPU: calls run inside the NVTX range a profiler reads the L2 hit rate of (telemetry/l2.py)
 
     def resolved(self, decoder: bool) -> "BenchConfig":
         runs = self.runs if self.runs is not None else (5 if decoder else 50)
@@ -152,6 +153,7 @@ class Harness:
                 self._time_all()
             self._measure_memory()
             self._measure_energy()
+            self._mark_l2()
             if self.config.check:
                 self._check_correctness()
             roof = self._roofline() if self.config.roofline else None
@@ -279,6 +281,20 @@ class Harness:
         if not isinstance(model, torch.nn.Module) or any(isinstance(m, OrtModule) for m in model.modules()):
             return None  # ONNX Runtime holds its own copy of the weights, which torch does not see
         return model
+
+    def _mark_l2(self) -> None:
+        """Calls made inside the NVTX range whose kernels ncu profiles (telemetry/l2.py): without a
+        profiler attached the range is only a marker."""
+        if not self.config.l2_units or self.device.type != "cuda":
+            return
+        from agnitra.telemetry.l2 import L2_RANGE
+
+        for run in self.runs:
+            if run.ok:
+                with torch.cuda.nvtx.range(L2_RANGE):
+                    for i in range(self.config.l2_units):
+                        self._one_unit(run, i)
+                    _sync(self.device)
 
     def _measure_energy(self) -> None:
         if not self.config.energy:

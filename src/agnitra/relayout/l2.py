@@ -1,0 +1,66 @@
+"""Each layout mode's L2 hit rate: the mode's model, as served, run in a child process under
+Nsight Compute (`telemetry/l2.py`). The child holds the same workload as this process (rebuilt
+from its spec, or a pickled copy, as a candidate's worker does), loads the mode's weights, puts
+them in the serving kernel's format and runs the harness's calls inside the profiled range.
+
+    python -m agnitra.relayout.l2 PAYLOAD   (the child; PAYLOAD written by `l2_of`)"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from agnitra.relayout.serve import Kernel
+from agnitra.telemetry.l2 import L2Reading, measure
+
+L2_UNITS = 20  # calls profiled: a decoder's generation each (its prefill and every step)
+
+
+def l2_of(source, models: dict[str, tuple[nn.Module | None, Kernel | None]], folder: Path | None = None) -> dict[str, tuple[L2Reading | None, str]]:
+    """The L2 reading of each named model (None: the workload's own) served by its kernel, or
+    None and why. `source` is a `WorkloadSource` (how a child holds this workload)."""
+    found = {}
+    with tempfile.TemporaryDirectory(prefix="agnitra-l2-", dir=folder) as tmp:
+        for index, (name, (model, kernel)) in enumerate(models.items()):
+            place = Path(tmp) / str(index)
+            place.mkdir()
+            state = None
+            if model is not None:
+                state = place / "state.pt"
+                torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, state)
+            payload = place / "payload.pkl"
+            payload.write_bytes(pickle.dumps({"source": source, "state": str(state) if state else None, "kernel": kernel, "name": name}))
+            found[name] = measure(["-m", "agnitra.relayout.l2", str(payload)], place)
+            if folder is not None and (place / "ncu.out").is_file():
+                (folder / f"ncu-{index}.log").write_text((place / "ncu.out").read_text())
+    return found
+
+
+def _child(payload_path: str) -> None:
+    from agnitra.api import describe_device
+    from agnitra.bench.harness import BenchConfig, benchmark
+    from agnitra.bench.variants.given import GivenModel
+    from agnitra.relayout.serve import serve
+
+    payload = pickle.loads(Path(payload_path).read_bytes())  # written by this package's parent process (l2_of)
+    workload, device = payload["source"].load()
+    model = workload.model
+    if payload["state"]:
+        model.load_state_dict(torch.load(payload["state"], map_location=device, weights_only=True))
+    model, said = serve(model, workload, device, payload["kernel"])
+    print(f"agnitra-l2: {payload['name']}: {said or 'as it is'}", flush=True)
+    config = BenchConfig(variants=[GivenModel(payload["name"], model)], runs=1, warmup=2, check=False, op_breakdown=False, energy=False,
+                         signature=False, roofline=False, shape_check=False, load_probe_s=0.0, l2_units=L2_UNITS)
+    report = benchmark(workload, device, describe_device(device), config)
+    row = report.variants[0]
+    if row.status != "ok":
+        raise SystemExit(f"agnitra-l2: {payload['name']}: {row.status}: {row.reason}")
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])

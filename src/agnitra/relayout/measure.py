@@ -1,0 +1,39 @@
+"""A layout run's measurements, mode by mode, against the original model of the same run: latency,
+model memory, energy per item, L2 hit rate and quality, and the gates they meet (`gates.py`)."""
+
+from __future__ import annotations
+
+from agnitra.relayout.gates import gates
+from agnitra.results import BenchReport, VariantResult
+
+
+def figures(row: VariantResult, l2: tuple | None) -> dict:
+    """One measured model's figures (`l2`: (reading or None, why) where the L2 rate was asked for)."""
+    check = row.correctness
+    reading, why = l2 if l2 is not None else (None, "not measured (needs a CUDA GPU and ncu)")
+    return {
+        "status": row.status,
+        "reason": row.reason,
+        "latency_ms": row.latency_ms.median if row.latency_ms else None,
+        "model_bytes": row.model_bytes,
+        "peak_memory_bytes": row.peak_memory_bytes,
+        "energy_j_per_item": row.energy_j_per_item,
+        "l2_hit_rate_pct": round(reading.hit_rate_pct, 2) if reading else None,
+        "l2_kernels": reading.kernels if reading else None,
+        "l2_why": "" if reading else why,
+        "quality": {"metric": check.metric, "value": check.value, "passed": check.passed} if check else None,
+    }
+
+
+def mode_entries(report: BenchReport, runs: dict, served: dict[str, str], l2: dict[str, tuple]) -> tuple[dict, list[dict]]:
+    """The original's figures and each mode's (with its steps, how it was served, its speedup and
+    gates). `runs`: mode -> LayoutRun; variant names are `eager` and `layout MODE`."""
+    rows = {v.name: v for v in report.variants}
+    original = figures(rows["eager"], l2.get("original"))
+    modes = []
+    for mode, run in runs.items():
+        mine = figures(rows[f"layout {mode}"], l2.get(mode))
+        speedup = original["latency_ms"] / mine["latency_ms"] if original["latency_ms"] and mine["latency_ms"] else None
+        modes.append({**run.to_dict(), **mine, "served": served.get(mode, ""), "speedup": speedup,
+                      "gates": [g.to_dict() for g in gates(original, mine)]})
+    return original, modes

@@ -1,0 +1,96 @@
+"""`agnitra layout --out DIR`: layout.json (the whole report), layout.csv (a row per mode and step),
+metrics.json (each measured model's figures and each mode's gates, flat) and report.html."""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from pathlib import Path
+
+from agnitra.fileio import atomic_write_text, ensure_writable_dir
+from agnitra.report.html import _notes_list, _page, _section, _table
+from agnitra.report.units import MISSING, format_bytes
+
+STEP_COLUMNS = ("mode", "step", "permuted_spaces", "solver_gain", "importance_kept", "weight_error", "served", "latency_ms", "model_bytes",
+                "energy_j_per_item", "l2_hit_rate_pct", "quality_metric", "quality_value")
+FIGURES = ("status", "latency_ms", "model_bytes", "peak_memory_bytes", "energy_j_per_item", "l2_hit_rate_pct", "l2_why")
+
+
+def write_layout_report(doc: dict, out: str | Path) -> dict[str, Path]:
+    folder = ensure_writable_dir(out)
+    paths = {"json": folder / "layout.json", "csv": folder / "layout.csv", "metrics": folder / "metrics.json", "html": folder / "report.html"}
+    atomic_write_text(paths["json"], json.dumps(doc, indent=2, default=str))
+    atomic_write_text(paths["csv"], layout_csv(doc))
+    atomic_write_text(paths["metrics"], json.dumps(metrics(doc), indent=2, default=str))
+    atomic_write_text(paths["html"], layout_html(doc))
+    return paths
+
+
+def metrics(doc: dict) -> dict:
+    """The figures a dashboard reads: the original's and each mode's, its gates as met/missed/None."""
+    found = {"original": {k: doc["original"].get(k) for k in FIGURES}}
+    for m in doc["modes"]:
+        quality = m.get("quality") or {}
+        found[m["mode"]] = {**{k: m.get(k) for k in FIGURES}, "speedup": m.get("speedup"), "served": m.get("served"),
+                            "quality_metric": quality.get("metric"), "quality_value": quality.get("value"),
+                            "gates": {g["name"]: g["met"] for g in m["gates"]}, "gates_met": sum(1 for g in m["gates"] if g["met"])}
+    return found
+
+
+def layout_csv(doc: dict) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(STEP_COLUMNS)
+    for m in doc["modes"]:
+        q = m.get("quality") or {}
+        for s in m["steps"]:
+            writer.writerow([m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.6g}", f"{s['importance_kept']:.6g}", f"{s['weight_error']:.6g}",
+                             m.get("served", ""), _cell(m.get("latency_ms")), _cell(m.get("model_bytes")), _cell(m.get("energy_j_per_item")),
+                             _cell(m.get("l2_hit_rate_pct")), q.get("metric", ""), _cell(q.get("value"))])
+    return buffer.getvalue()
+
+
+def layout_html(doc: dict) -> str:
+    workload = doc.get("workload") or {}
+    title = f"Layout: {workload.get('name', '')} ({doc.get('transforms')})"
+    original = doc["original"]
+    figures = _table(["model", "served", "latency ms", "speedup", "model memory", "energy J/item", "L2 hit %", "quality"],
+                     [["original", "", _num(original.get("latency_ms")), "1.00x", _bytes(original.get("model_bytes")), _num(original.get("energy_j_per_item")),
+                       _num(original.get("l2_hit_rate_pct")), ""]]
+                     + [[m["mode"], m.get("served") or "dense weights", _num(m.get("latency_ms")), f"{m['speedup']:.2f}x" if m.get("speedup") else MISSING,
+                         _bytes(m.get("model_bytes")), _num(m.get("energy_j_per_item")), _num(m.get("l2_hit_rate_pct")), _quality(m.get("quality"))]
+                        for m in doc["modes"]], numeric=(2, 3, 4, 5, 6))
+    gate_rows = [[m["mode"], g["name"], g["target"], _num(g["value"]), {True: "met", False: "missed", None: "not measured"}[g["met"]], g.get("why", "")]
+                 for m in doc["modes"] for g in m["gates"]]
+    steps = _table(["mode", "step", "spaces permuted", "solver gain", "importance kept", "weight error", "seconds", "notes"],
+                   [[m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.4f}", f"{s['importance_kept']:.4f}", f"{s['weight_error']:.4f}", s["seconds"],
+                     "; ".join(s.get("notes") or [])] for m in doc["modes"] for s in m["steps"]], numeric=(2, 3, 4, 5, 6))
+    body = "".join([
+        f"<header><h1>{html.escape(title)}</h1><p>{html.escape(str(doc.get('device') or ''))}; calibration: {html.escape(str(doc.get('calibration', '')))}</p></header>",
+        _section("Each mode against the original (one interleaved run)", figures),
+        _section("Gates: latency -20%, L2 hit +10 points, energy per item -15%, quality loss <= 0.1 points",
+                 _table(["mode", "gate", "target", "value", "verdict", "why"], gate_rows, numeric=(3,))),
+        _section("Steps", steps),
+        _section("Notes", _notes_list(doc.get("notes") or [])),
+    ])
+    return _page(title, body, with_plotly=False)
+
+
+def _cell(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _num(value) -> str:
+    return MISSING if value is None else f"{value:.4g}"
+
+
+def _bytes(value) -> str:
+    return MISSING if value is None else format_bytes(value)
+
+
+def _quality(quality: dict | None) -> str:
+    if not quality:
+        return MISSING
+    return f"{quality.get('metric')} {_num(quality.get('value'))} ({'passed' if quality.get('passed') else 'failed'})"

@@ -1,0 +1,98 @@
+"""The L2 hit rate of a model's kernels, read by Nsight Compute (`ncu`) from the hardware counters.
+
+A child Python process runs the model's calls inside the NVTX range `agnitra-l2`; ncu profiles
+only the kernels launched inside it and reads, for each, the share of L2 sector lookups that hit
+and the number of sectors. The rate reported is over all of them (hits / lookups), so a kernel
+weighs by its traffic. The clocks are left alone (`--clock-control none`) and the caches are not
+flushed between kernels (`--cache-control none`): the rate is that of the calls run back to back.
+Where ncu is missing or cannot read the counters (e.g. a sandbox without access to them), the
+reading is None with the reason."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+L2_RANGE = "agnitra-l2"
+HIT_RATE = "lts__t_sector_hit_rate.pct"
+SECTORS = "lts__t_sectors.sum"
+MAX_KERNELS = 2000  # profiled kernels at most (each is replayed: seconds of GPU time for thousands)
+
+
+@dataclass
+class L2Reading:
+    hit_rate_pct: float
+    sectors: float
+    kernels: int
+
+    def to_dict(self) -> dict:
+        return {"hit_rate_pct": round(self.hit_rate_pct, 2), "sectors": self.sectors, "kernels": self.kernels}
+
+
+def ncu_path() -> str | None:
+    return shutil.which("ncu")
+
+
+def ncu_command(ncu: str, log: Path, argv: list[str]) -> list[str]:
+    return [ncu, "--clock-control", "none", "--cache-control", "none", "--target-processes", "application-only",
+            "--nvtx", "--nvtx-include", f"{L2_RANGE}/", "--launch-count", str(MAX_KERNELS),
+            "--metrics", f"{HIT_RATE},{SECTORS}", "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(log), *argv]
+
+
+def measure(argv: list[str], folder: Path, timeout_s: float = 600.0) -> tuple[L2Reading | None, str]:
+    """Run `python argv...` under ncu; the reading over the kernels of its `agnitra-l2` range, or
+    None and why (ncu's own words where it failed)."""
+    ncu = ncu_path()
+    if ncu is None:
+        return None, "ncu (Nsight Compute) is not on PATH"
+    log = folder / "ncu.csv"
+    try:
+        done = subprocess.run(ncu_command(ncu, log, [sys.executable, *argv]), capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        return None, f"ncu ran past {timeout_s:.0f} s"
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    (folder / "ncu.out").write_text(done.stdout + done.stderr)
+    reading = parse_raw_csv(text)
+    if reading is not None:
+        return reading, ""
+    said = [line.strip() for line in (text + "\n" + done.stderr).splitlines() if "==ERROR==" in line or "==WARNING==" in line]
+    if done.returncode != 0:
+        return None, f"ncu failed (exit {done.returncode}): {said[0] if said else 'no reason given'}"
+    return None, f"ncu read no kernel in the {L2_RANGE} range" + (f" ({said[0]})" if said else "")
+
+
+def parse_raw_csv(text: str) -> L2Reading | None:
+    """ncu's `--page raw --csv` output: a header row, a units row, a row a kernel."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    if not rows or HIT_RATE not in rows[0] or SECTORS not in rows[0]:
+        return None
+    header = rows[0]
+    at_rate, at_sectors = header.index(HIT_RATE), header.index(SECTORS)
+    hits = lookups = 0.0
+    kernels = 0
+    for row in rows[1:]:
+        rate, sectors = _number(row, at_rate), _number(row, at_sectors)
+        if rate is None or sectors is None:
+            continue  # the units row, or a kernel whose counters were not read
+        hits += rate / 100.0 * sectors
+        lookups += sectors
+        kernels += 1
+    if not kernels or lookups <= 0:
+        return None
+    return L2Reading(100.0 * hits / lookups, lookups, kernels)
+
+
+def _number(row: list[str], index: int) -> float | None:
+    if index >= len(row):
+        return None
+    try:
+        return float(row[index].replace(",", ""))
+    except ValueError:
+        return None
