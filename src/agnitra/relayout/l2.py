@@ -42,10 +42,11 @@ def l2_of(source, models: dict[str, tuple[nn.Module | None, Kernel | None]], fol
 
 
 def _child(payload_path: str) -> None:
-    from agnitra.api import describe_device
     from agnitra.bench.harness import BenchConfig, benchmark
     from agnitra.bench.variants.given import GivenModel
     from agnitra.relayout.serve import serve
+    from agnitra.results import DeviceReport
+    from agnitra.telemetry.signature import device_signature
 
     payload = pickle.loads(Path(payload_path).read_bytes())  # written by this package's parent process (l2_of)
     workload, device = payload["source"].load()
@@ -56,7 +57,8 @@ def _child(payload_path: str) -> None:
     print(f"agnitra-l2: {payload['name']}: {said or 'as it is'}", flush=True)
     config = BenchConfig(variants=[GivenModel(payload["name"], model)], runs=1, warmup=2, check=False, op_breakdown=False, energy=False,
                          signature=False, roofline=False, shape_check=False, load_probe_s=0.0, l2_units=L2_UNITS)
-    report = benchmark(workload, device, describe_device(device), config)
+    signature = device_signature(device)  # no roofline here: the ceilings are not measured
+    report = benchmark(workload, device, DeviceReport(signature["name"], device.type, signature, {}), config)
     row = report.variants[0]
     if row.status != "ok":
         raise SystemExit(f"agnitra-l2: {payload['name']}: {row.status}: {row.reason}")
