@@ -16,6 +16,7 @@
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 #   bash benchmarks/device_run.sh adversarial [WORKLOADS]        # the runtime and verification tests on the GPU, then adversarial.py (the adversarial zoo on every CUDA runtime; exploring inputs on WORKLOADS)
 #   bash benchmarks/device_run.sh layout                       # tinylm-py decode: each weight format with and without the `layout` transform before it (latency, held-out perplexity, energy)
+#   bash benchmarks/device_run.sh layoutgates                  # `agnitra layout` on tinylm-py and minilm: each mode served by its format's kernel, energy, L2 hit rate (ncu), gates
 #   bash benchmarks/device_run.sh curve BUDGETS WORKLOADS [TAG] # budget_curve.py: `agnitra optimize` as a user runs it at each budget, a workload a GPU side by side (CURVE_DEADLINE, default 540 s)
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -121,6 +122,19 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         timeout 170 python3 -m agnitra.cli bench zoo:tinylm-py --device cuda --dtype bf16 --no-ops --no-store --variants eager --recipe "$step" \
           --recipe "layout(serves=$serves,solve_seconds=20) + $step" --recipe "$step + $ro" --recipe "layout(serves=$serves,solve_seconds=20) + $step + $ro" \
           --json --debug > "$OUT/bench-layout-tinylm-py-$tag.json" 2> "$OUT/bench-layout-tinylm-py-$tag.err"; echo "$serves: exit $?"
+      done
+      ;;
+    layoutgates)  # agnitra layout: the modes served by their kernels, latency, memory, energy per item, L2 hit rate through ncu, the gates
+      python3 - <<'PY' > "$OUT/ncu-sanity.txt" 2>&1  # does ncu read counters here, and does the NVTX filter take push/pop ranges as "name/"?
+import subprocess, sys
+code = "import torch\nx = torch.randn(4096, 4096, device='cuda')\nx @ x\nwith torch.cuda.nvtx.range('agnitra-l2'):\n    (x @ x).sum()\ntorch.cuda.synchronize()\n"
+r = subprocess.run(["ncu", "--clock-control", "none", "--nvtx", "--nvtx-include", "agnitra-l2/", "--metrics", "lts__t_sector_hit_rate.pct,lts__t_sectors.sum", "--csv", "--page", "raw", sys.executable, "-c", code], capture_output=True, text=True)
+print(r.returncode); print(r.stdout[-3000:]); print(r.stderr[-2000:])
+PY
+      for spec in ${LAYOUT_SPECS:-"zoo:tinylm-py|quant:int4:g32|none,once,iterative" "zoo:tinylm-py|sparsity:2:4|none,once,iterative"}; do
+        IFS='|' read -r model tf modes <<< "$spec"; tag=$(echo "${model#zoo:}-$tf" | tr ':' '-')
+        PYTHONFAULTHANDLER=1 timeout -s ABRT "${LAYOUT_TIMEOUT:-200}" python3 -m agnitra.cli layout "$model" --device cuda --dtype bf16 --transform "$tf" --modes "$modes" --solve-seconds 10 \
+          --out "$OUT/layout-$tag" --json --debug > "$OUT/layout-$tag.json" 2> "$OUT/layout-$tag.err"; echo "$model $tf: exit $?"
       done
       ;;
     decode8b)  # llama-8b decode (random weights): bf16 compile vs the fused int8 decode kernels vs int8 through Inductor

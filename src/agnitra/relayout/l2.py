@@ -18,7 +18,7 @@ from torch import nn
 from agnitra.relayout.serve import Kernel
 from agnitra.telemetry.l2 import L2Reading, measure
 
-L2_UNITS = 20  # calls profiled: a decoder's generation each (its prefill and every step)
+L2_UNITS = 4  # calls profiled: a decoder's generation each (its prefill and every step); ncu stops at MAX_KERNELS
 
 
 def l2_of(source, models: dict[str, tuple[nn.Module | None, Kernel | None]], folder: Path | None = None) -> dict[str, tuple[L2Reading | None, str]]:
