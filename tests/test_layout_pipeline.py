@@ -190,7 +190,7 @@ def test_the_l2_child_runs_the_modes_model_under_the_profiler(tmp_path, monkeypa
     found = l2_of(source, {"iterative": (mode_model, Kernel("int4-weight-only", {"group_size": 32}))}, tmp_path)
     reading, why = found["iterative"]
     assert reading is not None and reading.hit_rate_pct == 87.5, why
-    assert "agnitra-l2: iterative: served by int4-weight-only(group_size=32)" in (tmp_path / "ncu-0.log").read_text()
+    assert "agnitra-l2: iterative: served by int4-weight-only(group_size=32)" in (tmp_path / "ncu-0" / "ncu.out").read_text()
 
 
 def test_permutations_are_cached_reused_and_invalidated(tmp_path, monkeypatch):

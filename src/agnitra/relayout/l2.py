@@ -10,6 +10,7 @@ from __future__ import annotations
 import pickle
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -18,26 +19,29 @@ from torch import nn
 from agnitra.relayout.serve import Kernel
 from agnitra.telemetry.l2 import L2Reading, measure
 
-L2_UNITS = 4  # calls profiled: a decoder's generation each (its prefill and every step); ncu stops at MAX_KERNELS
+L2_UNITS = 1  # calls profiled: a decoder's generation each (its prefill and every step); ncu stops at MAX_KERNELS
 
 
-def l2_of(source, models: dict[str, tuple[nn.Module | None, Kernel | None]], folder: Path | None = None) -> dict[str, tuple[L2Reading | None, str]]:
+def l2_of(source, models: dict[str, tuple[nn.Module | None, Kernel | None]], folder: Path | None = None, timeout_s: float = 180.0) -> dict[str, tuple[L2Reading | None, str]]:
     """The L2 reading of each named model (None: the workload's own) served by its kernel, or
-    None and why. `source` is a `WorkloadSource` (how a child holds this workload)."""
-    found = {}
-    with tempfile.TemporaryDirectory(prefix="agnitra-l2-", dir=folder) as tmp:
+    None and why. `source` is a `WorkloadSource` (how a child holds this workload). Where one
+    runs past `timeout_s`, the rest are not profiled (they would too)."""
+    found: dict[str, tuple[L2Reading | None, str]] = {}
+    with tempfile.TemporaryDirectory(prefix="agnitra-l2-") as tmp:
         for index, (name, (model, kernel)) in enumerate(models.items()):
-            place = Path(tmp) / str(index)
-            place.mkdir()
+            if any(why.startswith("ncu ran past") for _, why in found.values()):
+                found[name] = (None, "not profiled: ncu ran past its time on an earlier model")
+                continue
+            place = Path(folder) if folder is not None else Path(tmp)
             state = None
             if model is not None:
-                state = place / "state.pt"
+                state = Path(tmp) / f"state-{index}.pt"
                 torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, state)
-            payload = place / "payload.pkl"
+            payload = Path(tmp) / f"payload-{index}.pkl"
             payload.write_bytes(pickle.dumps({"source": source, "state": str(state) if state else None, "kernel": kernel, "name": name}))
-            found[name] = measure(["-m", "agnitra.relayout.l2", str(payload)], place)
-            if folder is not None and (place / "ncu.out").is_file():
-                (folder / f"ncu-{index}.log").write_text((place / "ncu.out").read_text())
+            profile = place / f"ncu-{index}"
+            profile.mkdir(exist_ok=True)
+            found[name] = measure(["-m", "agnitra.relayout.l2", str(payload)], profile, timeout_s)
     return found
 
 
@@ -48,8 +52,10 @@ def _child(payload_path: str) -> None:
     from agnitra.results import DeviceReport
     from agnitra.telemetry.signature import device_signature
 
+    started = time.monotonic()
     payload = pickle.loads(Path(payload_path).read_bytes())  # written by this package's parent process (l2_of)
     workload, device = payload["source"].load()
+    print(f"agnitra-l2: {payload['name']}: workload held after {time.monotonic() - started:.1f} s", flush=True)
     model = workload.model
     if payload["state"]:
         model.load_state_dict(torch.load(payload["state"], map_location=device, weights_only=True))
@@ -59,6 +65,7 @@ def _child(payload_path: str) -> None:
                          signature=False, roofline=False, shape_check=False, load_probe_s=0.0, l2_units=L2_UNITS)
     signature = device_signature(device)  # no roofline here: the ceilings are not measured
     report = benchmark(workload, device, DeviceReport(signature["name"], device.type, signature, {}), config)
+    print(f"agnitra-l2: {payload['name']}: calls run after {time.monotonic() - started:.1f} s", flush=True)
     row = report.variants[0]
     if row.status != "ok":
         raise SystemExit(f"agnitra-l2: {payload['name']}: {row.status}: {row.reason}")

@@ -109,7 +109,7 @@ def _apply(layers: dict[str, nn.Linear], norms: dict[str, torch.Tensor], step: S
         step.apply(layer.weight, norms.get(name))
         after = layer.weight.detach().float()
         scale = norms.get(name)
-        scale = scale if scale is not None else torch.ones(before.shape[1])
+        scale = scale.to(before.device) if scale is not None else torch.ones(before.shape[1], device=before.device)
         kept_num += float((after.abs() * scale).sum())
         kept_den += float((before.abs() * scale).sum())
         err_num += float((((after - before) * scale) ** 2).sum())

@@ -22,7 +22,7 @@ from pathlib import Path
 L2_RANGE = "agnitra-l2"
 HIT_RATE = "lts__t_sector_hit_rate.pct"
 SECTORS = "lts__t_sectors.sum"
-MAX_KERNELS = 2000  # profiled kernels at most (each is replayed: seconds of GPU time for thousands)
+MAX_KERNELS = 600  # profiled kernels at most (each is replayed: tens of ms apiece)
 
 
 @dataclass
@@ -45,23 +45,25 @@ def ncu_command(ncu: str, log: Path, argv: list[str]) -> list[str]:
             "--metrics", f"{HIT_RATE},{SECTORS}", "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(log), *argv]
 
 
-def measure(argv: list[str], folder: Path, timeout_s: float = 600.0) -> tuple[L2Reading | None, str]:
+def measure(argv: list[str], folder: Path, timeout_s: float = 180.0) -> tuple[L2Reading | None, str]:
     """Run `python argv...` under ncu; the reading over the kernels of its `agnitra-l2` range, or
-    None and why (ncu's own words where it failed)."""
+    None and why (ncu's own words where it failed). What the child and ncu print goes to
+    `folder/ncu.out` as it comes."""
     ncu = ncu_path()
     if ncu is None:
         return None, "ncu (Nsight Compute) is not on PATH"
     log = folder / "ncu.csv"
-    try:
-        done = subprocess.run(ncu_command(ncu, log, [sys.executable, *argv]), capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ))
-    except subprocess.TimeoutExpired:
-        return None, f"ncu ran past {timeout_s:.0f} s"
+    with (folder / "ncu.out").open("w") as said_file:
+        try:
+            done = subprocess.run(ncu_command(ncu, log, [sys.executable, *argv]), stdout=said_file, stderr=subprocess.STDOUT, timeout=timeout_s, env=dict(os.environ))
+        except subprocess.TimeoutExpired:
+            return None, f"ncu ran past {timeout_s:.0f} s"
     text = log.read_text(errors="replace") if log.is_file() else ""
-    (folder / "ncu.out").write_text(done.stdout + done.stderr)
     reading = parse_raw_csv(text)
     if reading is not None:
         return reading, ""
-    said = [line.strip() for line in (text + "\n" + done.stderr).splitlines() if "==ERROR==" in line or "==WARNING==" in line]
+    printed = (folder / "ncu.out").read_text(errors="replace")
+    said = [line.strip() for line in (text + "\n" + printed).splitlines() if "==ERROR==" in line or "==WARNING==" in line]
     if done.returncode != 0:
         return None, f"ncu failed (exit {done.returncode}): {said[0] if said else 'no reason given'}"
     return None, f"ncu read no kernel in the {L2_RANGE} range" + (f" ({said[0]})" if said else "")

@@ -52,7 +52,7 @@ class StateStep:
         norm where `norms` are given (what the solver's cost counts), else |W|."""
         w = weight.detach().float()
         n, k = w.shape
-        importance = w.abs() * norms.float() if norms is not None else w.abs()
+        importance = w.abs() * norms.to(w.device, torch.float32) if norms is not None else w.abs()  # norms are kept on the CPU
         if self.kind == "sparsity":
             groups = w.reshape(n, k // 4, 4)
             keep = torch.zeros_like(groups, dtype=torch.bool).scatter_(-1, importance.reshape(n, k // 4, 4).topk(2, dim=-1).indices, True)
@@ -62,7 +62,7 @@ class StateStep:
             blocks = w.reshape(n // b, b, k // b, b)
             mass = importance.reshape(n // b, b, k // b, b).sum((1, 3))  # [row blocks, column blocks]
             kept = mass.flatten().topk(max(1, round(self.density * mass.numel()))).indices
-            mask = torch.zeros(mass.numel(), dtype=torch.bool).scatter_(0, kept, True).reshape(mass.shape)
+            mask = torch.zeros(mass.numel(), dtype=torch.bool, device=w.device).scatter_(0, kept, True).reshape(mass.shape)
             return (blocks * mask[:, None, :, None]).reshape(n, k).to(weight.dtype)
         size = self.group or k
         groups = w.reshape(n, k // size, size)
