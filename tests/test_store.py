@@ -191,3 +191,41 @@ def test_a_locked_store_is_said_in_one_line_and_the_run_is_kept_for_import(tmp_p
     (tmp_path / "run" / "report.json").write_text(json.dumps(report.to_dict()))
     assert main(["store", "import", str(tmp_path / "run")]) == 0  # the lock gone, the run goes in
     assert "imported 1 run(s)" in capsys.readouterr().out
+
+
+def test_the_service_stores_writers_take_turns_and_one_that_rolled_back_lets_the_next_in(tmp_path):
+    import threading
+
+    from sqlalchemy import select
+
+    from agnitra.store.service_schema import OrganisationRow
+
+    store = open_store(f"sqlite:///{tmp_path}/service.db", connections=4)  # as the service opens it
+    try:
+        with pytest.raises(RuntimeError), store.session() as session:
+            session.add(OrganisationRow(name="rolled-back"))
+            session.flush()
+            raise RuntimeError
+        order, first_wrote = [], threading.Event()
+
+        def first() -> None:
+            with store.session() as session:
+                session.add(OrganisationRow(name="first"))
+                session.flush()
+                first_wrote.set()
+                threading.Event().wait(0.3)
+                order.append("first")
+
+        thread = threading.Thread(target=first)
+        thread.start()
+        first_wrote.wait(10)
+        with store.session() as session:  # waits for the first writer's commit, then writes
+            session.add(OrganisationRow(name="second"))
+            session.flush()
+            order.append("second")
+        thread.join()
+        with store.session() as session:
+            names = sorted(session.scalars(select(OrganisationRow.name)))
+        assert order == ["first", "second"] and names == ["first", "second"]
+    finally:
+        store.close()

@@ -3,8 +3,10 @@ dir), the schema brought to the newest Alembic revision on open, and sessions.""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Iterator
@@ -37,10 +39,15 @@ def _with_driver(url: str) -> str:
 class Store:
     url: str
     engine: Engine
+    # made once: a sessionmaker made per session set up SQLAlchemy's event dispatch for a new class each time
+    sessions: sessionmaker = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
     def session(self) -> Iterator[Session]:
-        with sessionmaker(self.engine, expire_on_commit=False)() as session, session.begin():
+        with self.sessions() as session, session.begin():
             yield session
 
     def revision(self) -> str | None:
@@ -67,6 +74,7 @@ def open_store(url: str | None = None, *, otherwise: str = "", connections: int 
         engine = create_engine(full, **({"pool_size": connections, "max_overflow": connections} if connections else {}))
         if connections and engine.dialect.name == "sqlite":
             event.listen(engine, "connect", _sqlite_for_many)
+            _one_writer_at_a_time(engine)
         migrate(engine)
     except ModuleNotFoundError as exc:
         raise UserError(f"the measurement store at {safe_url(given or full)} needs the {exc.name} package: pip install 'agnitra[store]'{alternative}") from exc
@@ -88,8 +96,32 @@ def _sqlite_for_many(connection, _record) -> None:
     cursor = connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_S * 1000)}")
     cursor.close()
+
+
+SQLITE_BUSY_S = 30.0  # busy_timeout: how long a writer waits for the database's write lock
+WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "SAVEPOINT")  # what takes SQLite's write lock (pysqlite begins before them)
+
+
+def _one_writer_at_a_time(engine: Engine) -> None:
+    """This process's threads take SQLite's one write lock in turn, queued on a lock of their own
+    and woken as the last writer's connection goes back to the pool (after its commit or rollback);
+    a thread that met SQLite's lock held slept in its busy handler instead (1, 2, 5 ... 100 ms,
+    however soon it was free). Other processes (the workers) still meet SQLite's busy timeout."""
+    lock = threading.Lock()
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _writing(connection, cursor, statement, parameters, context, executemany) -> None:
+        if "writer" not in connection.info and statement.lstrip()[:9].upper().startswith(WRITES):
+            if not lock.acquire(timeout=SQLITE_BUSY_S):
+                raise sqlite3.OperationalError("database is locked (another thread of this process held it)")
+            connection.info["writer"] = True
+
+    @event.listens_for(engine, "checkin")
+    def _written(dbapi_connection, record) -> None:
+        if record.info.pop("writer", False):
+            lock.release()
 
 
 def held_elsewhere(error: BaseException) -> bool:
