@@ -268,3 +268,45 @@ def test_agent_train_then_eval_from_a_dataset(tmp_path, capsys, monkeypatch):
     assert found["policy"] == 1 and found["beats_compile"] == 6 and found["with_compile"] == 6
     assert main(["agent", "eval", "--dataset", str(path), "--workloads", "nope"]) == 2
     assert "none of nope is among the measured workloads on cpu" in capsys.readouterr().err
+
+
+def _gpu_rows(workloads: int = 4) -> list[dict]:
+    """Another device's runs: CUDA graphs alone win, plain compile is slower, and a state feature
+    (`dev.sm_count`) the CPU rows lack."""
+    recipes = {"cuda-graphs": 4.0, "compile(mode=default)": 1.1, "compile(mode=default) + cuda-graphs": 3.0}
+    rows = []
+    for w in range(workloads):
+        for name, speedup in recipes.items():
+            steps = Recipe.parse(name).to_dict()["steps"]
+            rows.append({"group": f"gpu{w}", "run_id": 100 + w, "workload": f"g{w}", "device_kind": "cuda", "device": "NVIDIA H100 80GB HBM3", "batch": 2 ** w,
+                         "sig.size": w / workloads, "dev.sm_count": 132, "dev.memory_bytes": 80 * 2**30, "recipe": json.dumps(steps), "status": "ok",
+                         "speedup": speedup * (1 + 0.01 * w), "passed": True})
+    return rows
+
+
+def test_a_policy_fine_tuned_from_another_device_keeps_its_actions_and_learns_the_new_rows():
+    from agnitra.search.agent.evaluate import evaluate
+    from agnitra.search.agent.policy import Policy
+    from agnitra.search.agent.train import train_policy
+
+    source = train_policy(_planted_rows(), steps=0).policy
+    tuned = train_policy(_gpu_rows(), steps=0, start=source)
+    layout = tuned.policy.layout
+    for d in source.layout.dimensions:  # the source's choices keep their places: its actions mean what they meant
+        assert layout.dimensions[[n.transform for n in layout.dimensions].index(d.transform)].choices[: len(d.choices)] == d.choices
+    assert "dev.sm_count" in tuned.policy.spec.columns(layout) and tuned.imitated == 4
+    assert {w.agent for w in evaluate(tuned.policy, _gpu_rows(), "cuda-sm90").workloads} == {Recipe.parse("cuda-graphs").name}
+    # carried over before any training: on a state of the source's rows, the same logits for the source's actions
+    carried = Policy(layout, tuned.policy.spec, source.weights, source.transplant(layout, tuned.policy.spec, tuned.policy.tensors))
+    row = _planted_rows()[0]
+    old_obs = source.spec.observe(source.spec.features(row), source.layout, ())
+    new_obs = carried.spec.observe(carried.spec.features(row), layout, ())
+    assert np.allclose(carried.logits(new_obs)[: source.layout.actions], source.logits(old_obs), atol=1e-5)
+
+
+def test_plain_compile_reads_an_older_rows_missing_parameters_as_their_defaults():
+    from agnitra.search.agent.evaluate import plain_compile
+
+    assert plain_compile([{"transform": "compile", "params": {"freezing": False, "mode": "default", "pdl": True}}])  # a row of the first space version
+    assert not plain_compile([{"transform": "compile", "params": {"freezing": True, "mode": "default", "pdl": True}}])
+    assert not plain_compile([{"transform": "compile", "params": {"mode": "max-autotune"}}])

@@ -50,7 +50,8 @@ def plain_compile(steps: list[dict]) -> bool:
 
     if len(steps) != 1 or steps[0].get("transform") != "compile":
         return False
-    return steps[0].get("params") == asdict(get_transform("compile").default_params())
+    default = asdict(get_transform("compile").default_params())
+    return {**default, **(steps[0].get("params") or {})} == default  # rows of an older space lack the newer parameters: their defaults
 
 
 def evaluate(policy: Policy, rows: list[dict], device_class_name: str, workloads: list[str] | None = None) -> AgentEval:

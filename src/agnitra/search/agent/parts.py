@@ -49,13 +49,14 @@ class Layout:
     dimensions: list[Dimension]
 
     @classmethod
-    def from_recipes(cls, recipes: Iterable[list[dict]]) -> "Layout":
+    def from_recipes(cls, recipes: Iterable[list[dict]], start: "Layout | None" = None) -> "Layout":
         """Every step the recipes hold, one dimension per registered transform in recipe order
-        (steps of transforms not registered here are left out)."""
+        (steps of transforms not registered here are left out). With `start`, its choices keep
+        their places (a fine-tuned policy's actions mean what they meant) and new ones follow."""
         from agnitra.transforms.base import TRANSFORMS, all_transforms
 
         registered = {t.name: i for i, t in enumerate(all_transforms())}
-        choices: dict[str, dict[str, None]] = {}
+        choices: dict[str, dict[str, None]] = {d.transform: dict.fromkeys(d.choices) for d in (start.dimensions if start else []) if d.transform in registered}
         for steps in recipes:
             for step in steps:
                 if step.get("transform") in registered:

@@ -104,6 +104,30 @@ class Policy:
             actions += (self.choose(self.spec.observe(scene.features, self.layout, actions), mask, greedy, rng),)
         return actions
 
+    def transplant(self, layout: Layout, spec: StateSpec, fresh: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`fresh` (a new network's tensors for `layout` and `spec`) with this policy's weights carried
+        over: the input layers' by state column name (a column this policy never had starts at 0, so
+        a new feature does not move what it learned), the hidden layers whole, each action's output
+        row where this policy had the action (`Layout.from_recipes(start=)` keeps choices in place)."""
+        before = {name: i for i, name in enumerate(self.spec.columns(self.layout))}
+        after = spec.columns(layout)
+        out = {k: v.detach().clone() for k, v in fresh.items()}
+        for key, tensor in self.tensors.items():
+            target = out.get(key)
+            if target is None:
+                continue
+            if key.startswith("mlp_extractor.") and key.endswith(".0.weight"):  # [hidden, state]
+                target.zero_()
+                for j, name in enumerate(after):
+                    if name in before:
+                        target[:, j] = tensor[:, before[name]]
+            elif key.startswith("action_net."):  # [actions, hidden], [actions]
+                n = min(target.shape[0], tensor.shape[0])
+                target[:n] = tensor[:n]
+            elif target.shape == tensor.shape:
+                target.copy_(tensor)
+        return out
+
     def save(self, folder: Path, device_class_name: str, training: dict) -> Path:
         """`policy-NNNN.pt` and its `.json` record, NNNN one past the highest in the folder."""
         from agnitra._version import __version__

@@ -40,6 +40,16 @@ class StateSpec:
     def size(self, layout: Layout) -> int:
         return len(self.signature) + len(self.hotspots) + len(self.device) + 2 + sum(1 + len(d.choices) for d in layout.dimensions) + len(layout.dimensions) + 1
 
+    def columns(self, layout: Layout) -> list[str]:
+        """A name for each entry of the state, in `observe`'s order: what a policy fine-tuned on
+        another layout or feature set carries its input weights over by."""
+        chosen = [f"choice:{d.transform}:{c}" for d in layout.dimensions for c in ("absent", *d.choices)]
+        steps = [f"step:{d.transform}" for d in layout.dimensions] + ["step:done"]
+        return [SIG + n for n in self.signature] + [HOT + n for n in self.hotspots] + [DEV + n for n in self.device] + ["batch", "cuda"] + chosen + steps
+
+    def union(self, other: "StateSpec") -> "StateSpec":
+        return StateSpec(sorted({*self.signature, *other.signature}), sorted({*self.hotspots, *other.hotspots}), sorted({*self.device, *other.device}))
+
     def observe(self, features: np.ndarray, layout: Layout, actions: tuple[int, ...]) -> np.ndarray:
         """The state after `actions` (one per dimension decided so far)."""
         chosen = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -183,8 +184,12 @@ def json_key(steps: list[dict]) -> str:
     return "|".join(step_key(s) for s in steps)
 
 
-def train_policy(rows: list[dict], steps: int, seed: int = 0, alpha: float | None = None, beta: float | None = None, seconds: float | None = None) -> Trained:
-    """Behaviour cloning on the best measured recipes, then `steps` of PPO on the cost model."""
+def train_policy(rows: list[dict], steps: int, seed: int = 0, alpha: float | None = None, beta: float | None = None, seconds: float | None = None,
+                 start: Policy | None = None, cost_model=None) -> Trained:
+    """Behaviour cloning on the best measured recipes, then `steps` of PPO on the cost model
+    (`cost_model`, else one fitted on the rows). With `start` (a saved policy, e.g. another device
+    class's) that policy is fine-tuned: its layout and state names grow by what the rows hold and
+    its weights are carried over (`Policy.transplant`) before the cloning."""
     from agnitra.search.agent.env import RecipeEnv
 
     sb3()
@@ -193,18 +198,36 @@ def train_policy(rows: list[dict], steps: int, seed: int = 0, alpha: float | Non
     bests, none = best_measured(rows, weights)
     if not bests:
         raise UserError(f"no run in the {len(rows)} row(s) has a recipe that passed and beat its original: nothing to imitate; collect more (`agnitra collect`)")
-    layout, spec = Layout.from_recipes(steps_of(r) for r in rows), StateSpec.from_rows(rows)
-    scenes = scenes_of(rows, layout, spec, weights, _predictor(rows, steps))
-    env = RecipeEnv(list(scenes.values()), spec)
-    model = make_model(env, seed, learning_rate=REFINE_LEARNING_RATE)
-    examples = [e for b in bests if (a := layout.encode(b.steps)) is not None for e in trajectory(scenes[b.group], spec, a)]
-    loss = behaviour_clone(model, examples)
-    weight = next(iter(weights.values()))
-    after_bc = mean_reward(policy_of(model, layout, spec, weight), env.scenes)
-    ran = learn(model, steps, seconds)
-    policy = policy_of(model, layout, spec, weight)
-    workloads = len({r.get("workload") for r in rows})
-    return Trained(policy, len(rows), workloads, len(bests), none, loss, ran, after_bc, mean_reward(policy, env.scenes))
+    layout = Layout.from_recipes((steps_of(r) for r in rows), start=start.layout if start else None)
+    spec = StateSpec.from_rows(rows) if start is None else start.spec.union(StateSpec.from_rows(rows))
+    with one_thread():
+        scenes = scenes_of(rows, layout, spec, weights, cost_model if cost_model is not None else _predictor(rows, steps))
+        env = RecipeEnv(list(scenes.values()), spec)
+        model = make_model(env, seed, learning_rate=REFINE_LEARNING_RATE)
+        if start is not None:
+            model.policy.load_state_dict(start.transplant(layout, spec, model.policy.state_dict()))
+        examples = [e for b in bests if (a := layout.encode(b.steps)) is not None for e in trajectory(scenes[b.group], spec, a)]
+        loss = behaviour_clone(model, examples)
+        weight = next(iter(weights.values()))
+        after_bc = mean_reward(policy_of(model, layout, spec, weight), env.scenes)
+        ran = learn(model, steps, seconds)
+        policy = policy_of(model, layout, spec, weight)
+        workloads = len({r.get("workload") for r in rows})
+        notes = [f"fine-tuned from policy {start.record.get('version')} of {start.record.get('device_class')}"] if start is not None and start.record else []
+        return Trained(policy, len(rows), workloads, len(bests), none, loss, ran, after_bc, mean_reward(policy, env.scenes), notes)
+
+
+@contextmanager
+def one_thread():
+    """torch on one thread while training: the network is 64 wide and a batch a few hundred rows;
+    on the 2 shared cores of the VM two threads waited on each other (cloning on the CPU
+    datasets: 95 s on two threads, 8 s on one)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _readable(row: dict) -> bool:
@@ -228,7 +251,8 @@ def train_on_space(scene: Scene, spec: StateSpec, steps: int, seconds: float, se
     `steps` steps or `seconds`."""
     from agnitra.search.agent.env import RecipeEnv
 
-    env = RecipeEnv([scene], spec)
-    model = make_model(env, seed, n_steps=min(N_STEPS, max(steps, 2)))
-    ran = learn(model, steps, seconds)
-    return policy_of(model, scene.layout, spec, scene.weights), ran
+    with one_thread():
+        env = RecipeEnv([scene], spec)
+        model = make_model(env, seed, n_steps=min(N_STEPS, max(steps, 2)))
+        ran = learn(model, steps, seconds)
+        return policy_of(model, scene.layout, spec, scene.weights), ran

@@ -46,6 +46,18 @@ class Ppo(Strategy):
         self.exhausted = False
         self.greedy_told = ""
 
+    @classmethod
+    def playing(cls, space: list[Candidate], policy, inner: ModelGuided, row: dict) -> "Ppo":
+        """The strategy with a given policy and a given `model` strategy after it (no store, no
+        saved policy read): a replay's, whose cost model trained on the rows it chose. Where the
+        policy reaches no recipe of the space, `inner`'s order alone."""
+        from agnitra.search.agent.reward import PriorPredictor
+
+        strategy = cls(space)
+        strategy.inner = inner
+        strategy._use(policy, row, inner.model if inner.model is not None and inner.model.speed else PriorPredictor(space))
+        return strategy
+
     def attach(self, context: SearchContext) -> list[str]:
         notes = self.inner.attach(context)
         try:
