@@ -151,10 +151,10 @@ def test_gates_judge_each_figure_against_the_original():
 
 
 NCU_RAW = (
-    '"ID","Kernel Name","lts__t_sector_hit_rate.pct","lts__t_sectors.sum"\n'
-    '"","","%","sector"\n'
-    '"0","gemv","50","1,000"\n'
-    '"1","norm","100","3000"\n'
+    '"ID","Kernel Name","lts__t_sectors_lookup_hit.sum","lts__t_sectors_lookup_miss.sum"\n'
+    '"","","sector","sector"\n'
+    '"0","gemv","500","500"\n'
+    '"1","norm","3,000","0"\n'
     '"2","broken","n/a",""\n'
 )
 
@@ -163,7 +163,7 @@ def test_the_l2_rate_is_over_all_the_profiled_kernels_sectors():
     from agnitra.telemetry.l2 import parse_raw_csv
 
     reading = parse_raw_csv("==PROF== Connected to process 1\n" + NCU_RAW)
-    assert reading.kernels == 2 and reading.sectors == 4000 and reading.hit_rate_pct == 87.5  # (500 + 3000) / 4000
+    assert reading.kernels == 2 and reading.sectors == 4000 and reading.hit_rate_pct == 87.5  # (500 + 3000) hits of 4000 lookups
     assert parse_raw_csv("==ERROR== LibraryNotLoaded\n") is None
 
 

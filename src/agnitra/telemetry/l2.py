@@ -1,9 +1,9 @@
 """The L2 hit rate of a model's kernels, read by Nsight Compute (`ncu`) from the hardware counters.
 
 A child Python process runs the model's calls inside the NVTX range `agnitra-l2`; ncu profiles
-only the kernels launched inside it and reads, for each, the share of L2 sector lookups that hit
-and the number of sectors. The rate reported is over all of them (hits / lookups), so a kernel
-weighs by its traffic. The clocks are left alone (`--clock-control none`) and the caches are not
+only the kernels launched inside it and reads, for each, the L2 sector lookups that hit and that
+missed. The rate reported is over all of them (hits / lookups), so a kernel weighs by its traffic
+(ncu's own `lts__t_sector_hit_rate.pct` read above 100% for small kernels on the H200). The clocks are left alone (`--clock-control none`) and the caches are not
 flushed between kernels (`--cache-control none`): the rate is that of the calls run back to back.
 Where ncu is missing or cannot read the counters (e.g. a sandbox without access to them), the
 reading is None with the reason."""
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 L2_RANGE = "agnitra-l2"
-HIT_RATE = "lts__t_sector_hit_rate.pct"
-SECTORS = "lts__t_sectors.sum"
-MAX_KERNELS = 600  # profiled kernels at most (each is replayed: tens of ms apiece)
+HITS = "lts__t_sectors_lookup_hit.sum"
+MISSES = "lts__t_sectors_lookup_miss.sum"
+MAX_KERNELS = 150  # profiled kernels at most (about 0.27 s apiece under ncu on the H200)
 
 
 @dataclass
@@ -42,7 +42,7 @@ def ncu_path() -> str | None:
 def ncu_command(ncu: str, log: Path, argv: list[str]) -> list[str]:
     return [ncu, "--clock-control", "none", "--cache-control", "none", "--target-processes", "application-only",
             "--nvtx", "--nvtx-include", f"{L2_RANGE}/", "--launch-count", str(MAX_KERNELS),
-            "--metrics", f"{HIT_RATE},{SECTORS}", "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(log), *argv]
+            "--metrics", f"{HITS},{MISSES}", "--csv", "--page", "raw", "--print-units", "base", "--log-file", str(log), *argv]
 
 
 def measure(argv: list[str], folder: Path, timeout_s: float = 180.0) -> tuple[L2Reading | None, str]:
@@ -73,18 +73,17 @@ def parse_raw_csv(text: str) -> L2Reading | None:
     """ncu's `--page raw --csv` output: a header row, a units row, a row a kernel."""
     lines = [line for line in text.splitlines() if line.startswith('"')]
     rows = list(csv.reader(io.StringIO("\n".join(lines))))
-    if not rows or HIT_RATE not in rows[0] or SECTORS not in rows[0]:
+    if not rows or HITS not in rows[0] or MISSES not in rows[0]:
         return None
-    header = rows[0]
-    at_rate, at_sectors = header.index(HIT_RATE), header.index(SECTORS)
+    at_hits, at_misses = rows[0].index(HITS), rows[0].index(MISSES)
     hits = lookups = 0.0
     kernels = 0
     for row in rows[1:]:
-        rate, sectors = _number(row, at_rate), _number(row, at_sectors)
-        if rate is None or sectors is None:
+        hit, miss = _number(row, at_hits), _number(row, at_misses)
+        if hit is None or miss is None:
             continue  # the units row, or a kernel whose counters were not read
-        hits += rate / 100.0 * sectors
-        lookups += sectors
+        hits += hit
+        lookups += hit + miss
         kernels += 1
     if not kernels or lookups <= 0:
         return None
