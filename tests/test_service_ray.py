@@ -3,8 +3,9 @@ worker node of 2 CPUs and one GPU resource, `ray start --block` processes in a t
 stopped by their process ids), their lifecycle in the store's queue as for local workers: a CUDA
 job is given the GPU; the outcome is recorded once, with the Ray task and node that ran it in the
 job's events; cancellation kills the task; a task lost with its node leaves the job to its lease,
-which lapses and queues it again. Without Ray installed, `--executor ray` is one line naming
-`pip install 'agnitra[ray]'`."""
+which lapses and queues it again. The same cluster runs `optimize(executor="ray")` from this process: two slots measure one search's
+candidates at once, a slot killed under a candidate is blamed on it and replaced. Without Ray
+installed, `--executor ray` is one line naming `pip install 'agnitra[ray]'`."""
 
 from __future__ import annotations
 
@@ -120,6 +121,89 @@ def service(tmp_path_factory):
             server.stop()
 
 
+def _spread_transforms(marker: Path) -> None:
+    """Transforms for the slots' test, made in a function so that they travel by value: `slot-fast`
+    drops the model's slow part, `slot-sleep` takes 2 s to apply, `slot-exit` kills the process
+    it runs in the first time (as a segfault would), then changes nothing."""
+    from torch import nn
+
+    from agnitra.transforms.base import TRANSFORMS, Transform, register_transform
+
+    def fast(model):
+        return nn.Sequential(*[nn.Identity() if type(m).__name__ == "Slow" else m for m in model])
+
+    def sleep(model):
+        time.sleep(2)
+        return model
+
+    def exit_once(model):
+        if not marker.exists():
+            marker.touch()
+            os._exit(3)
+        return model
+
+    for name, apply in (("slot-fast", fast), ("slot-sleep", sleep), ("slot-exit", exit_once)):
+        TRANSFORMS.pop(name, None)
+        register_transform(type(f"Slot_{name}", (Transform,), {"name": name, "stage": "module", "description": "test transform",
+                                                                  "apply": lambda self, model, ctx, params, apply=apply: apply(model)}))
+
+
+def _slow_mlp():
+    """A tiny MLP with a slow identity in it (200 multiplications by one): what `slot-fast` removes."""
+    import torch
+    from torch import nn
+
+    from agnitra.workloads.base import TaskKind, Workload
+
+    class Slow(nn.Module):
+        def forward(self, x):
+            for _ in range(200):
+                x = x * 1.0
+            return x
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), Slow(), nn.ReLU(), nn.Linear(32, 4)).eval()
+    make = lambda seed: (torch.randn(2, 16, generator=torch.Generator().manual_seed(seed)),)  # noqa: E731
+    return Workload("slow-mlp", model, make(0), TaskKind.GENERIC, batch=2, make_inputs=make)
+
+
+def test_optimize_measures_candidates_on_ray_slots_at_once(service, tmp_path, monkeypatch):
+    """`executor="ray"`: two slots on the cluster's node measure one search's candidates at once; a
+    slot killed under a candidate is blamed on it and replaced; the answer is confirmed by the final
+    run as ever. (Before the job test below: it kills the node.)"""
+    import ray
+    import torch
+
+    import agnitra
+
+    _, cluster, _, _, _ = service
+    monkeypatch.setenv("RAY_ADDRESS", cluster.address)
+    _spread_transforms(tmp_path / "exited")
+    workload = _slow_mlp()
+    try:
+        fast = agnitra.optimize(workload, device="cpu", transforms=["slot-fast", "slot-sleep", "slot-exit"], strategy="enumerate", peers=[], budget="3m",
+                                executor="ray", evaluators=2, out=tmp_path / "run", store=False)
+    finally:
+        ray.shutdown()
+    report, slots = fast.report, fast.report.search["evaluation"]
+    assert slots["slots"] == 2 and slots["most_at_once"] == 2, slots
+    # the recipes without the step that killed its slot (a crashed step blocks its recipes), and that one, each with where it was measured
+    assert {"slot-fast", "slot-sleep", "slot-fast + slot-sleep"} <= {c.name for c in report.candidates} and all(c.measured_on for c in report.candidates)
+    pids = {c.measured_on["pid"] for c in report.candidates}
+    assert len(pids) >= 2 and os.getpid() not in pids, pids  # measured by two slot processes or more, none of them this one
+    # the candidate that killed its slot is blamed for it; the slot was replaced; the run went on
+    died = [c for c in report.candidates if c.status != "ok"]
+    assert len(died) == 1 and "slot-exit" in died[0].name and "the evaluation slot died during the call" in died[0].reason, [(c.name, c.reason) for c in died]
+    assert slots["slot_starts"] == 3 and len(slots["replaced"]) == 1 and f"pid {died[0].measured_on['pid']}) died" in slots["replaced"][0], slots
+    assert any(n.startswith(f"evaluation: {len(report.candidates)} measurement(s) on ") for n in report.search["notes"]), report.search["notes"]
+    # the answer: the final run on this machine's worker confirmed the fastest correct recipe, as for a local search
+    assert report.chosen and "slot-fast" in report.chosen and report.speedup > 1.5, report.verdict
+    final = {v.name: v for v in report.bench.variants}[report.chosen]
+    assert final.correctness.passed
+    x = workload.make_inputs(7)
+    assert torch.allclose(fast(*x), workload.model(*x))
+
+
 def _in_ray_task(job: dict) -> tuple[str, str, int]:
     found = [IN_RAY_TASK.search(e["message"]) for e in job["events"]]
     found = [f for f in found if f]
@@ -194,9 +278,14 @@ def test_executor_ray_without_ray_or_cluster_is_one_line(tmp_path, monkeypatch, 
         for command in (["worker", "--executor", "ray", "--jobs", "1"], ["serve", "--executor", "ray", "--port", str(free_port())]):
             assert main([*command, "--data-dir", str(tmp_path / "data")]) == 2
             assert capsys.readouterr().err.strip() == missing
+        assert main(["optimize", "zoo:tinylm", "--executor", "ray", "--out", str(tmp_path / "run")]) == 2  # candidates on Ray slots: the same line
+        assert capsys.readouterr().err.strip() == missing
+    assert main(["optimize", "zoo:tinylm", "--evaluators", "3", "--out", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.strip() == "error: --evaluators 3 needs --executor ray: the local executor measures one candidate at a time in one worker process"
     nowhere = f"127.0.0.1:{free_port()}"  # a cluster that is not there: one line at once, not ray.init's minutes of retries
     monkeypatch.setenv("RAY_ADDRESS", nowhere)
-    assert main(["worker", "--executor", "ray", "--data-dir", str(tmp_path / "data")]) == 2
     expected = f"error: --executor ray cannot reach the Ray cluster at RAY_ADDRESS={nowhere} (Connection refused); start it (`ray start --head`) or fix RAY_ADDRESS"
-    assert capsys.readouterr().err.strip() == expected
+    for command in (["worker", "--executor", "ray", "--data-dir", str(tmp_path / "data")], ["optimize", "zoo:tinylm", "--executor", "ray", "--out", str(tmp_path / "run")]):
+        assert main(command) == 2
+        assert capsys.readouterr().err.strip() == expected
     assert not (tmp_path / "store.db").exists()  # refused before the store was opened

@@ -700,6 +700,8 @@ def optimize(
     peers: Sequence[str] | None = None,
     advisor: str | None = None,
     advisor_model: str | None = None,
+    executor: str | None = None,
+    evaluators: int | None = None,
     store: bool = True,
     **load_options,
 ):
@@ -711,12 +713,13 @@ def optimize(
     meet comes as `tolerances=Tolerances(...)`, how the search runs as `search=SearchSettings(...)`;
     their fields are also accepted one by one (`budget="3m"`, `min_cosine=0.99`), not both ways.
     `advisor="http://host/v1", advisor_model="NAME"` asks an OpenAI-compatible endpoint for recipes
-    to measure first (key from AGNITRA_LLM_API_KEY; see docs/search.md).
+    to measure first (key from AGNITRA_LLM_API_KEY; see docs/search.md). `executor="ray",
+    evaluators=K` measures K candidates at once on the Ray cluster RAY_ADDRESS names (docs/service.md).
     """
     flat_tolerances = dict(max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr_db,
                            max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions)
     flat_search = dict(budget=budget, candidate_timeout=candidate_timeout, strategy=strategy, transforms=transforms, exclude_transforms=exclude_transforms, peers=peers,
-                       advisor=advisor, advisor_model=advisor_model)
+                       advisor=advisor, advisor_model=advisor_model, executor=executor, evaluators=evaluators)
     tolerances = _grouped("tolerances", tolerances, Tolerances, flat_tolerances)
     search = _grouped("search", search, SearchSettings, flat_search)
     arguments.one_of("--objective", objective, OBJECTIVES, "objective")
@@ -731,6 +734,7 @@ def optimize(
     arguments.count("--check-positions", tolerances.check_positions)
     arguments.each_one_of("--peers", search.peers, _variant_names(), "variant")
     _check_load_options(device, load_options)
+    _check_executor(search)
     from agnitra.search.advisor import advisor_settings
     from agnitra.search.budget import Budget
 
@@ -754,6 +758,29 @@ def optimize(
     finally:
         if folder is not None:
             folder.close()
+
+
+def _check_executor(search: SearchSettings) -> None:
+    """--executor and --evaluators, and for ray: Ray installed and its cluster answering (one line each, before any work)."""
+    arguments.one_of("--executor", search.executor, ("local", "ray"), "executor")
+    arguments.count("--evaluators", search.evaluators)
+    if search.executor == "local" and search.evaluators not in (None, 1):
+        raise UserError(f"--evaluators {search.evaluators} needs --executor ray: the local executor measures one candidate at a time in one worker process")
+    if search.executor == "ray":
+        from agnitra.bench.ray_slots import check
+
+        check()
+
+
+def _ray_slots(search: SearchSettings, source, reason: str) -> int:
+    """The Ray evaluation slots of the run (0: the local worker); a model the slots cannot hold is refused."""
+    if search.executor != "ray":
+        return 0
+    if source is None:
+        raise UserError(f"--executor ray: the evaluation slots cannot hold this model ({reason}); run it with --executor local")
+    from agnitra.config import ray_evaluators
+
+    return search.evaluators if search.evaluators is not None else max(1, ray_evaluators())
 
 
 def _grouped(name: str, group, kind, flat: dict):
@@ -808,6 +835,7 @@ def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tol
         else:
             folder.start_journal(key)
     setup.source, setup.in_process_reason = workload_source(model, load_options, workload, dev)
+    setup.ray_slots = _ray_slots(search, setup.source, setup.in_process_reason)
     result = run_optimize(
         workload, dev, device_report,
         objective=objective, budget=clock, candidate_timeout_s=parse_duration(search.candidate_timeout), tolerances=tolerances,

@@ -554,6 +554,8 @@ def optimize(
     advisor: Optional[str] = typer.Option(None, "--advisor", help="URL of an OpenAI-compatible endpoint (e.g. http://127.0.0.1:8000/v1) asked for recipes, measured first; key from AGNITRA_LLM_API_KEY; off by default"),
     advisor_model: Optional[str] = typer.Option(None, "--advisor-model", help="the model the --advisor endpoint serves"),
     peers: Optional[str] = typer.Option(None, "--peers", help="comma-separated peer variants, measured as candidates and compared in the final run (default: the compile modes, and ONNX Runtime where it applies)"),
+    executor: str = typer.Option("local", "--executor", help="where candidates are measured: local (one worker process here, one at a time) or ray (--evaluators slots at once on the Ray cluster RAY_ADDRESS names; pip install 'agnitra[ray]')"),
+    evaluators: Optional[int] = typer.Option(None, "--evaluators", help="with --executor ray: candidates measured at once, each on a Ray slot of its own (default AGNITRA_RAY_EVALUATORS, else 2)"),
     resume: bool = typer.Option(False, "--resume", help="reuse the candidates already measured in --out"),
     allow_pickle: bool = PickleOpt,
     check_inputs: Optional[Path] = CheckInputsOpt,
@@ -576,7 +578,7 @@ def optimize(
             objective=objective, budget=budget, max_error=max_error, min_cosine=min_cosine, min_token_agreement=min_token_agreement, min_sqnr_db=min_sqnr, max_ppl_increase=max_ppl_increase, min_retrieval=min_retrieval, check_positions=check_positions,
             transforms=_names(transforms) or None, exclude_transforms=_names(exclude_transforms) or None,
             candidate_timeout=candidate_timeout, strategy=strategy, advisor=advisor, advisor_model=advisor_model,
-            peers=_names(peers), out=out_dir, resume=resume, progress=progress, store=not no_store, **_pickle(allow_pickle), **_check_inputs(check_inputs),
+            peers=_names(peers), executor=executor, evaluators=evaluators, out=out_dir, resume=resume, progress=progress, store=not no_store, **_pickle(allow_pickle), **_check_inputs(check_inputs),
         )
     if out_dir is not None:
         err.print(f"wrote {out_dir}/: report.json, report.html, metrics.csv, candidates.csv, recipe.json, agnitra.json")

@@ -119,6 +119,15 @@ def ray_task_cpus() -> float:
     return cpus
 
 
+def ray_evaluators() -> int:
+    """The Ray evaluation slots a service job's candidates are measured on under `--executor ray`
+    (AGNITRA_RAY_EVALUATORS, default 2; 0: one at a time in the job's own worker process)."""
+    value = os.environ.get(_ENV_PREFIX + "RAY_EVALUATORS", "2")
+    if not value.isdigit():
+        raise UserError(f"AGNITRA_RAY_EVALUATORS must be a number of evaluation slots (0 or more), got {value!r}")
+    return int(value)
+
+
 def ray_address() -> str:
     """The Ray cluster `--executor ray` connects to: RAY_ADDRESS, Ray's own variable (ray.init reads
     it too); empty: a Ray instance on this machine."""

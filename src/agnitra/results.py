@@ -218,6 +218,7 @@ class CandidateResult:
     faster_beyond_noise: bool | None = None  # the interval's low end above 1: a real win
     predicted: dict[str, Any] | None = None  # what the strategy's cost model expected before measuring it
     peer: str | None = None  # the peer this run measured (`compile`, `onnxruntime`, ...); None: a recipe of the search
+    measured_on: dict[str, Any] | None = None  # the Ray evaluation slot that measured it (slot, node, host, pid, gpus); None: this machine's worker
 
     @property
     def passed(self) -> bool:

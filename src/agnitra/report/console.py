@@ -78,11 +78,22 @@ def candidates_table(report) -> Table:
     shown = [i for i, header in enumerate(CANDIDATE_HEADERS) if header != "predicted" or any(c.predicted for c in report.candidates)]  # predictions: the model strategy's
     for i in shown:
         table.add_column(CANDIDATE_HEADERS[i], justify="right" if 2 <= i <= 9 else "left", overflow="fold")
+    spread = any(c.measured_on for c in report.candidates)  # --executor ray: the slot each was measured on
+    if spread:
+        table.add_column("measured on", overflow="fold")
     for c in report.candidates:
-        cells = [candidate_cells(c)[i] for i in shown]
+        cells = [candidate_cells(c)[i] for i in shown] + ([measured_on_cell(c.measured_on)] if spread else [])
         style = "bold green" if c.name == report.chosen else ("red" if c.status != "ok" or not c.passed else "")
         table.add_row(*[Text(cell, style=style) for cell in cells])
     return table
+
+
+def measured_on_cell(where: dict | None) -> str:
+    """The Ray slot that measured a candidate: slot, host, pid, GPU ('' where this machine's worker did)."""
+    if not where:
+        return ""
+    gpu = f" GPU {','.join(where['gpus'])}" if where.get("gpus") else ""
+    return f"slot {where['slot']} {where['host']}:{where['pid']}{gpu}"
 
 
 def advisor_lines(report) -> list[str]:

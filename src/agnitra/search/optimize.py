@@ -16,7 +16,9 @@ read after the baseline, and its valid recipes lead the queue.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -123,13 +125,22 @@ class RunSetup:
     journal_warnings: list[str] = field(default_factory=list)
     source: WorkloadSource | None = None  # None: candidates run in this process
     in_process_reason: str = ""
+    ray_slots: int = 0  # --executor ray: candidates measured on this many Ray evaluation slots at once; 0: one at a time in the worker
 
 
-def run_optimize(
+def run_optimize(workload: Workload, device: torch.device, device_report: DeviceReport, *, setup: RunSetup, **options) -> OptimizeResult:
+    """One optimize run (`_run`); with `--executor ray` its evaluation slots are started first, so
+    that they load while the graph is captured and the baseline measured, and killed whatever happens."""
+    with _slot_pool(setup, device) as pool:
+        return _run(workload, device, device_report, setup=setup, pool=pool, **options)
+
+
+def _run(
     workload: Workload,
     device: torch.device,
     device_report: DeviceReport,
     *,
+    pool,
     objective: str,
     budget: Budget,
     candidate_timeout_s: float,
@@ -169,7 +180,10 @@ def run_optimize(
         if reference is not None:
             reference.add(baseline_median(probe.variants))
         queue = PeerQueue.of(peers, space, device.type)
-        outcome = search(searcher, runner, device_report, config, budget, reserve, setup.folder, setup.done, progress, reference, queue)
+        outcome = search(searcher, pool or runner, device_report, config, budget, reserve, setup.folder, setup.done, progress, reference, queue)
+        if pool is not None:
+            pool.stop()  # their devices and CPUs go back to the cluster before the final run is timed
+            notes.append(evaluation_note(pool, outcome.results))
         notes += outcome.notes + ([reserve.note()] if reserve.note() else [])
         results = outcome.results
         budget.mark("search")
@@ -204,6 +218,8 @@ def run_optimize(
     }
     if advice is not None:
         search_info["advisor"] = advice.to_dict(results)
+    if pool is not None:
+        search_info["evaluation"] = pool.summary()
     if final is None:
         return _screened_answer(workload, device, probe, signature, objective, results, outcome, final_failure, search_info, budget, progress)
     bench = with_hotspots(final.bench, signature)
@@ -220,6 +236,34 @@ def run_optimize(
     verdict = win_verdict(bench, chosen, peer_names, results)
     report = OptimizeReport(bench, objective, chosen.name, recipe.to_dict(), speedup, results, pareto_front(results), search_info, verdict)
     return _answer(workload, device, recipe, chosen.name, report, budget, progress)
+
+
+def _slot_pool(setup: RunSetup, device: torch.device):
+    """The Ray evaluation slots `--executor ray` measures candidates on (a context that kills them),
+    or a context holding None: one worker, one candidate at a time."""
+    if not setup.ray_slots:
+        return contextlib.nullcontext()
+    from agnitra.bench.ray_slots import SlotPool
+    from agnitra.config import ray_task_cpus
+
+    return SlotPool(setup.source, setup.ray_slots, ray_task_cpus(), 1 if device.type == "cuda" else 0)
+
+
+def evaluation_note(pool, results: list[CandidateResult]) -> str:
+    """Where the search's candidates were measured: the slots, how many at once, what was replaced."""
+    summary = pool.summary()
+    counts = Counter(r.measured_on["slot"] for r in results if r.measured_on)
+    places = "; ".join(f"slot {p['slot']} on {p['host']} (node {p['node'][:8]}, pid {p['pid']}{', GPU ' + ','.join(p['gpus']) if p['gpus'] else ''})"
+                       for p in summary["placements"])
+    text = (f"evaluation: {sum(counts.values())} measurement(s) on {summary['slots_ran']} Ray slot process(es) for {summary['slots']} slot(s), "
+            f"at most {summary['most_at_once']} at once ({summary['cpus_per_slot']:g} CPU and {summary['gpus_per_slot']} GPU each): {places or 'none loaded'}")
+    if summary["asked"] > summary["slots"]:
+        text += f"; {summary['asked']} slots were asked for, the cluster can hold {summary['slots']} beside this run"
+    if summary["replaced"]:
+        text += f"; replaced: {'; '.join(summary['replaced'])}"
+    if summary["not_started"]:
+        text += f"; not started: {'; '.join(summary['not_started'])}"
+    return text
 
 
 def _searcher(strategy: str, space: list[Candidate], signature: dict | None, workload: Workload, device_report: DeviceReport, device: torch.device,

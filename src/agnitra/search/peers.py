@@ -74,8 +74,13 @@ class PeerQueue:
         misses = self._misses.get(peer.name in COMPILE_PEERS, [])
         return peer.expected_s * (sum(misses) / len(misses) if misses else 1.0)
 
-    def measured(self, peer: Peer, seconds: float) -> None:
+    def take(self, peer: Peer) -> None:
+        """`peer` is being measured (one of several at once): no longer due; `measured` follows."""
         self.pending.remove(peer)
+
+    def measured(self, peer: Peer, seconds: float) -> None:
+        if peer in self.pending:  # not taken before: measured at its turn
+            self.pending.remove(peer)
         self.spent_s += seconds
         if seconds > 0:  # 0: the strategy had measured its recipe already
             self._misses.setdefault(peer.name in COMPILE_PEERS, []).append(max(0.2, min(5.0, seconds / peer.expected_s)))

@@ -1,5 +1,5 @@
 """How a search runs: its budget, its time limit per candidate, its strategy, what it may try,
-the peers it is measured against, and the LLM advisor it may ask. `agnitra.optimize(..., search=SearchSettings(...))`."""
+the peers it is measured against, the LLM advisor it may ask, and where its candidates are measured. `agnitra.optimize(..., search=SearchSettings(...))`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ class SearchSettings:
     peers: Sequence[str] | None = None  # measured beside the answer; None: the best built-in ones
     advisor: str | None = None  # an OpenAI-compatible endpoint's URL: its recipes measured first (off by default)
     advisor_model: str | None = None  # the model that endpoint serves
+    executor: str = "local"  # where candidates are measured: local (one worker process, one at a time) or ray (slots on a Ray cluster)
+    evaluators: int | None = None  # with executor ray: the evaluation slots measuring at once (None: AGNITRA_RAY_EVALUATORS, else 2)
 
     @classmethod
     def names(cls) -> list[str]:

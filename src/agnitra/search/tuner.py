@@ -190,10 +190,15 @@ def run_candidate(runner, candidate: Candidate, device_report: DeviceReport, con
     try:
         return runner.call(measure_candidate, candidate, device_report, config, timeout=timeout)
     except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
-        status = "timeout" if isinstance(exc, WorkerTimeout) else "failed"
-        recipe = candidate.recipe
-        result = CandidateResult(name=recipe.name, recipe=recipe.to_dict(), key=recipe.key(), prior=candidate.prior, status=status, reason=str(exc))
-        return _timed(result, t0)
+        return failed_candidate(candidate, exc, t0)
+
+
+def failed_candidate(candidate: Candidate, exc: WorkerTimeout | WorkerCrashed | WorkerError, t0: float) -> CandidateResult:
+    """The record of a candidate whose call did not answer (stopped, its process died, it raised)."""
+    status = "timeout" if isinstance(exc, WorkerTimeout) else "failed"
+    recipe = candidate.recipe
+    result = CandidateResult(name=recipe.name, recipe=recipe.to_dict(), key=recipe.key(), prior=candidate.prior, status=status, reason=str(exc))
+    return _timed(result, t0)
 
 
 def search(
@@ -214,8 +219,12 @@ def search(
     the fastest verified result that beats the baseline so far, kept through a stop or a Ctrl-C
     (`interrupted`). The peers (`peers.PeerQueue`) take their turns in the same queue. A candidate
     whose limit is the budget's edge gets what the reserve leaves. With a `reference` (on a GPU), each speedup is taken
-    against the median of the baselines measured so far (`search.reference`)."""
-    loop = _Loop(strategy, runner, device_report, config, budget, reserve, folder, done or {}, progress, reference, peers)
+    against the median of the baselines measured so far (`search.reference`). A runner that measures
+    several at once (`bench.ray_slots.SlotPool`, `--executor ray`) is filled by `spread.SpreadLoop`."""
+    kind = _Loop
+    if getattr(runner, "concurrent", False):
+        from agnitra.search.spread import SpreadLoop as kind
+    loop = kind(strategy, runner, device_report, config, budget, reserve, folder, done or {}, progress, reference, peers)
     try:
         loop.run()
     except BaseException as exc:  # noqa: BLE001 - an interruption (Ctrl-C, SIGTERM) keeps what was found
@@ -251,22 +260,29 @@ class _Loop:
                 continue
             if self.strategy_done:
                 return
-            self.strategy.time_left(max(0.0, _candidate_limit(self.config, left)))
-            candidate = self.strategy.ask()
+            candidate = self._ask(left)
             if candidate is None:
-                self.strategy_done = True
-                if self.strategy.stop_note():
-                    self.outcome.notes.append(self.strategy.stop_note())
-                continue
-            key = candidate.recipe.key()
-            if key in self.measured:  # a peer's recipe, measured already: the strategy is told, not measured again
-                self.strategy.tell(candidate, self.measured[key])
                 continue
             prediction = self.strategy.predicted(candidate)
             if self._unlikely_to_finish(prediction):
                 continue
             if not self._measure(candidate, prediction, tell=self.strategy.tell):
                 return
+
+    def _ask(self, left: float) -> Candidate | None:
+        """The strategy's next candidate, told `left` first; None where it has none (then
+        `strategy_done`) or proposed one measured already (a peer's recipe: told, not measured again)."""
+        self.strategy.time_left(max(0.0, _candidate_limit(self.config, left)))
+        candidate = self.strategy.ask()
+        if candidate is None:
+            self.strategy_done = True
+            if self.strategy.stop_note():
+                self.outcome.notes.append(self.strategy.stop_note())
+            return None
+        if candidate.recipe.key() in self.measured:
+            self.strategy.tell(candidate, self.measured[candidate.recipe.key()])
+            return None
+        return candidate
 
     def _peer_turn(self, peer: Peer, left: float) -> bool:
         """Measure `peer` if its expected seconds fit what is left; False when the run must stop."""
@@ -370,9 +386,10 @@ class _Loop:
     def _record(self, key: str, result: CandidateResult) -> None:
         if key not in self.done and self.folder is not None:
             self.folder.append(result)
-        if self.reference is not None:
-            self.reference.add(result.baseline_ms)
-            self.reference.rescale(result)
+        reference = self._reference_of(result)
+        if reference is not None:
+            reference.add(result.baseline_ms)
+            reference.rescale(result)
         self.outcome.results.append(result)
         self.measured[key] = result
         best = self.outcome.best
@@ -397,10 +414,17 @@ class _Loop:
             outcome.notes.append(self.peers.note())
         if self.reference is not None:
             for result in outcome.results:  # the finalists ranked on one scale
-                self.reference.rescale(result)
-            outcome.notes.extend([self.reference.note()] if self.reference.note() else [])
+                self._reference_of(result).rescale(result)
+            outcome.notes.extend(self._reference_notes())
             outcome.best = _best_of(outcome.results)  # the rescale can reorder them
         return outcome
+
+    def _reference_of(self, result: CandidateResult) -> ReferenceBaseline | None:
+        """The reference baseline a result's speedup is taken against (on a GPU; None on the CPU)."""
+        return self.reference
+
+    def _reference_notes(self) -> list[str]:
+        return [self.reference.note()] if self.reference.note() else []
 
 
 def _best_of(results: list[CandidateResult]) -> CandidateResult | None:
@@ -411,12 +435,20 @@ def _best_of(results: list[CandidateResult]) -> CandidateResult | None:
 def run_peer_variant(runner, name: str, device_report: DeviceReport, config: SearchConfig, timeout: float) -> CandidateResult:
     """A peer that is not a recipe, measured beside the baseline; whatever happens is its record."""
     t0 = time.perf_counter()
-    result = CandidateResult(name=name, recipe={"steps": [], "variant": name}, key=f"peer:{name}", prior=1.0, status="ok", peer=name)
     try:
-        base, variant = runner.call(screening_variants, device_report, config, [name], timeout=timeout)
+        variants = runner.call(screening_variants, device_report, config, [name], timeout=timeout)
     except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
-        result.status, result.reason = ("timeout" if isinstance(exc, WorkerTimeout) else "failed"), str(exc)
+        return peer_variant_result(name, exc, t0)
+    return peer_variant_result(name, variants, t0)
+
+
+def peer_variant_result(name: str, answer: list | WorkerTimeout | WorkerCrashed | WorkerError, t0: float) -> CandidateResult:
+    """A peer variant's record from its run's variants (the baseline, the peer), or from the error of a call that did not answer."""
+    result = CandidateResult(name=name, recipe={"steps": [], "variant": name}, key=f"peer:{name}", prior=1.0, status="ok", peer=name)
+    if isinstance(answer, Exception):
+        result.status, result.reason = ("timeout" if isinstance(answer, WorkerTimeout) else "failed"), str(answer)
         return _timed(result, t0)
+    base, variant = answer
     result.status, result.reason = variant.status, variant.reason
     result.latency_ms, result.correctness, result.setup_s = variant.latency_ms, variant.correctness, variant.setup_s
     result.peak_memory_bytes, result.model_bytes = variant.peak_memory_bytes, variant.model_bytes

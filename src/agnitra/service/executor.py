@@ -20,10 +20,10 @@ import multiprocessing
 import sys
 from dataclasses import dataclass
 
+from agnitra.bench.ray_slots import check as check_ray, connect
 from agnitra.errors import UserError, first_line
 
 EXECUTORS = ("local", "ray")
-RAY_MISSING = "--executor ray needs Ray, which is not installed: pip install 'agnitra[ray]'"
 CANCEL_WAIT_S = 30.0  # how long a cancelled Ray task is waited for before the worker moves on
 
 
@@ -64,10 +64,7 @@ def check_executor(name: str) -> None:
     if name not in EXECUTORS:
         raise UserError(f"--executor must be one of {', '.join(EXECUTORS)}, got {name!r}")
     if name == "ray":
-        from agnitra.config import ray_address
-
-        _ray()
-        _check_reachable(ray_address())
+        check_ray()
 
 
 def make_executor(name: str):
@@ -116,14 +113,6 @@ class _Child(Launched):
         return f"the job's process ended without an outcome (exit code {self.child.exitcode})"
 
 
-def _ray():
-    try:
-        import ray
-    except ImportError:
-        raise UserError(RAY_MISSING) from None
-    return ray
-
-
 class RayExecutor:
     """Each job as a Ray task on the cluster RAY_ADDRESS names (unset: a Ray instance on this
     machine). This process, connected for its lifetime, is the task's owner: if it dies, Ray kills
@@ -132,17 +121,10 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self) -> None:
-        from agnitra.config import ray_address, ray_task_cpus
+        from agnitra.config import ray_task_cpus
 
-        self.ray = _ray()
+        self.ray = connect()
         self.cpus = ray_task_cpus()
-        address = ray_address()
-        if not self.ray.is_initialized():
-            _check_reachable(address)
-            try:
-                self.ray.init(address=address or None, logging_level="WARNING", log_to_driver=False, configure_logging=False)
-            except Exception as exc:  # noqa: BLE001 - a cluster that refuses us is the user's to fix
-                raise UserError(f"--executor ray could not connect to the Ray cluster (RAY_ADDRESS={address or 'unset'}): {first_line(exc)}") from None
         self.task = self.ray.remote(max_retries=0, max_calls=1)(_ray_job)
 
     def gpus_for(self, device: str) -> int:
@@ -158,20 +140,6 @@ class RayExecutor:
             return _Refused("the job runs on CUDA and the Ray cluster has no GPU")
         ref = self.task.options(num_cpus=self.cpus, num_gpus=gpus, name=f"agnitra-job-{job.job_id}").remote(job)
         return _RayTask(self.ray, ref)
-
-
-def _check_reachable(address: str, seconds: float = 10.0) -> None:
-    """A user error when nothing answers at the cluster's `host:port` (or `ray://host:port`): ray.init
-    would retry for minutes. Addresses ray.init resolves itself (unset, `auto`, `local`) pass."""
-    import socket
-
-    host, _, port = address.split("://", 1)[-1].rpartition(":")
-    if not host or not port.isdigit():
-        return
-    try:
-        socket.create_connection((host, int(port)), timeout=seconds).close()
-    except OSError as exc:
-        raise UserError(f"--executor ray cannot reach the Ray cluster at RAY_ADDRESS={address} ({exc.strerror or exc}); start it (`ray start --head`) or fix RAY_ADDRESS") from None
 
 
 class _Refused(Launched):
