@@ -3,12 +3,14 @@ worker node of 2 CPUs and one GPU resource, `ray start --block` processes in a t
 stopped by their process ids), their lifecycle in the store's queue as for local workers: a CUDA
 job is given the GPU; the outcome is recorded once, with the Ray task and node that ran it in the
 job's events; cancellation kills the task; a task lost with its node leaves the job to its lease,
-which lapses and queues it again. The same cluster runs `optimize(executor="ray")` from this process: two slots measure one search's
+which lapses and queues it again; a job's candidates are measured on a Ray evaluation slot. The
+same cluster runs `optimize(executor="ray")` from this process: two slots measure one search's
 candidates at once, a slot killed under a candidate is blamed on it and replaced. Without Ray
 installed, `--executor ray` is one line naming `pip install 'agnitra[ray]'`."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -109,7 +111,7 @@ def service(tmp_path_factory):
         # the worker connects to the head, the only node yet: the node killed below is not its own
         log = (folder / "worker.log").open("w")
         worker = subprocess.Popen([sys.executable, "-m", "agnitra.cli", "worker", "--executor", "ray", "--data-dir", str(folder / "data"), "--jobs", "4"],
-                                  env=dict(server.env, RAY_ADDRESS=cluster.address), stdout=log, stderr=log, start_new_session=True)
+                                  env=dict(server.env, RAY_ADDRESS=cluster.address, AGNITRA_RAY_EVALUATORS="1"), stdout=log, stderr=log, start_new_session=True)
         cluster.add_node()
         yield server, cluster, admin, linear, worker
     finally:
@@ -227,7 +229,7 @@ def test_jobs_run_as_ray_tasks_cancel_and_survive_a_lost_node(service):
     server, cluster, admin, linear, worker = service
     # a CUDA job asks Ray for a GPU: it runs where Ray gave it one (this machine has no CUDA: the job fails there)
     on_gpu = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "device": "cuda"}}).json()
-    first = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "60s"}}).json()  # taken next
+    first = admin.post("/v1/jobs/optimize", json={"model_id": linear["id"], "settings": {**QUICK_JOB, "budget": "150s"}}).json()  # taken next; it ends once its two candidates are measured (its slot loads in 10-60 s on a loaded 2-core VM)
     _wait_for_task(admin, on_gpu["id"], worker)
     failed = wait(admin, on_gpu["id"], seconds=90)
     assert failed["status"] == "failed" and "cuda" in failed["error"].lower(), failed
@@ -236,8 +238,12 @@ def test_jobs_run_as_ray_tasks_cancel_and_survive_a_lost_node(service):
     task, node, pid = _wait_for_task(admin, first["id"], worker)
     assert pid in {p.pid for p in cluster.tree("node")}, "the job's process is not one of the worker node's"
     assert pid != worker.pid
-    done = wait(admin, first["id"], seconds=90)
-    assert done["status"] == "done" and done["attempts"] == 1, done
+    done = wait(admin, first["id"], seconds=220)
+    assert done["status"] == "done" and done["attempts"] == 1, (done["error"], [e["message"] for e in done["events"]])
+    # its candidates were measured on a Ray evaluation slot (AGNITRA_RAY_EVALUATORS=1 here; two at once: the test above), not in the job's process
+    report = json.loads((server.folder / "data" / "jobs" / str(first["id"]) / "report.json").read_text())
+    assert report["search"]["evaluation"]["slots"] == 1 and report["candidates"], (report["search"]["evaluation"], report["search"]["notes"])
+    assert all(c["measured_on"] and c["measured_on"]["pid"] != pid for c in report["candidates"]), report["candidates"]
     assert done["outcome"]["verdict"] and [e["message"] for e in done["events"]].count("done") == 1
     from agnitra.store import counts, open_store
 

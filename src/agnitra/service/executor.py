@@ -10,12 +10,15 @@ lease is its worker's.
 A Ray task asks for one GPU when the job runs on CUDA (on `auto`, when the cluster has GPUs) and
 for `AGNITRA_RAY_CPUS` CPUs (default 1); each task gets a fresh Ray worker process (`max_calls=1`)
 that dies with its raylet, like the local child dies with its worker. A task lost with its node
-(`lost`) leaves the job to its lease: it lapses and the job is queued again. Ray is imported only
-here and only for `--executor ray`.
+(`lost`) leaves the job to its lease: it lapses and the job is queued again. The job's candidates
+are measured on AGNITRA_RAY_EVALUATORS Ray evaluation slots (default 2, `bench.ray_slots`; 0: one
+at a time in the job's own worker process). Ray is connected through `bench.ray_slots`, and only
+for `--executor ray`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import sys
 from dataclasses import dataclass
@@ -36,6 +39,8 @@ class JobLaunch:
     owner: str  # the worker holding the job's lease
     job_id: int
     device: str  # the job's device setting: cpu, cuda or auto
+    evaluators: int = 0  # Ray evaluation slots for the job's candidates (0: its own worker process, one at a time)
+    cpus: float = 1.0  # the CPUs each of the job's Ray tasks and slots asks for
 
 
 class Launched:
@@ -121,10 +126,11 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self) -> None:
-        from agnitra.config import ray_task_cpus
+        from agnitra.config import ray_evaluators, ray_task_cpus
 
         self.ray = connect()
         self.cpus = ray_task_cpus()
+        self.evaluators = ray_evaluators()  # each job's candidates measured on this many Ray slots (0: in the job's own worker)
         self.task = self.ray.remote(max_retries=0, max_calls=1)(_ray_job)
 
     def gpus_for(self, device: str) -> int:
@@ -138,6 +144,7 @@ class RayExecutor:
         gpus = self.gpus_for(job.device)
         if gpus and self.ray.cluster_resources().get("GPU", 0) < gpus:
             return _Refused("the job runs on CUDA and the Ray cluster has no GPU")
+        job = dataclasses.replace(job, evaluators=self.evaluators, cpus=self.cpus)
         ref = self.task.options(num_cpus=self.cpus, num_gpus=gpus, name=f"agnitra-job-{job.job_id}").remote(job)
         return _RayTask(self.ray, ref)
 
@@ -226,5 +233,7 @@ def _ray_job(job: JobLaunch) -> dict:
         store.close()
     from agnitra.service.worker import _run_job  # torch and the rest: after the event
 
-    _run_job(job.db_url, job.data_dir, job.owner, job.job_id)
+    if job.evaluators:
+        os.environ["AGNITRA_RAY_CPUS"] = str(job.cpus)  # the slots ask what the worker's settings say, not this node's (this process is the job's alone)
+    _run_job(job.db_url, job.data_dir, job.owner, job.job_id, {"executor": "ray", "evaluators": job.evaluators} if job.evaluators else None)
     return where

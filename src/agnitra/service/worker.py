@@ -113,8 +113,9 @@ def _budget_s(settings: dict) -> float:
     return duration("budget", settings.get("budget") or "10m")
 
 
-def _run_job(db_url: str, data_dir: str, owner: str, job_id: int) -> None:
-    """The child: the job's optimize run, its progress and outcome written to the job."""
+def _run_job(db_url: str, data_dir: str, owner: str, job_id: int, evaluation: dict | None = None) -> None:
+    """The child: the job's optimize run, its progress and outcome written to the job; `evaluation`:
+    where its candidates are measured (`executor`, `evaluators`), when not in its own worker."""
     die_with_parent()
     from agnitra import api
 
@@ -125,7 +126,7 @@ def _run_job(db_url: str, data_dir: str, owner: str, job_id: int) -> None:
             job = session.get(JobRow, job_id)
             model = session.get(ModelRow, job.model_id)
             spec, (arguments, shown) = model.spec, _job_arguments(session, job, model)
-        optimized = api.optimize(spec, **arguments, out=Path(data_dir) / "jobs" / str(job_id), progress=reporter, store=False)
+        optimized = api.optimize(spec, **{**arguments, **(evaluation or {})}, out=Path(data_dir) / "jobs" / str(job_id), progress=reporter, store=False)
         document = json.loads(shown(json.dumps(optimized.report.to_dict())))  # what was checked on, named as the user knows it
         with store.session() as session:
             if queue.finish(session, job_id, owner, "done", result=document):
