@@ -16,7 +16,7 @@
 #   bash benchmarks/device_run.sh decode8b                     # llama-8b decode: compile vs Agnitra's int8 kernels vs Inductor's int8
 #   bash benchmarks/device_run.sh adversarial [WORKLOADS]        # the runtime and verification tests on the GPU, then adversarial.py (the adversarial zoo on every CUDA runtime; exploring inputs on WORKLOADS)
 #   bash benchmarks/device_run.sh layout                       # tinylm-py decode: each weight format with and without the `layout` transform before it (latency, held-out perplexity, energy)
-#   bash benchmarks/device_run.sh layoutgates                  # `agnitra layout` on tinylm-py and minilm: each mode served by its format's kernel, energy, L2 hit rate (ncu), gates
+#   bash benchmarks/device_run.sh layoutgates                  # `agnitra layout --l2` on tinylm-py: each mode served by its format's kernel, energy, L2 hit rate (ncu), gates
 #   bash benchmarks/device_run.sh curve BUDGETS WORKLOADS [TAG] # budget_curve.py: `agnitra optimize` as a user runs it at each budget, a workload a GPU side by side (CURVE_DEADLINE, default 540 s)
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
@@ -133,9 +133,10 @@ print(r.returncode); print(r.stdout[-3000:]); print(r.stderr[-2000:])
 PY
       for spec in ${LAYOUT_SPECS:-"zoo:tinylm-py|quant:int4:g32|none,once,iterative" "zoo:tinylm-py|sparsity:2:4|none,once,iterative"}; do
         IFS='|' read -r model tf modes <<< "$spec"; tag=$(echo "${model#zoo:}-$tf" | tr ':' '-')
-        PYTHONFAULTHANDLER=1 timeout -s ABRT "${LAYOUT_TIMEOUT:-200}" python3 -m agnitra.cli layout "$model" --device cuda --dtype bf16 --transform "$tf" --modes "$modes" --solve-seconds 10 \
+        PYTHONFAULTHANDLER=1 timeout -s ABRT "${LAYOUT_TIMEOUT:-200}" python3 -m agnitra.cli layout "$model" --device cuda --dtype bf16 --transform "$tf" --modes "$modes" --solve-seconds 10 --l2 \
           --out "$OUT/layout-$tag" --json --debug > "$OUT/layout-$tag.json" 2> "$OUT/layout-$tag.err"; echo "$model $tf: exit $?"
       done
+      (cd "$OUT" && tar czf layout-runs.tgz layout-* && rm -rf layout-*/ layout-*.json layout-*.err)  # at most 8 files come back
       ;;
     decode8b)  # llama-8b decode (random weights): bf16 compile vs the fused int8 decode kernels vs int8 through Inductor
       ro="compile(mode=reduce-overhead)"

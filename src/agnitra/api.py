@@ -190,7 +190,7 @@ def layout(
     solve_seconds: float = 60.0,
     calibration_batches: int = 8,
     runs: int | None = None,
-    l2: bool = True,
+    l2: bool = False,
     out: str | Path | None = None,
     progress: Progress | None = None,
     settings: Settings | None = None,
@@ -228,6 +228,8 @@ def layout(
     kernel, no_kernel = served_kernel(steps)
     notes = [no_kernel] if no_kernel else []
     l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, out, notes, progress) if l2 else {}
+    if not l2 and dev.type == "cuda":
+        notes.append("L2 hit rate: not measured (pass --l2: ncu profiles each model in a child process, about a minute each)")
     served = {}
     for mode, run in runs_by_mode.items():
         run.model, served[mode] = serve(run.model, workload, dev, kernel)

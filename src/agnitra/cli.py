@@ -879,7 +879,7 @@ def layout(
     tokens: Optional[int] = TokensOpt,
     size: str = SizeOpt,
     runs: Optional[int] = typer.Option(None, "--runs", help="timed runs of each mode's model"),
-    l2: bool = typer.Option(True, "--l2/--no-l2", help="on a GPU, read each mode's L2 hit rate through ncu (Nsight Compute) in a child process"),
+    l2: bool = typer.Option(False, "--l2", help="on a GPU, also read each mode's L2 hit rate through ncu (Nsight Compute): a child process a model, about a minute each"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="write layout.json, layout.csv, metrics.json and report.html here"),
     as_json: bool = JsonOpt,
 ) -> None:

@@ -61,7 +61,7 @@ def _child(payload_path: str) -> None:
         model.load_state_dict(torch.load(payload["state"], map_location=device, weights_only=True))
     model, said = serve(model, workload, device, payload["kernel"])
     print(f"agnitra-l2: {payload['name']}: {said or 'as it is'}", flush=True)
-    config = BenchConfig(variants=[GivenModel(payload["name"], model)], runs=1, warmup=2, check=False, op_breakdown=False, energy=False,
+    config = BenchConfig(variants=[GivenModel(payload["name"], model)], runs=1, warmup=0, check=False, op_breakdown=False, energy=False,
                          signature=False, roofline=False, shape_check=False, load_probe_s=0.0, l2_units=L2_UNITS)
     signature = device_signature(device)  # no roofline here: the ceilings are not measured
     report = benchmark(workload, device, DeviceReport(signature["name"], device.type, signature, {}), config)

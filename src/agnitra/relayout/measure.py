@@ -10,7 +10,7 @@ from agnitra.results import BenchReport, VariantResult
 def figures(row: VariantResult, l2: tuple | None) -> dict:
     """One measured model's figures (`l2`: (reading or None, why) where the L2 rate was asked for)."""
     check = row.correctness
-    reading, why = l2 if l2 is not None else (None, "not measured (needs a CUDA GPU and ncu)")
+    reading, why = l2 if l2 is not None else (None, "not measured (a CUDA GPU, ncu and --l2)")
     return {
         "status": row.status,
         "reason": row.reason,
