@@ -22,7 +22,7 @@ from agnitra.service import keys, queue
 from agnitra.service.app import ServiceConfig, create_app
 from agnitra.service.oidc import IssuerUnavailable, OidcSettings, OidcVerifier, TokenRefused
 from agnitra.service.ratelimit import RateLimiter
-from agnitra.store.service_schema import ModelRow, ProjectRow
+from agnitra.store.service_schema import ApiKeyRow, ModelRow, ProjectRow
 
 AUDIENCE = "agnitra-test"
 QUICK_JOB = {"model_id": 1, "settings": {"budget": "12s", "transforms": ["threads"], "peers": []}}
@@ -345,6 +345,27 @@ def test_organisations_scope_projects_keys_and_the_audit_log(orgs):
     # the audit log an organisation's admin reads holds what its organisation's keys did, not the instance admin's
     actions = [e["action"] for e in acme.get("/v1/audit/logs").json()]
     assert actions == ["project.create"] and len(admin.get("/v1/audit/logs").json()) > len(actions)
+
+
+def test_a_key_is_read_again_after_its_ttl_and_unknown_or_revoked_keys_are_not_kept(orgs):
+    now = [0.0]
+    cache = keys.KeyCache(ttl=5, clock=lambda: now[0])
+    store = orgs.app.state.store
+    with store.session() as session:
+        row, key = keys.create_key(session, "cached", "editor")
+    assert cache.cached(key) is None  # never read: the caller reads the store
+    with store.session() as session:
+        grant = cache.read(session, key)
+    assert grant == keys.KeyGrant(row.id, "editor", None, None) and cache.cached(key) == grant
+    with store.session() as session:
+        session.get(ApiKeyRow, row.id).revoked = True
+    now[0] += 4.9
+    assert cache.cached(key) == grant  # revoked within its ttl: still taken
+    now[0] += 0.2
+    assert cache.cached(key) is None
+    with store.session() as session:
+        assert cache.read(session, key) is None and cache.read(session, "agn_unknown") is None
+    assert cache.known == {}
 
 
 def test_a_key_for_a_project_and_an_organisation_at_once_is_refused(orgs):

@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
 
 from agnitra.errors import UserError, first_line
+from agnitra.service.keys import KeyCache
 from agnitra.service.oidc import OidcSettings, OidcVerifier
 from agnitra.service.ratelimit import RateLimiter
 from agnitra.service import web
@@ -46,6 +47,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     app.state.store, app.state.config = store, config
     app.state.oidc = OidcVerifier(config.oidc) if config.oidc else None
     app.state.limiter = RateLimiter(config.rate_limit) if config.rate_limit else None
+    app.state.keys = KeyCache()
     _middleware(app, config)
     for module in ROUTERS:
         app.include_router(module.router)

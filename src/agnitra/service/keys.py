@@ -1,11 +1,14 @@
 """API keys: shown once when made, stored as a SHA-256 digest (a random 256-bit key needs no slow
 hash), each with a role for one project, for one organisation's projects, or for all; roles
-nest: viewer < editor < admin."""
+nest: viewer < editor < admin. The server checks a request's key against `KeyCache`: the store is
+read for a key at most every KEY_TTL_S seconds."""
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+import time
+from dataclasses import dataclass
 from typing import Protocol
 
 from sqlalchemy import select
@@ -16,6 +19,7 @@ from agnitra.store.service_schema import ApiKeyRow, OrganisationRow, ProjectRow
 
 ROLES = ("viewer", "editor", "admin")
 PREFIX = "agn_"
+KEY_TTL_S = 5.0  # a live key's row is read again this long after it was read: a key revoked in the store stops working within it
 
 
 def digest(key: str) -> str:
@@ -50,6 +54,41 @@ def find_key(session: Session, key: str) -> ApiKeyRow | None:
     """The live key row of `key`, or None (unknown or revoked)."""
     row = session.scalar(select(ApiKeyRow).where(ApiKeyRow.digest == digest(key)))
     return row if row is not None and not row.revoked else None
+
+
+@dataclass(frozen=True)
+class KeyGrant:
+    """What a live key's row grants, as read from the store: no session, so it outlives the request that read it."""
+
+    id: int
+    role: str
+    project_id: int | None
+    organisation_id: int | None
+
+
+class KeyCache:
+    """The live keys the server has read, by digest, each read again KEY_TTL_S after: most requests
+    check their key without a query (or a worker thread to make one). Unknown and revoked keys are
+    never remembered, so a new key works at once."""
+
+    def __init__(self, ttl: float = KEY_TTL_S, clock=time.monotonic) -> None:
+        self.ttl, self.clock = ttl, clock
+        self.known: dict[str, tuple[KeyGrant, float]] = {}  # digest -> (grant, read again after); one entry a live key
+
+    def cached(self, key: str) -> KeyGrant | None:
+        """The key's grant if it was read less than `ttl` ago; None: read it (`read`)."""
+        grant, fresh_until = self.known.get(digest(key), (None, 0.0))
+        return grant if fresh_until > self.clock() else None
+
+    def read(self, session: Session, key: str) -> KeyGrant | None:
+        """The key's grant read from the store now (None: unknown or revoked), remembered for `ttl`."""
+        row = find_key(session, key)
+        if row is None:
+            self.known.pop(digest(key), None)
+            return None
+        grant = KeyGrant(row.id, row.role, row.project_id, row.organisation_id)
+        self.known[row.digest] = (grant, self.clock() + self.ttl)
+        return grant
 
 
 class Grant(Protocol):

@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Query
 from sqlalchemy import select
 
-from agnitra.service.access import Caller, caller, in_scope, need
+from agnitra.service.access import Caller, Route, caller, in_scope, need
 from agnitra.service.views import CALLER, MAX_OFFSET, errors, iso
 from agnitra.store.service_schema import ApiKeyRow, AuditLogRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
 
 @router.get("/v1/audit/logs")

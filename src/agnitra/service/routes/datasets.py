@@ -13,12 +13,12 @@ from starlette.datastructures import UploadFile
 
 from agnitra.errors import UserError
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, in_scope, need
+from agnitra.service.access import Caller, Route, audit, caller, in_scope, need
 from agnitra.service.routes.models import save_upload, upload_form
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, iso, page, project_named
 from agnitra.store.service_schema import DatasetRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
 SUFFIXES = (".pt", ".npz")
 UPLOAD = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload_form()}}}}

@@ -29,11 +29,11 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
 from agnitra.errors import first_line
-from agnitra.service.access import Caller, audit, caller, need
+from agnitra.service.access import Caller, Route, audit, caller, need
 from agnitra.service.views import BODY, CALLER, errors, get_row
 from agnitra.store.service_schema import JobRow, ModelRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
 EXPORT_LIMIT_S = 300.0
 LOAD_SETTINGS = ("dtype", "batch", "seq_len")  # a job's settings that change the model loaded (as in the worker)

@@ -14,12 +14,12 @@ from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, in_scope, need
+from agnitra.service.access import Caller, Route, audit, caller, in_scope, need
 from agnitra.service.routes.targets import DTYPES, find_target, target_settings
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, job_view, pareto_rows, project_named
 from agnitra.store.service_schema import DatasetRow, JobRow, ModelRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
 JOB_KINDS = {"schedule": None, "quant": ["int8-weight-only", "int4-weight-only", "dynamic-int8", "fp8", "mixed-precision", "onnxruntime"]}
 LATER_KINDS = {"layout": "layout re-permutation is not in the core yet (issue 54)", "nas": "architecture search is not in the core"}

@@ -18,11 +18,11 @@ from starlette.datastructures import UploadFile
 
 from agnitra.errors import UserError, first_line
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, in_scope, need
+from agnitra.service.access import Caller, Route, audit, caller, in_scope, need
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, model_view, page, project_named
 from agnitra.store.service_schema import ModelRow, ProjectRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
 MODEL_OPTIONS = {"batch", "seq_len", "tokens", "dtype", "size", "input_shapes", "task"}
 UPLOAD_SUFFIXES = {".onnx": "onnx", ".pt2": "pt2", ".pt": "torchscript", ".pth": "torchscript", ".torchscript": "torchscript"}

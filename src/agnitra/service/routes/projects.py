@@ -8,11 +8,11 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, in_scope, need, need_unscoped
+from agnitra.service.access import Caller, Route, audit, caller, in_scope, need, need_unscoped
 from agnitra.service.views import BODY, CALLER, errors, iso, project_view
 from agnitra.store.service_schema import OrganisationRow, ProjectRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 NAME = Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 

@@ -10,11 +10,11 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, Field
 
 from agnitra.errors import UserError
-from agnitra.service.access import Caller, caller, need
+from agnitra.service.access import Caller, Route, caller, need
 from agnitra.service.views import BODY, CALLER, errors, get_row
 from agnitra.store.service_schema import ModelRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
 
 class RecommendIn(BaseModel):

@@ -7,10 +7,10 @@ from fastapi.responses import PlainTextResponse
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from agnitra.service.access import SESSION
+from agnitra.service.access import SESSION, Route
 from agnitra.store.service_schema import JobRow
 
-router = APIRouter()
+router = APIRouter(route_class=Route)
 
 
 @router.get("/v1/health")

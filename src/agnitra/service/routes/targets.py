@@ -10,11 +10,11 @@ from pydantic import BaseModel, Field
 from sqlalchemy import select
 
 from agnitra.service import queue
-from agnitra.service.access import Caller, audit, caller, in_scope, need
+from agnitra.service.access import Caller, Route, audit, caller, in_scope, need
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, iso, page, project_named
 from agnitra.store.service_schema import TargetRow
 
-router = APIRouter(responses=errors(*CALLER))
+router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
 DTYPES = ("float32", "fp32", "float16", "fp16", "bfloat16", "bf16")
 
