@@ -27,6 +27,9 @@ $(CHROMIUM):
 demo: $(STAMP)
 	$(BIN)/agnitra optimize zoo:minilm --device cpu --budget 3m --min-cosine 0.99 --out runs/demo
 
+# The venv's installs and chromium's (apt) run side by side: each waits on downloads and unpacking.
+MAKEFLAGS += --jobs=2
+
 # pytest exits 5 when it collects no tests: that is not a failure of the suite. Two workers
 # (pytest-xdist, work stealing): the suite is CPU-bound (docs/testing.md); on the idle 2-core VM
 # it took 1208 s on 2026-11-28 (1348 tests; 1749 s of CPU, 2548 before CPU workers were forked).

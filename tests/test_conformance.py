@@ -41,7 +41,7 @@ BUILT_IN = sorted(name for name, t in TRANSFORMS.items() if type(t).__module__.s
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_every_transform_keeps_the_contract(name):
     transform = TRANSFORMS[name]
-    said = check_transform(transform, _mlp(), CPU) + check_transform(transform, _convnet(), CPU)
+    said = check_transform(transform, _mlp(), CPU, calls=2) + check_transform(transform, _convnet(), CPU, calls=2)  # compile's 8 choices compiled 16 graphs
     assert said  # each choice either applied or said why not
 
 

@@ -32,7 +32,7 @@ from agnitra.service.app import ServiceConfig, create_app
 from agnitra.service.serve import make_key
 from agnitra.store.service_schema import JobRow
 
-EXAMPLES = 15  # an operation, in each mode
+EXAMPLES = 8  # an operation, in each mode (15 took 65 s of the suite's CPU)
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance]
 IDS = ("model_id", "job_id", "dataset_id")
 
@@ -151,7 +151,7 @@ def fuzz(api, headers: dict | None, modes=(GenerationMode.POSITIVE, GenerationMo
 def test_no_operation_answers_a_server_error_or_an_undocumented_status(api, service):
     failures, answered = fuzz(api, service.headers)
     assert not failures, "\n\n".join(failures)
-    assert sum(map(len, answered.values())) > 400
+    assert sum(map(len, answered.values())) > 250
     succeeded = [label for label, statuses in answered.items() if any(s < 300 for s in statuses)]
     assert len(succeeded) >= 15, answered  # past the lookups (of 21: the uploads' generated files are never models or tensors)
 

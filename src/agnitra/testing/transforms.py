@@ -47,11 +47,14 @@ def same_state(before: dict[str, Any], after: dict[str, Any]) -> str:
     return ""
 
 
-def check_transform(transform: Transform, workload: Workload, device: torch.device) -> list[str]:
+def check_transform(transform: Transform, workload: Workload, device: torch.device, calls: int | None = None) -> list[str]:
     """Run the contract on one transform and workload; AssertionError names the broken part.
-    Returns what was exercised ("choice X: applied", "choice Y: not applicable: ...")."""
+    Returns what was exercised ("choice X: applied", "choice Y: not applicable: ..."). `calls`:
+    run the applied model on at most that many choices (a compile's call compiles; every choice
+    is still applied and checked)."""
     ctx = TransformContext(workload, device)
     said = []
+    called = 0
     choices = transform.choices(ctx)
     assert choices, f"{transform.name}: choices() offers nothing (the default is its default parameters)"
     for choice in choices:
@@ -68,11 +71,13 @@ def check_transform(transform: Transform, workload: Workload, device: torch.devi
             assert str(exc).strip(), f"{choice.label()}: check() raised NotApplicable without a reason"
             said.append(f"{choice.label()}: not applicable: {exc}")
             continue
-        said.append(f"{choice.label()}: {_applied(transform, params, choice.label(), ctx)}")
+        call = calls is None or called < calls
+        said.append(f"{choice.label()}: {_applied(transform, params, choice.label(), ctx, call)}")
+        called += call
     return said
 
 
-def _applied(transform: Transform, params: Any, label: str, ctx: TransformContext) -> str:
+def _applied(transform: Transform, params: Any, label: str, ctx: TransformContext, call: bool = True) -> str:
     """apply() on the patcher's copy, as a recipe would run it (registered or not)."""
     before = model_state(ctx.workload.model)
     try:
@@ -83,7 +88,7 @@ def _applied(transform: Transform, params: Any, label: str, ctx: TransformContex
     assert isinstance(model, torch.nn.Module), f"{label}: apply() returned {type(model).__name__}, not a module"
     assert model is not ctx.workload.model, f"{label}: apply() returned the user's model itself"
     with torch.no_grad():
-        if ctx.workload.decoder is None:
+        if call and ctx.workload.decoder is None:
             model(*ctx.workload.example_inputs)
     changed = same_state(before, model_state(ctx.workload.model))
     assert not changed, f"{label}: the user's model changed ({changed})"
