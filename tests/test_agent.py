@@ -21,7 +21,7 @@ pytest.importorskip("sb3_contrib")  # the `agent` extra
 
 import agnitra  # noqa: E402
 from agnitra.cli import main  # noqa: E402
-from agnitra.search.agent.parts import ABSENT, Layout, Reach, candidate_steps  # noqa: E402
+from agnitra.search.agent.parts import ABSENT, Layout, Reach, candidate_of, candidate_steps  # noqa: E402
 from agnitra.search.agent.reward import Scene, Weights, reward  # noqa: E402
 from agnitra.search.agent.state import StateSpec  # noqa: E402
 from agnitra.search.costmodel.model import Prediction  # noqa: E402
@@ -299,8 +299,9 @@ def test_a_policy_fine_tuned_from_another_device_keeps_its_actions_and_learns_th
     # carried over before any training: on a state of the source's rows, the same logits for the source's actions
     carried = Policy(layout, tuned.policy.spec, source.weights, source.transplant(layout, tuned.policy.spec, tuned.policy.tensors))
     row = _planted_rows()[0]
-    old_obs = source.spec.observe(source.spec.features(row), source.layout, ())
-    new_obs = carried.spec.observe(carried.spec.features(row), layout, ())
+    space = [candidate_of(json.loads(r["recipe"])) for r in _planted_rows()]
+    old_obs = source.spec.observe(source.spec.features(row, Reach.of(source.layout, space)), source.layout, ())
+    new_obs = carried.spec.observe(carried.spec.features(row, Reach.of(layout, space)), layout, ())
     assert np.allclose(carried.logits(new_obs)[: source.layout.actions], source.logits(old_obs), atol=1e-5)
 
 
@@ -310,3 +311,20 @@ def test_plain_compile_reads_an_older_rows_missing_parameters_as_their_defaults(
     assert plain_compile([{"transform": "compile", "params": {"freezing": False, "mode": "default", "pdl": True}}])  # a row of the first space version
     assert not plain_compile([{"transform": "compile", "params": {"freezing": True, "mode": "default", "pdl": True}}])
     assert not plain_compile([{"transform": "compile", "params": {"mode": "max-autotune"}}])
+
+
+def test_the_state_says_which_parts_a_space_has_so_a_policy_tells_a_space_without_onnx_runtime():
+    from agnitra.search.agent.evaluate import evaluate
+    from agnitra.search.agent.train import train_policy
+
+    def runs(first: int, with_ort: bool) -> list[dict]:
+        recipes = {"onnxruntime": 3.0, "compile(mode=default)": 1.5, "threads(count=1)": 0.7} if with_ort else {"compile(mode=default)": 1.6, "threads(count=1)": 0.7}
+        return [{"group": f"run{w}", "run_id": w, "workload": f"w{w}", "device_kind": "cpu", "device": "AMD EPYC", "batch": 1, "sig.size": 0.5,  # alike but for the space
+                 "dev.memory_bytes": 64 * 2**30, "recipe": json.dumps(Recipe.parse(name).to_dict()["steps"]), "status": "ok", "speedup": s, "passed": True}
+                for w in range(first, first + 4) for name, s in recipes.items()]
+
+    rows = runs(0, True) + runs(4, False)
+    policy = train_policy(rows, steps=0).policy
+    picked = {w.workload: w.agent for w in evaluate(policy, rows, "cpu").workloads}
+    assert {picked[f"w{w}"] for w in range(4)} == {Recipe.parse("onnxruntime").name}
+    assert {picked[f"w{w}"] for w in range(4, 8)} == {Recipe.parse("compile(mode=default)").name}, picked

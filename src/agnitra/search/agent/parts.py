@@ -128,6 +128,10 @@ class Reach:
                 reach.nexts.setdefault(actions[:i], set()).add(actions[i])
         return reach
 
+    def available(self) -> list[bool]:
+        """For each dimension, whether some recipe of the space has a choice of it."""
+        return [any(a[i] for a in self.candidates) for i in range(len(self.layout.dimensions))]
+
     def mask(self, prefix: tuple[int, ...]) -> list[bool]:
         valid = self.nexts.get(prefix, set())
         return [a in valid for a in range(self.layout.actions)]

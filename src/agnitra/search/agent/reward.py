@@ -93,7 +93,7 @@ class Scene:
 
     @classmethod
     def of(cls, row: dict, reach: Reach, spec: StateSpec, weights: Weights, predictor) -> "Scene":
-        return cls(row, reach, spec.features(row), weights, predictor)
+        return cls(row, reach, spec.features(row, reach), weights, predictor)
 
     @property
     def layout(self) -> Layout:

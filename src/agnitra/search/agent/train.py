@@ -165,13 +165,22 @@ class Trained:
 
 
 def scenes_of(rows: list[dict], layout: Layout, spec: StateSpec, weights: dict[str, Weights], predictor) -> dict[str, Scene]:
-    """One scene per run: the catalogue of the rows' recipes, its own measurements as rewards."""
+    """One scene per run: the catalogue of the rows' recipes made of the transforms the run
+    measured (what applies to its workload, as far as the rows say: a decoder's run without ONNX
+    Runtime is played without it), its own measurements as rewards."""
     catalogue = list({json_key(steps_of(r)): candidate_of(steps_of(r)) for r in rows if steps_of(r)}.values())
-    reach = Reach.of(layout, catalogue)
+    applied: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        applied[r.get("group") or ""].update(s["transform"] for s in steps_of(r) or [])
+    reaches: dict[frozenset[str], Reach] = {}
     scenes: dict[str, Scene] = {}
     for r in rows:
         group = r.get("group") or ""
-        scene = scenes.get(group) or scenes.setdefault(group, Scene.of(r, reach, spec, weights[group], predictor))
+        if group not in scenes:
+            key = frozenset(applied[group])
+            reach = reaches.get(key) or reaches.setdefault(key, Reach.of(layout, [c for c in catalogue if {s.transform for s in c.recipe.steps} <= key]))
+            scenes[group] = Scene.of(r, reach, spec, weights[group], predictor)
+        scene = scenes[group]
         actions, score = layout.encode(steps_of(r)), row_reward(r, weights[group])
         if actions is not None and any(actions) and score is not None:
             scene.measured[actions] = max(score, scene.measured.get(actions, -math.inf))
