@@ -328,3 +328,21 @@ def test_the_state_says_which_parts_a_space_has_so_a_policy_tells_a_space_withou
     picked = {w.workload: w.agent for w in evaluate(policy, rows, "cpu").workloads}
     assert {picked[f"w{w}"] for w in range(4)} == {Recipe.parse("onnxruntime").name}
     assert {picked[f"w{w}"] for w in range(4, 8)} == {Recipe.parse("compile(mode=default)").name}, picked
+
+
+def test_a_policy_saved_before_the_availability_bit_still_loads_and_plays(space, tmp_path):
+    from agnitra.search.agent.policy import Policy
+    from agnitra.search.agent.train import train_on_space
+
+    layout = Layout.from_recipes(candidate_steps(c) for c in space)
+    old_spec = StateSpec.from_rows([ROW])
+    old_spec.availability = False
+    scene = Scene.of(ROW, Reach.of(layout, space), old_spec, Weights.for_device(ROW), Planted())
+    policy, _ = train_on_space(scene, old_spec, steps=8, seconds=10.0)
+    path = policy.save(tmp_path, "cpu", {})
+    record = json.loads(path.read_text())
+    del record["state"]["availability"]  # as an older release wrote it
+    path.write_text(json.dumps(record))
+    again = Policy.load(path)
+    assert again.spec.availability is False
+    assert again.episode(Scene.of(ROW, Reach.of(again.layout, space), again.spec, again.weights, Planted())) == policy.episode(scene)
