@@ -295,3 +295,24 @@ def test_executor_ray_without_ray_or_cluster_is_one_line(tmp_path, monkeypatch, 
         assert main(command) == 2
         assert capsys.readouterr().err.strip() == expected
     assert not (tmp_path / "store.db").exists()  # refused before the store was opened
+
+
+def test_slots_are_as_many_as_the_cluster_holds_none_is_one_line():
+    """K slots asked of a cluster that can hold fewer beside the run: that many; none: one line naming the numbers and the fix."""
+    from types import SimpleNamespace
+
+    from agnitra.bench.ray_slots import SlotPool
+    from agnitra.errors import UserError
+
+    def pool(total: dict, own: dict, asked: int) -> SlotPool:
+        context = SimpleNamespace(get_assigned_resources=lambda: own)
+        made = SlotPool.__new__(SlotPool)
+        made.ray, made.asked = SimpleNamespace(cluster_resources=lambda: total, get_runtime_context=lambda: context), asked
+        return made
+
+    assert pool({"CPU": 8.0, "GPU": 4.0}, {"CPU": 1.0, "GPU": 1.0}, 8)._fitting(1.0, 1) == 3  # a job's task holds one of the four GPUs
+    assert pool({"CPU": 2.0}, {}, 4)._fitting(1.0, 0) == 2
+    assert pool({"CPU": 2.0}, {}, 4)._fitting(0.0, 0) == 4  # no CPU asked: no bound
+    with pytest.raises(UserError, match=r"^--executor ray: the Ray cluster has no room for one evaluation slot \(1 GPU\) beside this run \(it has 16 CPU, 1 GPU; "
+                                        r"this run holds 1 GPU\); .*AGNITRA_RAY_EVALUATORS=0\)$"):
+        pool({"CPU": 16.0, "GPU": 1.0}, {"GPU": 1.0}, 2)._fitting(1.0, 1)

@@ -159,7 +159,8 @@ class SlotPool:
         if fit < 1:
             what = f"{gpus} GPU" if gpus and fits[-1] < 1 else f"{cpus:g} CPU"
             raise UserError(f"--executor ray: the Ray cluster has no room for one evaluation slot ({what}) beside this run (it has {total.get('CPU', 0):g} CPU, "
-                            f"{total.get('GPU', 0):g} GPU; this run holds {own.get('GPU', 0):g} GPU); add a node, lower AGNITRA_RAY_CPUS, or measure here with --executor local")
+                            f"{total.get('GPU', 0):g} GPU; this run holds {own.get('GPU', 0):g} GPU); add a node, lower AGNITRA_RAY_CPUS, or measure here with --executor local "
+                            "(a service job: AGNITRA_RAY_EVALUATORS=0)")
         return fit
 
     # ---- the pool's state -------------------------------------------------------------------------
@@ -204,7 +205,7 @@ class SlotPool:
         for index, slot in enumerate(self.slots):
             if slot is not None:
                 if slot.placement is None:
-                    self.not_started.append(f"slot {index}: still waiting for the cluster to place or load it ({self.cpus:g} CPU, {self.gpus} GPU)")
+                    self.not_started.append(f"slot {index}: not loaded when the search ended (waiting for {self.cpus:g} CPU and {self.gpus} GPU on the cluster, or loading)")
                 self.ray.kill(slot.actor, no_restart=True)
                 self.slots[index] = None
 
@@ -280,7 +281,7 @@ class SlotPool:
             self._replace(slot, f"{slot.placement.text()} died ({_ray_reason(exc)})")
             return done
         except Exception as exc:  # noqa: BLE001 - what Ray raised for the call: its reason
-            done.error = WorkerError(f"{type(exc).__name__}: {first_line(exc)}")
+            done.error = WorkerError(first_line(exc))
             slot.call_ref = None
             return done
         kind, value, user_error, leaving = reply
@@ -310,9 +311,12 @@ class SlotPool:
 
 
 def _ray_reason(exc: BaseException) -> str:
-    """The first line of what Ray says about a dead actor, without its boilerplate."""
-    text = first_line(exc)
-    return text.split("The actor died ", 1)[-1] if "The actor died " in text else text
+    """Why Ray says an actor died, in a few words: its process's exit detail, or its node's death."""
+    text = str(exc)
+    for said in ("Worker exit detail: ", "The actor is dead because ", "The actor died because "):
+        if said in text:
+            return text.split(said, 1)[1].strip().splitlines()[0].split(". ")[0].rstrip(".")[:200]
+    return first_line(exc)
 
 
 # ---- the slot's side: this runs in the Ray actor ------------------------------------------------------
