@@ -79,6 +79,8 @@ def main() -> None:
     parser.add_argument("--transfer-measurements", type=int, default=20)
     parser.add_argument("--transfer-workloads", type=int, default=4, help="training workloads the fine-tuning measurements are spread over")
     parser.add_argument("--transfer-steps", type=int, default=256, help="PPO steps of the fine-tuning")
+    parser.add_argument("--transfer-draw", choices=("random", "family"), default="random",
+                        help="the fine-tuning workloads: drawn at random, or each of another family (conv, mlp, tfm, lm, ...) where there are enough")
     parser.add_argument("--agent-weights", choices=("latency", "device"), default="latency",
                         help="the agent's reward: latency (alpha 1, beta 0: what the gates judge) or the device's (`Weights.for_device`)")
     parser.add_argument("--workloads", help="replay only the workloads whose key contains one of these (comma-separated)")
@@ -148,7 +150,7 @@ def conditions(args) -> dict:
                         "first_measurements": FIRST_MEASUREMENTS, "replay": "a replay: the agent chooses only among the recipes measured on the held-out workload; a recipe whose steps the policy's layout lacks is reached by the `model` strategy's order after the agent's proposals",
                         "plain_compile": "compile with its default parameters (an older row's missing parameters read as their defaults), measured on the workload and passed; workloads without one are not counted in that gate"}
     if args.transfer_from:
-        out["transfer"] = {"source": args.transfer_from, "source_policy": args.source.record, "measurements": args.transfer_measurements, "workloads": args.transfer_workloads, "steps": args.transfer_steps,
+        out["transfer"] = {"draw": args.transfer_draw, "source": args.transfer_from, "source_policy": args.source.record, "measurements": args.transfer_measurements, "workloads": args.transfer_workloads, "steps": args.transfer_steps,
                            "chosen": "for each held-out workload, transfer_workloads of the other workloads drawn at random (seeded by the held-out one's name); on each, the recipes the `ppo` strategy with the source policy asks for first (its proposals, then a seeded random order), transfer_measurements in all; the policy fine-tuned on those rows alone (`train_policy(start=)`, cloning then transfer_steps of PPO on a cost model of those rows), its `model` strategy trained on them too"}
     return out
 
@@ -316,6 +318,11 @@ def fine_tuned(source, workload: dict, training: list[dict], args):
     rng = random.Random(group_key(workload, "workload"))
     groups = {k: m for k, m in sorted(workload_groups(training).items()) if len(recipes_of(m)) >= 2}
     drawn = rng.sample(sorted(groups), min(args.transfer_workloads, len(groups)))
+    if args.transfer_draw == "family":  # one workload of each of transfer_workloads families drawn at random
+        families: dict[str, list[str]] = defaultdict(list)
+        for key in sorted(groups):
+            families[groups[key][0].get("family") or groups[key][0].get("workload") or key].append(key)
+        drawn = [rng.choice(families[f]) for f in rng.sample(sorted(families), min(args.transfer_workloads, len(families)))]
     chosen: list[dict] = []
     for i, key in enumerate(drawn):
         members = groups[key]
