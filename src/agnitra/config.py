@@ -119,6 +119,12 @@ def ray_task_cpus() -> float:
     return cpus
 
 
+def give_ray_task_cpus(cpus: float) -> None:
+    """This process's AGNITRA_RAY_CPUS set to another's setting (a job's Ray task takes its
+    worker's, not its node's: the process is the job's alone)."""
+    os.environ[_ENV_PREFIX + "RAY_CPUS"] = f"{cpus:g}"
+
+
 def ray_evaluators() -> int:
     """The Ray evaluation slots a service job's candidates are measured on under `--executor ray`
     (AGNITRA_RAY_EVALUATORS, default 2; 0: one at a time in the job's own worker process)."""

@@ -231,9 +231,10 @@ def _ray_job(job: JobLaunch) -> dict:
                            + (f", GPU {','.join(where['gpus'])})" if where["gpus"] else ")"), 0.0)
     finally:
         store.close()
+    from agnitra.config import give_ray_task_cpus
     from agnitra.service.worker import _run_job  # torch and the rest: after the event
 
     if job.evaluators:
-        os.environ["AGNITRA_RAY_CPUS"] = str(job.cpus)  # the slots ask what the worker's settings say, not this node's (this process is the job's alone)
+        give_ray_task_cpus(job.cpus)  # the slots ask what the worker's settings say, not this node's
     _run_job(job.db_url, job.data_dir, job.owner, job.job_id, {"executor": "ray", "evaluators": job.evaluators} if job.evaluators else None)
     return where
