@@ -38,7 +38,7 @@ def l2_of(source, models: dict[str, tuple[nn.Module | None, Kernel | None]], fol
                 state = Path(tmp) / f"state-{index}.pt"
                 torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, state)
             payload = Path(tmp) / f"payload-{index}.pkl"
-            payload.write_bytes(pickle.dumps({"source": source, "state": str(state) if state else None, "kernel": kernel, "name": name}))
+            payload.write_bytes(pickle.dumps({"source": source, "state": str(state) if state else None, "kernel": kernel, "name": name, "sys_path": list(sys.path)}))
             profile = place / f"ncu-{index}"
             profile.mkdir(exist_ok=True)
             found[name] = measure(["-m", "agnitra.relayout.l2", str(payload)], profile, timeout_s)
@@ -54,6 +54,7 @@ def _child(payload_path: str) -> None:
 
     started = time.monotonic()
     payload = pickle.loads(Path(payload_path).read_bytes())  # written by this package's parent process (l2_of)
+    sys.path[:] = payload["sys_path"]  # where the parent's own modules (its registered transforms and variants) are found, as a worker's
     workload, device = payload["source"].load()
     print(f"agnitra-l2: {payload['name']}: workload held after {time.monotonic() - started:.1f} s", flush=True)
     model = workload.model
