@@ -19,6 +19,7 @@ from torch import nn
 from torch.nn.utils import parametrizations
 
 import agnitra
+from compile_default import COMPILE_DEFAULT
 from agnitra.transforms.base import TransformContext
 from agnitra.transforms.patcher import apply_recipe, structural_copy, unwrap
 from agnitra.transforms.recipe import Recipe
@@ -225,7 +226,7 @@ def test_compile_optimize_and_load_leave_the_user_model_bitwise_unchanged(tmp_pa
     before = snapshot(model)
     agnitra.benchmark(model, inputs, device="cpu", variants=["eager", "compile"], runs=2, warmup=1, op_breakdown=False)
     assert_same(before, snapshot(model))
-    optimized = agnitra.optimize(model, inputs, device="cpu", budget="25s", transforms=["precision", "compile"], peers=[], out=tmp_path / "run")
+    optimized = agnitra.optimize(model, inputs, device="cpu", budget="25s", transforms=["precision", COMPILE_DEFAULT], peers=[], out=tmp_path / "run")
     assert_same(before, snapshot(model))
     with torch.no_grad():
         optimized(*inputs)

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 import agnitra
+from compile_default import COMPILE_DEFAULT
 from pages import assert_self_contained
 from agnitra.errors import UserError
 from agnitra.transforms.base import TRANSFORMS, Transform, TransformContext, register_transform
@@ -230,26 +231,9 @@ def test_resume_reuses_measured_candidates(tmp_path):
 
 
 @pytest.mark.slow
-class _CompileDefault(Transform):
-    """The compile transform with its default parameters only: one candidate, where compile's own
-    CPU choices (modes x freezing, with precisions) compiled 18 graphs, 120 s of CPU on a cold cache."""
-
-    name = "test-compile-default"
-    stage = "runtime"
-    description = "torch.compile, default parameters"
-
-    def apply(self, model, ctx, params):
-        compile_ = TRANSFORMS["compile"]
-        return compile_.apply(model, ctx, compile_.default_params())
-
-
-if _CompileDefault.name not in TRANSFORMS:
-    register_transform(_CompileDefault)
-
-
 def test_tinylm_optimize_saves_a_recipe_that_reloads_identically(tmp_path):
     # compiled decode steps are what must reload identically; the compile peers would only repeat them
-    fast = agnitra.optimize("zoo:tinylm", device="cpu", size="tiny", tokens=6, seq_len=4, transforms=["test-compile-default"], peers=[], budget="3m", out=tmp_path)
+    fast = agnitra.optimize("zoo:tinylm", device="cpu", size="tiny", tokens=6, seq_len=4, transforms=[COMPILE_DEFAULT], peers=[], budget="3m", out=tmp_path)
     report = fast.report
     assert report.candidates and all(c.status in ("ok", "failed", "skipped", "timeout") for c in report.candidates)
     assert (tmp_path / "recipe.json").is_file() and (tmp_path / "report.html").is_file()
