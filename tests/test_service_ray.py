@@ -125,8 +125,9 @@ def service(tmp_path_factory):
 
 def _spread_transforms(marker: Path) -> None:
     """Transforms for the slots' test, made in a function so that they travel by value: `slot-fast`
-    drops the model's slow part, `slot-sleep` takes 2 s to apply, `slot-exit` kills the process
-    it runs in the first time (as a segfault would), then changes nothing."""
+    drops the model's slow part, `slot-sleep` waits (up to 90 s) until two processes are applying it,
+    then 2 s more (two slots measuring at once, however late the second loads on a loaded VM),
+    `slot-exit` kills the process it runs in the first time (as a segfault would), then changes nothing."""
     from torch import nn
 
     from agnitra.transforms.base import TRANSFORMS, Transform, register_transform
@@ -135,6 +136,12 @@ def _spread_transforms(marker: Path) -> None:
         return nn.Sequential(*[nn.Identity() if type(m).__name__ == "Slow" else m for m in model])
 
     def sleep(model):
+        met = marker.parent / "met"
+        met.mkdir(exist_ok=True)
+        (met / str(os.getpid())).touch()
+        deadline = time.monotonic() + 90
+        while len(list(met.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
         time.sleep(2)
         return model
 
