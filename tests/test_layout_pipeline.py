@@ -92,7 +92,7 @@ def test_a_given_model_is_measured_and_judged_beside_the_original():
     assert by_name["same"].correctness.passed and not by_name["broken"].correctness.passed
 
 
-def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path):
+def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path, monkeypatch):
     import json
 
     import agnitra
@@ -119,6 +119,10 @@ def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path):
                  "--runs", "2", "--out", str(tmp_path / "cli")]) == 0
     assert [m["mode"] for m in json.loads((tmp_path / "cli" / "layout.json").read_text())["modes"]] == ["none", "iterative"]
     assert main(["layout", f"{tmp_path}/m.py:make", "--modes", "sideways"]) == 2
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setattr(pipeline, "run_layout", lambda *a, **k: pytest.fail("the layout ran before its --out was checked"))
+    with pytest.raises(UserError):  # an --out that cannot take the report is refused before any work
+        agnitra.layout(model, calibration[0], transforms="sparsity:2:4", device="cpu", out=tmp_path / "a-file" / "below")
 
 
 def test_a_mode_with_a_kernel_for_its_format_is_measured_with_it(tmp_path):

@@ -217,6 +217,11 @@ def layout(
     arguments.count("--calibration-batches", calibration_batches)
     _check_repeats(runs, None)
     _check_load_options(device, load_options)
+    folder = None
+    if out is not None:
+        from agnitra.fileio import ensure_writable_dir
+
+        folder = ensure_writable_dir(out)  # before any work: a folder that cannot take the report would lose the run
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
     calibration = workload.calibration_inputs(calibration_batches)
     cache = PermutationCache((settings or load_settings()).cache_path / "layout")
@@ -227,7 +232,7 @@ def layout(
         runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds, cache=cache)
     kernel, no_kernel = served_kernel(steps)
     notes = [no_kernel] if no_kernel else []
-    l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, out, notes, progress) if l2 else {}
+    l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, folder, notes, progress) if l2 else {}
     if not l2 and dev.type == "cuda":
         notes.append("L2 hit rate: not measured (pass --l2: ncu profiles each model in a child process, about a minute each)")
     served = {}
@@ -240,14 +245,14 @@ def layout(
     doc = {"schema": "agnitra.layout/2", "workload": report.workload, "device": report.device.name if hasattr(report.device, "name") else None,
            "transforms": transforms, "solve_seconds": solve_seconds, "calibration": _calibration_said(workload, calibration),
            "original": original, "modes": mode_docs, "notes": notes + list(report.notes)}
-    if out is not None:
+    if folder is not None:
         from agnitra.report.layout_files import write_layout_report
 
-        write_layout_report(doc, out)
+        write_layout_report(doc, folder)
     return doc
 
 
-def _layout_l2(model, load_options: dict, workload: Workload, dev: torch.device, runs_by_mode: dict, kernel, out, notes: list[str], progress) -> dict:
+def _layout_l2(model, load_options: dict, workload: Workload, dev: torch.device, runs_by_mode: dict, kernel, folder: Path | None, notes: list[str], progress) -> dict:
     """Each mode's L2 hit rate and the original's, through ncu in child processes (CUDA only)."""
     if dev.type != "cuda":
         return {}
@@ -261,11 +266,6 @@ def _layout_l2(model, load_options: dict, workload: Workload, dev: torch.device,
     if progress:
         progress("layout: L2 hit rates through ncu", 0.6)
     models = {"original": (None, None), **{mode: (run.model, kernel) for mode, run in runs_by_mode.items()}}
-    folder = None
-    if out is not None:
-        from agnitra.fileio import ensure_writable_dir
-
-        folder = ensure_writable_dir(out)
     return l2_of(source, models, folder)
 
 
