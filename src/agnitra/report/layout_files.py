@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agnitra.fileio import atomic_write_text, ensure_writable_dir
 from agnitra.report.html import _notes_list, _page, _section, _table
-from agnitra.report.units import MISSING, format_bytes
+from agnitra.report.units import MISSING, format_bytes, format_correctness, format_number
 
 STEP_COLUMNS = ("mode", "step", "permuted_spaces", "solver_gain", "importance_kept", "weight_error", "served", "latency_ms", "model_bytes",
                 "energy_j_per_item", "l2_hit_rate_pct", "quality_metric", "quality_value")
@@ -57,12 +57,12 @@ def layout_html(doc: dict) -> str:
     title = f"Layout: {workload.get('name', '')} ({doc.get('transforms')})"
     original = doc["original"]
     figures = _table(["model", "served", "latency ms", "speedup", "model memory", "energy J/item", "L2 hit %", "quality"],
-                     [["original", "", _num(original.get("latency_ms")), "1.00x", _bytes(original.get("model_bytes")), _num(original.get("energy_j_per_item")),
-                       _num(original.get("l2_hit_rate_pct")), ""]]
-                     + [[m["mode"], m.get("served") or "dense weights", _num(m.get("latency_ms")), f"{m['speedup']:.2f}x" if m.get("speedup") else MISSING,
-                         _bytes(m.get("model_bytes")), _num(m.get("energy_j_per_item")), _num(m.get("l2_hit_rate_pct")), _quality(m.get("quality"))]
+                     [["original", "", format_number(original.get("latency_ms")), "1.00x", format_bytes(original.get("model_bytes")), format_number(original.get("energy_j_per_item")),
+                       format_number(original.get("l2_hit_rate_pct")), ""]]
+                     + [[m["mode"], m.get("served") or "dense weights", format_number(m.get("latency_ms")), f"{m['speedup']:.2f}x" if m.get("speedup") else MISSING,
+                         format_bytes(m.get("model_bytes")), format_number(m.get("energy_j_per_item")), format_number(m.get("l2_hit_rate_pct")), _quality(m.get("quality"))]
                         for m in doc["modes"]], numeric=(2, 3, 4, 5, 6))
-    gate_rows = [[m["mode"], g["name"], g["target"], _num(g["value"]), {True: "met", False: "missed", None: "not measured"}[g["met"]], g.get("why", "")]
+    gate_rows = [[m["mode"], g["name"], g["target"], format_number(g["value"]), {True: "met", False: "missed", None: "not measured"}[g["met"]], g.get("why", "")]
                  for m in doc["modes"] for g in m["gates"]]
     steps = _table(["mode", "step", "spaces permuted", "solver gain", "importance kept", "weight error", "seconds", "notes"],
                    [[m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.4f}", f"{s['importance_kept']:.4f}", f"{s['weight_error']:.4f}", s["seconds"],
@@ -82,15 +82,5 @@ def _cell(value) -> str:
     return "" if value is None else str(value)
 
 
-def _num(value) -> str:
-    return MISSING if value is None else f"{value:.4g}"
-
-
-def _bytes(value) -> str:
-    return MISSING if value is None else format_bytes(value)
-
-
 def _quality(quality: dict | None) -> str:
-    if not quality:
-        return MISSING
-    return f"{quality.get('metric')} {_num(quality.get('value'))} ({'passed' if quality.get('passed') else 'failed'})"
+    return format_correctness(quality["metric"], quality.get("value"), bool(quality.get("passed"))) if quality else MISSING
