@@ -3,6 +3,8 @@
     PYTHONPATH=src python benchmarks/budget_curve.py --device cpu --budgets 1m --workloads hf:distilbert --size small
     PYTHONPATH=src python benchmarks/budget_curve.py --device cuda --budgets 2m --lanes 4 --deadline-s 540 \\
         --workloads zoo:bert-base@b1,zoo:bert-base@b32,zoo:resnet50@b64,zoo:llama-1b,hf:roberta,hf:mistral,hf:vit,hf:whisper-encoder --out /tmp/out/budget-curve-2m.json
+    PYTHONPATH=src python benchmarks/budget_curve.py --device cuda --budgets 2m --strategies default,ppo --agent-dir .devagent \\
+        --workloads zoo:bert-base@b1,hf:whisper-encoder --out /tmp/out/budget-curve-2m-ppo.json
     PYTHONPATH=src python benchmarks/budget_curve.py --merge A.json B.json --out merged.json
 
 For each budget (--budgets, default 1m,2m,3m,5m,10m) and workload, one `agnitra optimize` process with
@@ -16,6 +18,17 @@ candidates), the budget left unused, the process's wall time, the candidates mea
 first verified improvement, whether the original was returned though a candidate passed, and the
 verdict line. A summary per budget; a plot (self-contained HTML, and PNG where kaleido is installed)
 of the speedup over eager and over the best compile mode against the budget, one line per workload.
+
+Strategies (--strategies default,ppo; default: `default` alone, the CLI's own choice, no --strategy
+flag): each (budget, workload) row runs once per strategy under the same conditions (`--strategy S`
+added to the command); rows, summary and plot name the strategy, and `comparison` judges each other
+strategy's answer against the default's per workload at each budget (`compare_strategies`): faster,
+at least as fast within the noise, or slower; whether the default's answer was the compile peer; and
+whether the workload was held out of the agent's training (--held-out, else read off the policy
+records' `training_workloads`); the share at least as fast against issue 55's 80% target. --agent-dir
+DIR (what `agnitra agent train` writes under `<cache>/agent`: `<class>/policy-NNNN.{pt,json}`) gives
+every run a cache folder of its own whose `agent` is a copy of DIR and whose other entries link to
+the configured cache's (tuning, ceilings: shared as without it), so `--strategy ppo` plays that policy.
 
 Lanes: on the GPU, --lanes N runs N processes side by side, one GPU each (CUDA_VISIBLE_DEVICES); on
 the CPU one at a time. --deadline-s bounds the whole command: a row that would not end before it is
@@ -57,6 +70,9 @@ ORT_PEERS = ("onnxruntime", "onnxruntime-int8")
 WITHIN_NOISE = 0.97  # without an interval: the answer counts as at least the best compile at this ratio or above
 WALL_FACTOR, START_S = 1.1, 15.0  # a row's expected wall: its budget x 1.1 + the process's start (a 5-minute row: ~5.8 min)
 STOP_GRACE_S = 20.0  # after SIGTERM at the deadline, before SIGKILL
+DEFAULT_STRATEGY = "default"  # no --strategy flag: the CLI's own default
+SHARED_CACHE = ("tuning", "ceilings", "layout", "zoo")  # the cache's folders runs share (kernel tuning, measured ceilings, layout orders, trained zoo weights)
+TARGET_SHARE = 0.8  # issue 55: another strategy's answer at least as fast as the default's on 80% of the workloads
 
 # ---- the Hugging Face families at the sizes people serve (factories the CLI loads as file.py:factory) ----
 
@@ -346,6 +362,7 @@ def row_from_report(report: dict) -> dict:
         "passed_faster_candidates": sum(1 for c in passed if (c.get("speedup") or 0) > 1),
         "original_though_passed": answer == "original" and bool(passed),
         "verdict": report.get("verdict"), "notes": search.get("notes"),
+        "agent_notes": [n for n in search.get("notes") or [] if isinstance(n, str) and n.startswith("ppo:")],
     }
 
 
@@ -357,6 +374,8 @@ class Plan:
     work: Work
     budget: str
     budget_s: float
+    strategy: str = DEFAULT_STRATEGY
+    agent_dir: Path | None = None  # the policies each run's cache holds (`<class>/policy-NNNN.*`)
 
 
 class Runner:
@@ -393,7 +412,7 @@ class Runner:
 
 
 def skipped_row(plan: Plan, left: float) -> dict:
-    return {"workload": plan.work.name, "budget": plan.budget, "budget_s": plan.budget_s, "status": "skipped",
+    return {"workload": plan.work.name, "budget": plan.budget, "budget_s": plan.budget_s, "strategy_asked": plan.strategy, "status": "skipped",
             "reason": f"would not end before the deadline: expected ~{expected_wall_s(plan.budget_s):.0f} s of wall, {max(0.0, left):.0f} s were left"}
 
 
@@ -435,12 +454,71 @@ def fresh(path: Path) -> Path:
 
 def command_of(plan: Plan, device: str, run_dir: Path) -> list[str]:
     """The user's command (`agnitra optimize ...`): the CLI's defaults for everything not given here."""
-    return ["agnitra", "optimize", plan.work.spec, "--device", device, *plan.work.flags, "--budget", plan.budget, "--out", str(run_dir), "--json"]
+    strategy = [] if plan.strategy == DEFAULT_STRATEGY else ["--strategy", plan.strategy]
+    return ["agnitra", "optimize", plan.work.spec, "--device", device, *plan.work.flags, *strategy, "--budget", plan.budget, "--out", str(run_dir), "--json"]
+
+
+def run_name(plan: Plan) -> str:
+    """A run folder's name: workload and budget, and the strategy where it is not the default."""
+    return f"{slug(plan.work.name)}-{int(plan.budget_s)}s" + ("" if plan.strategy == DEFAULT_STRATEGY else f"-{slug(plan.strategy)}")
+
+
+def agent_folder(path: Path) -> Path:
+    """`path` as the folder of `<class>/policy-NNNN.json` files (a cache folder holding `agent/` taken too)."""
+    folder = path / "agent" if (path / "agent").is_dir() else path
+    if not any(folder.glob("*/policy-*.json")):
+        raise SystemExit(f"--agent-dir {path}: no <class>/policy-NNNN.json under it; train one with `AGNITRA_CACHE_DIR=DIR agnitra agent train` and give DIR")
+    return folder
+
+
+def agent_records(folder: Path) -> dict[str, dict]:
+    """Each device class's newest policy record in `folder` (the one a run plays), in short."""
+    out = {}
+    for cls in sorted(p for p in folder.iterdir() if p.is_dir()):
+        records = sorted(cls.glob("policy-*.json"))
+        if records:
+            r = json.loads(records[-1].read_text())
+            out[cls.name] = {"file": records[-1].name, **{k: r.get(k) for k in ("version", "device_class", "date", "agnitra", "training_rows", "workloads", "imitated",
+                                                                                  "ppo_steps", "weights", "training_workloads")}}
+    return out
+
+
+def trained_on(records: dict[str, dict], device: str) -> dict[str, list[int]] | None:
+    """The training workloads (name -> batches) of the policies a run on `device` would play; None where no record says."""
+    found = [r.get("training_workloads") for cls, r in records.items() if (cls == "cpu") == (device == "cpu")]
+    if not found or any(f is None for f in found):
+        return None
+    return {name: sorted({b for f in found for b in f.get(name, [])}) for f in found for name in f}
+
+
+def held_out_of(work_name: str, training: dict[str, list[int]]) -> bool:
+    """Whether a curve workload (zoo:NAME[@bN], hf:FAMILY[@bN]) is absent from the training workloads:
+    its NAME, or for a family any `FAMILY-...` (hf_families' names), among them at any batch."""
+    name = work_name.partition("@")[0].partition(":")[2]
+    return not any(t == name or t.startswith(f"{name}-") for t in training)
+
+
+def run_cache(scratch: Path, base: Path, agent: Path) -> Path:
+    """One run's cache folder: every entry of the configured cache `base` linked (tuning, ceilings, ...:
+    shared as a run without it shares them) but `agent`, a copy of the policies in `agent`."""
+    cache = scratch / "cache"
+    cache.mkdir(parents=True)
+    for name in SHARED_CACHE:  # made first, so what one run tunes or measures the next finds, as without --agent-dir
+        try:
+            (base / name).mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
+    if base.is_dir():
+        for entry in base.iterdir():
+            if entry.name != "agent":
+                (cache / entry.name).symlink_to(entry.resolve())
+    shutil.copytree(agent, cache / "agent")
+    return cache
 
 
 def run_one(plan: Plan, device: str, lane: int, gpu: str | None, runs: Path, deadline: float, store: Path | None, warm_caches: bool, reports: Path | None) -> dict:
     """One `agnitra optimize` process (as `python -m agnitra.cli`); its report.json read into a row."""
-    run_dir = fresh(runs / f"{slug(plan.work.name)}-{int(plan.budget_s)}s")
+    run_dir = fresh(runs / run_name(plan))
     scratch = fresh(runs / f"{run_dir.name}.env")
     scratch.mkdir(parents=True)
     command = command_of(plan, device, run_dir)
@@ -452,10 +530,14 @@ def run_one(plan: Plan, device: str, lane: int, gpu: str | None, runs: Path, dea
         env["AGNITRA_DB_URL"] = f"sqlite:///{(scratch / 'store.db').resolve()}"
     caches = runs / f"caches-lane{lane}" if warm_caches else scratch
     env.update(TORCHINDUCTOR_CACHE_DIR=str((caches / "inductor").resolve()), TRITON_CACHE_DIR=str((caches / "triton").resolve()))
-    row = {"workload": plan.work.name, "budget": plan.budget, "budget_s": plan.budget_s, "lane": lane, "gpu": gpu,
+    if plan.agent_dir is not None:  # the policies to play, in a cache of the run's own
+        from agnitra.config import load_settings
+
+        env["AGNITRA_CACHE_DIR"] = str(run_cache(scratch, load_settings().cache_path, plan.agent_dir).resolve())
+    row = {"workload": plan.work.name, "budget": plan.budget, "budget_s": plan.budget_s, "strategy_asked": plan.strategy, "lane": lane, "gpu": gpu,
            "command": shlex.join(command), "env": {k: v for k, v in env.items() if k != "PYTHONUNBUFFERED"}, "run_dir": str(run_dir)}
     limit = min(deadline - time.monotonic(), plan.budget_s * 1.5 + 60)
-    print(f"[lane {lane}{f' gpu {gpu}' if gpu is not None else ''}] {plan.work.name} @ {plan.budget}: {shlex.join(command)}", flush=True)
+    print(f"[lane {lane}{f' gpu {gpu}' if gpu is not None else ''}] {plan.work.name} @ {plan.budget} [{plan.strategy}]: {shlex.join(command)}", flush=True)
     started = time.monotonic()
     log = scratch / "stderr.txt"
     with open(log, "w") as err:
@@ -483,7 +565,7 @@ def run_one(plan: Plan, device: str, lane: int, gpu: str | None, runs: Path, dea
     if report is None:
         tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:] or [""]
         row.update(status="killed" if killed else "failed", error=(f"stopped at the deadline ({killed}); " if killed else "") + f"exit {proc.returncode}: {tail[0][:300]}")
-        print(f"[lane {lane}] {plan.work.name} @ {plan.budget}: {row['status']}: {row['error']}", flush=True)
+        print(f"[lane {lane}] {plan.work.name} @ {plan.budget} [{plan.strategy}]: {row['status']}: {row['error']}", flush=True)
         return row
     if reports is not None:
         reports.mkdir(parents=True, exist_ok=True)
@@ -491,7 +573,7 @@ def run_one(plan: Plan, device: str, lane: int, gpu: str | None, runs: Path, dea
     status = "ok" if proc.returncode == 0 else "killed" if killed else "interrupted" if proc.returncode in (130, 143, -2, -15) else "failed"
     row.update(status=status, **({} if status == "ok" else {"error": f"{status}, exit {proc.returncode}: the report is partial"}), **row_from_report(report))
     row["wall_over_budget"] = round(row["wall_s"] / plan.budget_s, 3)
-    print(f"[lane {lane}] {plan.work.name} @ {plan.budget}: {row['answer_kind']} {_x(row['speedup'])} over eager, "
+    print(f"[lane {lane}] {plan.work.name} @ {plan.budget} [{plan.strategy}]: {row['answer_kind']} {_x(row['speedup'])} over eager, "
           + (f"{_x(row['speedup_vs_best_compile'])} the best compile ({row['best_compile']})" if row["speedup_vs_best_compile"] else "no compile peer")
           + f"; {row['evaluated']} candidates, first improvement at {row['first_improvement_s']} s, {row['wall_s']} s wall", flush=True)
     return row
@@ -517,13 +599,25 @@ def read_report(run_dir: Path, stdout: str | None) -> dict | None:
 # ---- summary, plot, result file ---------------------------------------------------------------------
 
 
+def strategy_of(row: dict) -> str:
+    return row.get("strategy_asked") or DEFAULT_STRATEGY
+
+
+def strategies_in(rows: list[dict]) -> list[str]:
+    """The strategies the rows ran, the default first."""
+    found = list(dict.fromkeys(strategy_of(r) for r in rows))
+    return sorted(found, key=lambda s: s != DEFAULT_STRATEGY)
+
+
 def summarize(rows: list[dict]) -> dict:
-    """Per budget: rows and runs that reported, the answer at least the fastest compile mode (within the
-    noise), Agnitra's own recipe beating the best peer, the mean unused share of the budget, the original
-    returned though a candidate passed, and the median ratios."""
+    """Per budget (and strategy, where the rows ran more than one): rows and runs that reported, the
+    answer at least the fastest compile mode (within the noise), Agnitra's own recipe beating the best
+    peer, the mean unused share of the budget, the original returned though a candidate passed, and
+    the median ratios."""
     out = {}
-    for budget_s in sorted({r["budget_s"] for r in rows}):
-        mine = [r for r in rows if r["budget_s"] == budget_s]
+    several = len(strategies_in(rows)) > 1
+    for budget_s, strategy in sorted({(r["budget_s"], strategy_of(r)) for r in rows}, key=lambda bs: (bs[0], bs[1] != DEFAULT_STRATEGY, bs[1])):
+        mine = [r for r in rows if r["budget_s"] == budget_s and strategy_of(r) == strategy]
         ok = [r for r in mine if r.get("status", "ok") == "ok" and "answer" in r]  # a run stopped early is no point of the curve
         compared = [r for r in ok if r.get("at_least_best_compile") is not None]
         peers = [r for r in ok if r.get("own_beats_best_peer") is not None]
@@ -534,8 +628,8 @@ def summarize(rows: list[dict]) -> dict:
         def names(rows_, key):
             return [r["workload"] for r in rows_ if r.get(key)]
 
-        out[f"{budget_s:g}s"] = {
-            "budget_s": budget_s, "rows": len(mine), "reported": len(ok),
+        out[f"{budget_s:g}s" + (f" {strategy}" if several else "")] = {
+            "budget_s": budget_s, **({"strategy": strategy} if several else {}), "rows": len(mine), "reported": len(ok),
             "not_reported": {r["workload"]: r.get("error") or r.get("reason") for r in mine if r not in ok},
             "answers": {k: [r["workload"] for r in ok if r["answer_kind"] == k] for k in ("own", "peer", "original")},
             "at_least_best_compile": {"count": len(names(compared, "at_least_best_compile")), "of": len(compared), "workloads": names(compared, "at_least_best_compile"),
@@ -548,6 +642,106 @@ def summarize(rows: list[dict]) -> dict:
             "median_speedup_vs_best_compile": statistics.median(ratios) if ratios else None,
         }
     return out
+
+
+def _reported(row: dict | None) -> bool:
+    return row is not None and row.get("status", "ok") == "ok" and "answer" in row
+
+
+def answer_is_compile_peer(row: dict) -> bool:
+    """The run's answer is a torch.compile peer (not an ONNX Runtime one, not Agnitra's own recipe)."""
+    answer = str(row.get("answer") or "")
+    return row.get("answer_kind") == "peer" and answer not in ORT_PEERS and not answer.startswith("onnxruntime")
+
+
+def judge(challenger: dict, default: dict) -> dict:
+    """`challenger`'s answer against `default`'s (two runs of one workload at one budget), by their
+    speedups over their own eager baselines. The same answer is a tie. Faster: the ratio at least
+    1 / WITHIN_NOISE and, where the challenger's final run gave an interval, its lower end above the
+    default's speedup. At least as fast: faster, or the ratio at least WITHIN_NOISE, or the
+    challenger's interval reaching the default's speedup (the file's noise rule, as `versus`). Else slower."""
+    a, b = challenger.get("speedup"), default.get("speedup")
+    if not a or not b:
+        return {"verdict": "not compared", "ratio": None, "at_least": None, "faster": None, "judged_by": "a speedup is missing"}
+    ratio = a / b
+    interval = challenger.get("speedup_interval") or [None, None]
+    if challenger.get("answer") == default.get("answer"):
+        return {"verdict": "same answer", "ratio": ratio, "at_least": True, "faster": False, "judged_by": "the same answer"}
+    faster = ratio >= 1 / WITHIN_NOISE and (interval[0] is None or interval[0] > b)
+    if faster:
+        how = f"ratio >= 1/{WITHIN_NOISE}" + ("" if interval[0] is None else " and the interval's low end above the default's speedup")
+        return {"verdict": "faster", "ratio": ratio, "at_least": True, "faster": True, "judged_by": how}
+    if ratio >= WITHIN_NOISE:
+        return {"verdict": "at least as fast", "ratio": ratio, "at_least": True, "faster": False, "judged_by": f"ratio >= {WITHIN_NOISE}"}
+    if interval[1] is not None and interval[1] >= b:
+        return {"verdict": "at least as fast", "ratio": ratio, "at_least": True, "faster": False, "judged_by": "the interval reaches the default's speedup"}
+    return {"verdict": "slower", "ratio": ratio, "at_least": False, "faster": False, "judged_by": f"ratio < {WITHIN_NOISE}, the interval below the default's speedup"}
+
+
+def compare_strategies(rows: list[dict], target: float = TARGET_SHARE) -> dict:
+    """Per budget, each strategy other than the default against the default, workload by workload
+    (both runs reported): `judge`'s verdict, whether the default's answer was the compile peer, and
+    whether the workload was held out of the agent's training (the rows' `held_out`); the share at
+    least as fast against `target`, and on the held-out workloads whose default answer was the
+    compile peer, which were faster. Empty where the rows ran one strategy."""
+    out: dict[str, dict] = {}
+    strategies = strategies_in(rows)
+    if len(strategies) < 2 or strategies[0] != DEFAULT_STRATEGY:
+        return out
+    for budget_s in sorted({r["budget_s"] for r in rows}):
+        at = [r for r in rows if r["budget_s"] == budget_s]
+        defaults = {r["workload"]: r for r in at if strategy_of(r) == DEFAULT_STRATEGY}
+        per_budget = {}
+        for strategy in strategies[1:]:
+            workloads, not_compared = {}, {}
+            for r in (r for r in at if strategy_of(r) == strategy):
+                d = defaults.get(r["workload"])
+                if not (_reported(r) and _reported(d)):
+                    not_compared[r["workload"]] = "no default row" if d is None else (r.get("error") or r.get("reason") or d.get("error") or d.get("reason") or "a run did not report")
+                    continue
+                verdict = judge(r, d)
+                if verdict["at_least"] is None:
+                    not_compared[r["workload"]] = verdict["judged_by"]
+                    continue
+                workloads[r["workload"]] = {
+                    "held_out": r.get("held_out", d.get("held_out")), "default_answer": d["answer"], "default_answer_kind": d["answer_kind"],
+                    "default_is_compile_peer": answer_is_compile_peer(d), "answer": r["answer"], "answer_kind": r["answer_kind"],
+                    "default_speedup": d["speedup"], "speedup": r["speedup"], "speedup_interval": r.get("speedup_interval"), **verdict}
+            for w, d in defaults.items():
+                if w not in workloads and w not in not_compared:
+                    not_compared[w] = f"no {strategy} row"
+            at_least = [w for w, c in workloads.items() if c["at_least"]]
+            share = len(at_least) / len(workloads) if workloads else None
+            peer_held_out = [w for w, c in workloads.items() if c["held_out"] and c["default_is_compile_peer"]]
+            faster = [w for w in peer_held_out if workloads[w]["faster"]]
+            per_budget[strategy] = {
+                "against": DEFAULT_STRATEGY, "workloads": workloads, "not_compared": not_compared,
+                "at_least_as_fast": {"count": len(at_least), "of": len(workloads), "share": share, "target": target,
+                                     "met": None if share is None else share >= target, "workloads": at_least},
+                "faster": [w for w, c in workloads.items() if c["faster"]], "slower": [w for w, c in workloads.items() if not c["at_least"]],
+                "held_out": [w for w, c in workloads.items() if c["held_out"]],
+                "held_out_default_compile_peer": {"workloads": peer_held_out, "faster": faster,
+                                                  "met": None if not peer_held_out else len(faster) == len(peer_held_out)},
+            }
+        out[f"{budget_s:g}s"] = per_budget
+    return out
+
+
+def comparison_lines(comparison: dict) -> list[str]:
+    lines = []
+    for key, per in comparison.items():
+        for strategy, c in per.items():
+            a, h = c["at_least_as_fast"], c["held_out_default_compile_peer"]
+            share = "n/a" if a["share"] is None else f"{a['share']:.0%}"
+            lines.append(f"budget {key}: {strategy} vs {c['against']}: at least as fast on {a['count']}/{a['of']} ({share}; target {a['target']:.0%}: "
+                         f"{'met' if a['met'] else 'not met' if a['met'] is not None else 'n/a'}); faster {len(c['faster'])}, slower {len(c['slower'])}; "
+                         f"held out with the compile peer as the default's answer: {len(h['faster'])}/{len(h['workloads'])} faster"
+                         + (f"; not compared: {', '.join(c['not_compared'])}" if c["not_compared"] else ""))
+            for w, x in c["workloads"].items():
+                lines.append(f"  {w}{' (held out)' if x['held_out'] else ' (in training)' if x['held_out'] is False else ''}: {x['verdict']} ({x['ratio']:.3f}x; "
+                             f"{strategy} {x['answer_kind']} {_x(x['speedup'])}, default {x['default_answer_kind']} {_x(x['default_speedup'])}"
+                             f"{', the compile peer' if x['default_is_compile_peer'] else ''})")
+    return lines
 
 
 def summary_lines(summary: dict) -> list[str]:
@@ -570,13 +764,17 @@ def plot(rows: list[dict], path: Path) -> list[str]:
     except ImportError:
         return []
     fig = make_subplots(rows=1, cols=2, subplot_titles=("speedup over eager", "speedup over the fastest torch.compile mode"))
+    strategies = strategies_in(rows)
     for i, workload in enumerate(dict.fromkeys(r["workload"] for r in rows)):
-        mine = sorted((r for r in rows if r["workload"] == workload and r.get("status", "ok") == "ok" and "answer" in r), key=lambda r: r["budget_s"])
-        x = [r["budget_s"] / 60 for r in mine]
-        text = [f"{r['answer']} ({r['answer_kind']})" for r in mine]
-        for col, key in ((1, "speedup"), (2, "speedup_vs_best_compile")):
-            fig.add_trace(go.Scatter(x=x, y=[r.get(key) for r in mine], mode="lines+markers", name=workload, legendgroup=workload, showlegend=col == 1,
-                                     text=text, line={"color": f"hsl({i * 47 % 360},65%,45%)"}), row=1, col=col)
+        for j, strategy in enumerate(strategies):
+            mine = sorted((r for r in rows if r["workload"] == workload and strategy_of(r) == strategy and r.get("status", "ok") == "ok" and "answer" in r),
+                          key=lambda r: r["budget_s"])
+            x = [r["budget_s"] / 60 for r in mine]
+            text = [f"{r['answer']} ({r['answer_kind']})" for r in mine]
+            name = workload if len(strategies) == 1 else f"{workload} [{strategy}]"
+            for col, key in ((1, "speedup"), (2, "speedup_vs_best_compile")):
+                fig.add_trace(go.Scatter(x=x, y=[r.get(key) for r in mine], mode="lines+markers", name=name, legendgroup=name, showlegend=col == 1,
+                                         text=text, line={"color": f"hsl({i * 47 % 360},65%,45%)", "dash": ("solid", "dash", "dot", "dashdot")[j % 4]}), row=1, col=col)
     fig.add_hline(y=1.0, line_dash="dash", line_color="gray", row=1, col=2)
     fig.update_xaxes(title_text="budget (minutes)")
     fig.update_layout(title=f"agnitra optimize: the answer against the budget ({path.stem})", height=520, width=1200)
@@ -597,7 +795,8 @@ def write(path: Path, device_report, conditions: dict, rows: list[dict], **extra
     sys.path.insert(0, str(HERE))
     from result_file import write_result
 
-    write_result(path, SCHEMA, device_report, conditions=conditions, rows=rows, summary=summarize(rows), **extra)
+    comparison = compare_strategies(rows)
+    write_result(path, SCHEMA, device_report, conditions=conditions, rows=rows, summary=summarize(rows), **({"comparison": comparison} if comparison else {}), **extra)
 
 
 def merge(files: list[str], out: str | None) -> Path:
@@ -610,9 +809,38 @@ def merge(files: list[str], out: str | None) -> Path:
     path = Path(out) if out else Path(files[0]).with_name(f"{Path(files[0]).stem}-merged.json")
     doc = {**docs[0], "command": " ".join(sys.argv), "merged_from": [{"file": Path(f).name, "command": d.get("command"), "conditions": d.get("conditions")} for f, d in zip(files, docs)],
            "rows": rows, "summary": summarize(rows)}
+    comparison = compare_strategies(rows)
+    if comparison:
+        doc["comparison"] = comparison
+    else:
+        doc.pop("comparison", None)
     doc["plots"] = plot(rows, path)
     path.write_text(json.dumps(doc, indent=2, default=str))
     return path
+
+
+def parse_strategies(text: str) -> list[str]:
+    """'default,ppo' -> ['default', 'ppo'] (the default first, each once)."""
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if not re.fullmatch(r"[a-z][a-z0-9_-]*", n)]
+    if not names or bad:
+        raise SystemExit(f"bad --strategies {text!r}: comma-separated strategy names, e.g. default,ppo ({DEFAULT_STRATEGY}: the CLI's own)")
+    return sorted(names, key=lambda n: n != DEFAULT_STRATEGY)
+
+
+def held_out_map(workloads: list[str], given: str | None, records: dict[str, dict], device: str) -> tuple[dict[str, bool], str]:
+    """Each workload held out of the agent's training or not, and how that was decided: --held-out
+    (names; 'none'), else the policies' training workloads ({} where neither says)."""
+    if given is not None:
+        named = set() if given.strip() == "none" else {n.strip() for n in given.split(",") if n.strip()}
+        unknown = named - set(workloads)
+        if unknown:
+            raise SystemExit(f"--held-out names {', '.join(sorted(unknown))}, not among --workloads")
+        return {w: w in named for w in workloads}, "--held-out"
+    training = trained_on(records, device)
+    if training is None:
+        return {}, ""
+    return {w: held_out_of(w, training) for w in workloads}, "the policies' training_workloads: a workload whose name (a family's `FAMILY-...`) is among them at any batch is in training"
 
 
 def main(argv=None) -> int:
@@ -629,12 +857,19 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="the result file (default benchmarks/results/budget-curve-<device>-<date>.json); the plot beside it")
     parser.add_argument("--runs", default=None, help="where the run folders go (default /tmp/agnitra-budget-curve/<time>)")
     parser.add_argument("--copy-reports", default=None, help="a folder to copy each run's report.json into")
+    parser.add_argument("--strategies", default=DEFAULT_STRATEGY, help="comma-separated search strategies, each row run once per strategy under the same conditions "
+                        f"(`{DEFAULT_STRATEGY}`: the CLI's own, no --strategy flag; e.g. default,ppo); the others are compared with the default in `comparison`")
+    parser.add_argument("--agent-dir", default=None, help="the agent's policies (`<class>/policy-NNNN.{pt,json}`, as `agnitra agent train` writes under <cache>/agent): "
+                        "each run's cache holds a copy, so --strategy ppo plays them")
+    parser.add_argument("--held-out", default=None, help="comma-separated workloads (as in --workloads) held out of the agent's training; 'none' for none "
+                        "(default: read off the --agent-dir policies' training_workloads)")
     parser.add_argument("--merge", nargs="+", metavar="FILE", help="merge result files into --out, summarized and plotted anew (nothing run)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     if args.merge:
         path = merge(args.merge, args.out)
-        print("\n".join(summary_lines(json.loads(path.read_text())["summary"])))
+        doc = json.loads(path.read_text())
+        print("\n".join(summary_lines(doc["summary"]) + comparison_lines(doc.get("comparison") or {})))
         print(f"wrote {path}")
         return 0
     started = time.monotonic()
@@ -645,11 +880,18 @@ def main(argv=None) -> int:
     names = [n.strip() for n in (args.workloads or f"{GPU_DEFAULT if args.device == 'cuda' else CPU_DEFAULT},hf:all").split(",") if n.strip()]
     names = [x for n in names for x in ([f"hf:{f}" for f in hf_families.FAMILIES] if n == "hf:all" else [n])]
     works = [parse_workload(n, args.device, size, args.dtype) for n in names]
-    plans = [Plan(w, text, seconds) for text, seconds in budgets for w in works]
+    strategies = parse_strategies(args.strategies)
+    agent = agent_folder(Path(args.agent_dir)) if args.agent_dir else None
+    records = agent_records(agent) if agent else {}
+    held_out, held_out_how = held_out_map([w.name for w in works], args.held_out, records, args.device)
+    # one workload's strategies side by side in the order: a deadline that cuts the list cuts whole comparisons last
+    plans = [Plan(w, text, seconds, strategy, agent) for text, seconds in budgets for w in works for strategy in strategies]
     runs = Path(args.runs or f"/tmp/agnitra-budget-curve/{dt.datetime.now():%Y%m%d-%H%M%S}")
     if args.dry_run:
         for plan in plans:
-            print(shlex.join(command_of(plan, args.device, runs / f"{slug(plan.work.name)}-{int(plan.budget_s)}s")))
+            print(shlex.join(command_of(plan, args.device, runs / run_name(plan))))
+        if held_out:
+            print("held out: " + ", ".join(w for w, h in held_out.items() if h) + f" ({held_out_how})")
         return 0
     import torch
 
@@ -686,10 +928,23 @@ def main(argv=None) -> int:
         "within_noise": f"the answer's final-run speedup interval reaches the best compile mode's speedup; without one, ratio >= {WITHIN_NOISE}",
         "torch": torch.__version__, "runs": str(runs),
     }
+    if strategies != [DEFAULT_STRATEGY]:
+        conditions["strategies"] = strategies
+        conditions["comparison"] = (f"per budget and workload, each strategy's answer against the default's (`{DEFAULT_STRATEGY}`: no --strategy flag), by speedup over "
+                                    f"each run's own eager baseline: faster at ratio >= 1/{WITHIN_NOISE} (and the interval's low end above the default's speedup "
+                                    f"where the final run gave one), at least as fast at ratio >= {WITHIN_NOISE} or the interval reaching it, the same answer a tie; "
+                                    f"target: at least as fast on {TARGET_SHARE:.0%} of the workloads, and faster on the held-out ones whose default answer is the compile peer")
+    if agent:
+        conditions["agent"] = {"dir": str(agent), "policies": records, "how": "each run's AGNITRA_CACHE_DIR a folder of its own: `agent` a copy of the policies, "
+                               "the configured cache's other entries linked"}
+    if held_out:
+        conditions["held_out"] = {"workloads": [w for w, h in held_out.items() if h], "in_training": [w for w, h in held_out.items() if not h], "how": held_out_how}
     rows: list[dict] = []
     lock = threading.Lock()
 
     def on_row(row: dict) -> None:
+        if row["workload"] in held_out:
+            row["held_out"] = held_out[row["workload"]]
         with lock:
             rows.append(row)
             write(path, device_report, conditions, rows)
@@ -704,11 +959,11 @@ def main(argv=None) -> int:
         with lock:
             write(path, device_report, conditions, rows, interrupted=True, wall_s=round(time.monotonic() - started, 1))
         raise
-    order = {(p.work.name, p.budget_s): i for i, p in enumerate(plans)}
-    rows.sort(key=lambda r: order.get((r["workload"], r["budget_s"]), 0))
+    order = {(p.work.name, p.budget_s, p.strategy): i for i, p in enumerate(plans)}
+    rows.sort(key=lambda r: order.get((r["workload"], r["budget_s"], strategy_of(r)), 0))
     plots = plot(rows, path)
     write(path, device_report, conditions, rows, plots=plots, wall_s=round(time.monotonic() - started, 1))
-    print("\n".join(summary_lines(summarize(rows))))
+    print("\n".join(summary_lines(summarize(rows)) + comparison_lines(compare_strategies(rows))))
     print(f"wrote {path}" + (f" and {', '.join(plots)}" if plots else ""))
     return 0
 

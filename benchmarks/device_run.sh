@@ -18,16 +18,22 @@
 #   bash benchmarks/device_run.sh layout                       # tinylm-py decode: each weight format with and without the `layout` transform before it (latency, held-out perplexity, energy)
 #   bash benchmarks/device_run.sh layoutgates                  # `agnitra layout --l2` on tinylm-py: each mode served by its format's kernel, energy, L2 hit rate (ncu), gates
 #   bash benchmarks/device_run.sh curve BUDGETS WORKLOADS [TAG] # budget_curve.py: `agnitra optimize` as a user runs it at each budget, a workload a GPU side by side (CURVE_DEADLINE, default 540 s)
+#   bash benchmarks/device_run.sh curve-ppo BUDGETS WORKLOADS [TAG] # the same, each row with the default strategy and with --strategy ppo playing the carried .devagent policy (issue 55)
 set -u
 if [ -d .whl ]; then  # optuna, plotly: not in the device image
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit
 fi
 export PYTHONPATH=src:/tmp/site PYTHONUNBUFFERED=1 AGNITRA_CACHE_DIR=/tmp/agnitra-cache HF_HUB_OFFLINE=1
+PHASE=${1:-}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT" /tmp/agnitra-cache
 # the tuning cache and ceilings of an earlier machine of the same kind (carry .devcache): no re-tuning
 [ -d .devcache ] && cp -r .devcache/. /tmp/agnitra-cache/
-save_cache() { mkdir -p "$OUT/devcache"; for d in tuning ceilings; do mkdir -p "$OUT/devcache/$d"; cp /tmp/agnitra-cache/$d/*.json "$OUT/devcache/$d/" 2>/dev/null; done; }
+save_cache() {
+  if [ "$PHASE" = curve-ppo ]; then  # one file: at most 8 come back from a call
+    tar czf "$OUT/devcache.tgz" -C /tmp/agnitra-cache tuning ceilings 2>/dev/null; return
+  fi
+  mkdir -p "$OUT/devcache"; for d in tuning ceilings; do mkdir -p "$OUT/devcache/$d"; cp /tmp/agnitra-cache/$d/*.json "$OUT/devcache/$d/" 2>/dev/null; done; }
 trap save_cache EXIT
 # optimize.py merges each case into today's result file of the device (committed ones included)
 optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurement kept apart)
@@ -114,6 +120,19 @@ optimize() {  # OPTIMIZE_FILE: another result file than the day's (a re-measurem
         --workloads "${3:?WORKLOADS, e.g. zoo:bert-base@b1,zoo:resnet50@b64,hf:roberta}" --lanes "${CURVE_LANES:-$(nvidia-smi -L | wc -l)}" \
         --deadline-s "${CURVE_DEADLINE:-540}" --runs /tmp/curve-runs --copy-reports "/tmp/curve-reports-${4:-$2}" --out "$OUT/budget-curve-${4:-$2}.json"
       tar czf "$OUT/curve-reports-${4:-$2}.tgz" -C "/tmp/curve-reports-${4:-$2}" . 2>/dev/null  # one file: at most 8 come back from a call
+      ;;
+    curve-ppo)  # issue 55: as curve, each (budget, workload) once with the CLI's default strategy and once with --strategy ppo, side by side in
+      # the order; ppo plays the newest policy of .devagent/agent/<class>/ (carry .devagent), copied into each run's cache. One H200: 1 lane,
+      # a 2m row ~1.5-2.3 min of wall, so 2 workloads (4 rows) a 9-minute call. Held out: read off the policy's training workloads (CURVE_HELD_OUT names them instead)
+      [ -d .devagent/agent ] || { echo "curve-ppo: carry .devagent (AGNITRA_CACHE_DIR=.devagent agnitra agent train --device-class cuda-sm90 ...)"; exit 2; }
+      python3 -c "import stable_baselines3, sb3_contrib, gymnasium" 2>/dev/null && echo "agent extra: present" \
+        || echo "agent extra: absent (ppo plays the saved policy with torch alone; where it reaches no recipe, the run notes 'no agent' and goes on in the cost model's order)"
+      [ -f .devstore.db ] && cp .devstore.db /tmp/store-curve.db && export AGNITRA_DB_URL=sqlite:////tmp/store-curve.db
+      tag=${4:-ppo-${2:?BUDGETS, e.g. 2m}}
+      timeout "${CURVE_LIMIT:-575}" python3 benchmarks/budget_curve.py --device cuda --budgets "$2" --strategies default,ppo --agent-dir .devagent \
+        --workloads "${3:?WORKLOADS, e.g. zoo:bert-base@b1,hf:vit}" --lanes "${CURVE_LANES:-$(nvidia-smi -L | wc -l)}" ${CURVE_HELD_OUT:+--held-out "$CURVE_HELD_OUT"} \
+        --deadline-s "${CURVE_DEADLINE:-540}" --runs /tmp/curve-runs --copy-reports "/tmp/curve-reports-$tag" --out "$OUT/budget-curve-$tag.json"
+      tar czf "$OUT/curve-reports-$tag.tgz" -C "/tmp/curve-reports-$tag" . 2>/dev/null  # one file: at most 8 come back from a call
       ;;
     layout)  # the `layout` transform before the weight formats it serves, with their CUDA kernels: tinylm-py (trained) decode, held-out perplexity, energy
       ro="compile(mode=reduce-overhead)"

@@ -157,11 +157,12 @@ class Trained:
     reward_after_bc: float
     reward_after_ppo: float
     notes: list[str] = field(default_factory=list)
+    batches: dict[str, list[int]] = field(default_factory=dict)  # each training workload's batch sizes: what a held-out claim is checked against
 
     def record(self) -> dict:
         return {"training_rows": self.rows, "workloads": self.workloads, "imitated": self.imitated, "nothing_to_imitate": self.nothing_to_imitate,
                 "bc_loss": round(self.bc_loss, 4), "ppo_steps": self.ppo_steps, "mean_reward_after_bc": round(self.reward_after_bc, 4),
-                "mean_reward_after_ppo": round(self.reward_after_ppo, 4), "notes": self.notes}
+                "mean_reward_after_ppo": round(self.reward_after_ppo, 4), "notes": self.notes, "training_workloads": self.batches}
 
 
 def scenes_of(rows: list[dict], layout: Layout, spec: StateSpec, weights: dict[str, Weights], predictor) -> dict[str, Scene]:
@@ -223,7 +224,22 @@ def train_policy(rows: list[dict], steps: int, seed: int = 0, alpha: float | Non
         policy = policy_of(model, layout, spec, weight)
         workloads = len({r.get("workload") for r in rows})
         notes = [f"fine-tuned from policy {start.record.get('version')} of {start.record.get('device_class')}"] if start is not None and start.record else []
-        return Trained(policy, len(rows), workloads, len(bests), none, loss, ran, after_bc, mean_reward(policy, env.scenes), notes)
+        return Trained(policy, len(rows), workloads, len(bests), none, loss, ran, after_bc, mean_reward(policy, env.scenes), notes, workload_batches(rows))
+
+
+def workload_batches(rows: list[dict]) -> dict[str, list[int]]:
+    """The rows' workloads by name, each with the batch sizes it was measured at (none where the rows do not say)."""
+    out: dict[str, set[int]] = defaultdict(set)
+    for r in rows:
+        name = r.get("workload")
+        if not name:
+            continue
+        batches = out[str(name)]
+        try:
+            batches.add(int(float(r.get("batch"))))
+        except (TypeError, ValueError):
+            pass
+    return {name: sorted(batches) for name, batches in sorted(out.items())}
 
 
 @contextmanager
