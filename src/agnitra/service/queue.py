@@ -12,9 +12,10 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, make_transient_to_detached
 
 from agnitra.config import job_lease_seconds
 from agnitra.store.service_schema import JobEventRow, JobRow
@@ -38,24 +39,55 @@ def submit(session: Session, project_id: int, model_id: int, kind: str, settings
            created_by: int | None) -> tuple[JobRow, bool]:
     """The job (new, or the one this project already submitted under `idempotency_key`), and whether it is new."""
     if idempotency_key:
-        found = session.scalar(select(JobRow).where(JobRow.project_id == project_id, JobRow.idempotency_key == idempotency_key))
+        found = _by_key(session, project_id, idempotency_key)
         if found is not None:
             return found, False
-    job = JobRow(project_id=project_id, model_id=model_id, kind=kind, settings=settings, idempotency_key=idempotency_key or None, created_by=created_by,
-                 status="queued", attempts=0, lease_owner="", cancel_requested=False, progress=0.0, result={}, error="")
-    try:
-        with session.begin_nested():
-            session.add(job)
-            session.flush()
-    except IntegrityError:  # the same key submitted at the same moment by another request
-        found = session.scalar(select(JobRow).where(JobRow.project_id == project_id, JobRow.idempotency_key == idempotency_key))
-        return found, False
+    values = dict(project_id=project_id, model_id=model_id, kind=kind, settings=settings, idempotency_key=idempotency_key or None, created_by=created_by,
+                  status="queued", attempts=0, lease_owner="", lease_until=None, cancel_requested=False, progress=0.0, result={}, error="",
+                  created_at=now(), started_at=None, finished_at=None)
+    job = _insert(session, values)
+    if job is None:  # the same key submitted at the same moment by another request
+        return _by_key(session, project_id, idempotency_key), False
     event(session, job.id, "queued")
     return job, True
 
 
+def _by_key(session: Session, project_id: int, idempotency_key: str) -> JobRow | None:
+    return session.scalar(select(JobRow).where(JobRow.project_id == project_id, JobRow.idempotency_key == idempotency_key))
+
+
+# built once: building an INSERT with its values took more CPU than running it
+_NEW_JOB = {name: dialect.insert(JobRow.__table__).on_conflict_do_nothing(index_elements=["project_id", "idempotency_key"]).returning(JobRow.__table__.c.id)
+            for name, dialect in (("sqlite", sqlite), ("postgresql", postgresql))}
+_NEW_EVENT = insert(JobEventRow.__table__)
+
+
+def _insert(session: Session, values: dict[str, Any]) -> JobRow | None:
+    """The new job, None where its idempotency key was taken meanwhile. SQLite and PostgreSQL: one
+    INSERT ... ON CONFLICT DO NOTHING RETURNING id, the row put in the session as written (no
+    savepoint, no flush: a third of a submission's CPU); other databases: a flush in a savepoint."""
+    statement = _NEW_JOB.get(session.get_bind().dialect.name)
+    if statement is not None:
+        job_id = session.execute(statement, values).scalar()
+        if job_id is None:
+            return None
+        job = JobRow(id=job_id, **values)
+        make_transient_to_detached(job)  # every column set: nothing left to load
+        session.add(job)
+        return job
+    job = JobRow(**values)
+    try:
+        with session.begin_nested():
+            session.add(job)
+            session.flush()
+    except IntegrityError:
+        return None
+    return job
+
+
 def event(session: Session, job_id: int, message: str, fraction: float | None = None) -> None:
-    session.add(JobEventRow(job_id=job_id, message=message[:2000], fraction=fraction, at=now()))
+    """A line of the job's events, written now (the job's row is written already)."""
+    session.execute(_NEW_EVENT, {"job_id": job_id, "message": message[:2000], "fraction": fraction, "at": now()})
 
 
 def claim(session: Session, owner: str) -> JobRow | None:

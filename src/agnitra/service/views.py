@@ -44,6 +44,14 @@ def get_row(s: Session, table, row_id: int, what: str):
     return row
 
 
+def project_of(s: Session, table, row_id: int, what: str) -> int:
+    """The project of a row, its one column read (a model's IR summary is not); a missing row is a 404."""
+    project_id = s.scalar(select(table.project_id).where(table.id == row_id)) if 0 < row_id <= MAX_ID else None
+    if project_id is None:
+        raise HTTPException(404, f"no {what} {row_id}")
+    return project_id
+
+
 def project_named(s: Session, name: str) -> ProjectRow:
     row = s.scalar(select(ProjectRow).where(ProjectRow.name == name))
     if row is None:

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from agnitra.service import queue
 from agnitra.service.access import Caller, Route, audit, caller, in_scope, need
 from agnitra.service.routes.targets import DTYPES, find_target, target_settings
-from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, job_view, pareto_rows, project_named
+from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, job_view, pareto_rows, project_named, project_of
 from agnitra.store.service_schema import DatasetRow, JobRow, ModelRow
 
 router = APIRouter(route_class=Route, responses=errors(*CALLER))
@@ -44,11 +44,11 @@ class JobIn(BaseModel):
 
 @router.post("/v1/jobs/optimize", status_code=201, responses={**errors(*BODY, 404), 200: {"description": "the job submitted before under this Idempotency-Key"}})
 def submit_job(body: JobIn, response: Response, who: Caller = Depends(caller), idempotency_key: str | None = Header(default=None, max_length=200)) -> dict:
-    model = get_row(who.session, ModelRow, body.model_id, "model")
-    need(who, "editor", model.project_id)
+    project_id = project_of(who.session, ModelRow, body.model_id, "model")
+    need(who, "editor", project_id)
     settings = job_settings(body)
-    settings = {**_references(who, body, model.project_id), **settings}
-    job, new = queue.submit(who.session, model.project_id, model.id, body.type, settings, idempotency_key, who.key.id)
+    settings = {**_references(who, body, project_id), **settings}
+    job, new = queue.submit(who.session, project_id, body.model_id, body.type, settings, idempotency_key, who.key.id)
     if new:
         audit(who, "job.submit", f"job:{job.id}", type=body.type, settings=settings)
     else:
