@@ -25,8 +25,9 @@ from agnitra.store.service_schema import JobRow
 
 BERT = {**TINY_BERT, "options": {**TINY_BERT["options"], "seq_len": 16}}
 # deterministic: one candidate, dynamic int8, which cannot meet a tolerance of 1e-9: it fails
-# verification in either run, whatever the timings, and the original model is the answer
-SAME_ANSWER = {"budget": "120s", "transforms": ["dynamic-int8"], "peers": [], "max_error": 1e-9, "device": "cpu"}
+# verification in either run, whatever the timings, and the original model is the answer; the budget
+# is one the candidate fits in on a loaded machine too (at 120 s the CLI's run, beside the suite, had none left for it)
+SAME_ANSWER = {"budget": "300s", "transforms": ["dynamic-int8"], "peers": [], "max_error": 1e-9, "device": "cpu"}
 DATASET_JOB = {"budget": "90s", "transforms": ["threads"], "peers": []}
 
 
@@ -67,7 +68,7 @@ def models(server, tmp_path_factory):
     bert_job = admin.post("/v1/jobs/optimize", json={"model_id": bert["id"], "settings": SAME_ANSWER}).json()
     out = tmp_path_factory.mktemp("cli")
     cli = subprocess.Popen([sys.executable, "-m", "agnitra.cli", "optimize", "zoo:bert-base", "--size", "tiny", "--batch", "2", "--seq-len", "16",
-                            "--device", "cpu", "--transforms", "dynamic-int8", "--peers", "", "--max-error", "1e-9", "--budget", "120s",
+                            "--device", "cpu", "--transforms", "dynamic-int8", "--peers", "", "--max-error", "1e-9", "--budget", "300s",
                             "--json", "--no-store", "--out", str(out / "run")], env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def upload(name: str, filename: str, data: bytes, options: dict | None = None) -> dict:
@@ -270,8 +271,8 @@ def test_an_api_job_answers_as_the_cli(server, models, keys):
     independent of timings: dynamic int8 is the only transform and 1e-9 the tolerance, so its one
     candidate fails verification in both and the original model is returned; what differs between
     two runs (latencies, seconds) is not compared."""
-    job = wait(keys["viewer"], models["bert_job"]["id"], seconds=300)
-    stdout, stderr = models["cli"].communicate(timeout=300)
+    job = wait(keys["viewer"], models["bert_job"]["id"], seconds=420)
+    stdout, stderr = models["cli"].communicate(timeout=420)
     assert models["cli"].returncode == 0, stderr[-2000:]
     cli = json.loads(stdout)
     assert job["status"] == "done", job
