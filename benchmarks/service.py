@@ -10,7 +10,9 @@ uploaded ONNX model and one editor key for each client. `--clients` clients (thr
 Python does not share the server's interpreter) submit `--jobs` jobs (each with its own
 Idempotency-Key), then submit them all again (the same keys: each must answer 200 with the same
 job, nothing queued twice), then make `--reads` metadata reads (a job with its events, the model,
-the project list, a page of jobs) with the backlog queued.
+the project list, a page of jobs) with the backlog queued. Each phase's clock starts once every
+client has connected (and had a health call answered): their start-up is neither timed nor in the
+server's CPU figure.
 
 Load models (the clients run on the same 2 cores as the server):
 - closed: each client sends its next request as soon as the last returns: the saturation
@@ -35,6 +37,7 @@ import multiprocessing
 import os
 import re
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -46,7 +49,7 @@ from pathlib import Path
 
 import httpx
 
-SCHEMA = "agnitra.bench.service/2"
+SCHEMA = "agnitra.bench.service/3"  # 3: every client connected before the clock starts (2 timed their start-up)
 TARGETS = {"metadata_p95_ms": 50, "submission_p95_ms": 100}
 READ_KINDS = ("read:job", "read:model", "read:projects", "read:jobs-page")
 
@@ -89,14 +92,24 @@ def _machine_busy_s() -> float:
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
-def _clients(url: str, start_at: float, interval: float, spread: float, work: list[tuple[int, str, list]]) -> list[tuple]:
-    """One client process: a thread per (index, key, calls), each with its own connection, from
-    `start_at` (time.time()); closed (interval 0) or one call every `interval` s from its slot."""
+LEAD_S = 0.2  # from the moment every client is connected to its first call's clock
+
+
+def _clients(url: str, ready, interval: float, spread: float, work: list[tuple[int, str, list]]) -> list[tuple]:
+    """One client process: a thread per (index, key, calls), each with its own connection; the clock
+    starts LEAD_S after every client of every process has connected (`ready`: a barrier of the client
+    processes and the parent); closed (interval 0) or one call every `interval` s from its slot."""
     records, lock = [], threading.Lock()
+    # one TLS context a process: each httpx.Client loading its own took ~1 s of the 2 cores at a phase's start
+    verify = ssl.create_default_context()
+    connected, clock = threading.Barrier(len(work) + 1), {}
 
     def client(index: int, key: str, calls: list) -> None:
-        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as http:
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60, verify=verify) as http:
             http.get("/v1/health")  # the connection opened before the clock starts
+            connected.wait(120)
+            connected.wait(120)  # the start time set
+            start_at = clock["start_at"]
             first = start_at + (index * spread if interval else 0.0)
             time.sleep(max(0.0, first - time.time()))
             for k, (kind, method, path, kwargs) in enumerate(calls):
@@ -119,6 +132,10 @@ def _clients(url: str, start_at: float, interval: float, spread: float, work: li
     threads = [threading.Thread(target=client, args=item) for item in work]
     for thread in threads:
         thread.start()
+    connected.wait(120)
+    ready.wait(120)
+    clock["start_at"] = time.time() + LEAD_S
+    connected.wait(120)
     for thread in threads:
         thread.join()
     return records
@@ -135,12 +152,14 @@ def _figures(latencies: list[float]) -> dict:
     return {"calls": len(ordered), "p50_ms": pct(0.5), "p95_ms": pct(0.95), "p99_ms": pct(0.99), "max_ms": round(ordered[-1], 2), "mean_ms": round(statistics.fmean(ordered), 2)}
 
 
-def _phase(pool, process: subprocess.Popen, url: str, keys: list[str], calls: list[list], interval: float, processes: int) -> tuple[dict, list]:
-    """Run each client's calls (calls[i]: client i's) in the client processes; figures per kind."""
+def _phase(pool, ready, process: subprocess.Popen, url: str, keys: list[str], calls: list[list], interval: float, processes: int) -> tuple[dict, list]:
+    """Run each client's calls (calls[i]: client i's) in the client processes; figures per kind,
+    from the clock's start (the clients' connecting and the server's answers to it not counted)."""
     work = [(i, keys[i], calls[i]) for i in range(len(keys))]
-    start_at = time.time() + 1.0
+    futures = [pool.submit(_clients, url, ready, interval, interval / len(keys), work[p::processes]) for p in range(processes)]
+    ready.wait(120)
+    start_at = time.time() + LEAD_S
     cpu0, busy0 = _cpu_s(process.pid), _machine_busy_s()
-    futures = [pool.submit(_clients, url, start_at, interval, interval / len(keys), work[p::processes]) for p in range(processes)]
     records = [r for f in futures for r in f.result()]
     wall = time.time() - start_at
     cpu, busy = _cpu_s(process.pid) - cpu0, _machine_busy_s() - busy0
@@ -180,12 +199,14 @@ def _run_load(name: str, args, interval: float) -> dict:
                  for kind, path in [((("read:job", f"/v1/jobs/{1 + i % args.jobs}"), ("read:model", f"/v1/models/{model_id}"), ("read:projects", "/v1/projects"),
                                       ("read:jobs-page", "/v1/jobs?limit=20"))[i % 4])]]
         split = lambda calls: [calls[c::args.clients] for c in range(args.clients)]  # noqa: E731
-        with concurrent.futures.ProcessPoolExecutor(args.processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        spawn = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(args.processes, mp_context=spawn) as pool, spawn.Manager() as manager:
             list(pool.map(time.sleep, [0.5] * args.processes))  # every client process started before the first phase
-            submit, first = _phase(pool, process, url, keys, split(submissions), interval, args.processes)
+            ready = manager.Barrier(args.processes + 1)  # every client connected: the clock starts
+            submit, first = _phase(pool, ready, process, url, keys, split(submissions), interval, args.processes)
             again = [("resubmit", *call[1:]) for call in submissions]
-            resubmit, second = _phase(pool, process, url, keys, split(again), interval, args.processes)
-            read, _ = _phase(pool, process, url, keys, split(reads), interval, args.processes)
+            resubmit, second = _phase(pool, ready, process, url, keys, split(again), interval, args.processes)
+            read, _ = _phase(pool, ready, process, url, keys, split(reads), interval, args.processes)
         queued = admin.get("/v1/jobs", params={"status": "queued", "limit": 1}).json()["total"]
         audited = sum(e["action"] == "job.submit" for e in admin.get("/v1/audit/logs", params={"limit": 1000}).json())
     finally:
