@@ -346,3 +346,32 @@ def test_a_policy_saved_before_the_availability_bit_still_loads_and_plays(space,
     again = Policy.load(path)
     assert again.spec.availability is False
     assert again.episode(Scene.of(ROW, Reach.of(again.layout, space), again.spec, again.weights, Planted())) == policy.episode(scene)
+
+
+@pytest.mark.parametrize("objective", ["latency", "memory"])
+def test_the_runs_objective_reaches_the_agents_reward(space, objective):
+    """A policy trained for speed alone plays its greedy pick first under `latency`; under `memory`
+    the reward weighs memory first and ranks that pick among its samples: dynamic int8 (the planted
+    model's smaller recipe) comes first, and a measured recipe's memory counts in its reward."""
+    from agnitra.search.agent.policy import Policy
+    from agnitra.search.strategies.model import ModelGuided
+    from agnitra.search.strategies.ppo import Ppo
+
+    scene, spec = _scene(space)
+    speed_only = Policy.uniform(scene.layout, spec, Weights(1.0, 0.0))
+    strategy = Ppo.playing(space, speed_only, ModelGuided(space), ROW, objective=objective)
+    strategy.scene.predictor = Planted()
+    first = strategy.ask()
+    said = strategy.proposed[first.recipe.key()]
+    if objective == "latency":
+        assert strategy.scene.weights == Weights(1.0, 0.0) and not strategy.reranked
+        assert said["agent"] == "greedy" and first.recipe.key() == scene.reach.candidates[speed_only.episode(scene)].recipe.key()
+    else:
+        assert strategy.scene.weights.beta > strategy.scene.weights.alpha and strategy.reranked
+        name = first.recipe.name
+        assert "dynamic-int8" in name and "int8-weight-only" not in name, name
+        strategy.baseline_bytes = 1000
+        result = type("Result", (), {"speedup": 1.0, "passed": True, "model_bytes": 500})()
+        strategy.tell(first, result)
+        actions = scene.layout.encode(first.recipe.to_dict()["steps"])
+        assert strategy.scene.measured[actions] == pytest.approx(strategy.scene.weights.beta * 0.5)

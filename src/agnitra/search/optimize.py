@@ -175,7 +175,9 @@ def _run(
                                decoder=workload.decoder is not None, running=lambda: runner.running)
         budget.mark("original model")
         advice = _advice(asking, space, skipped, ctx, transforms, budget, notes)
-        searcher = _searcher(strategy, space, signature, workload, device_report, device, resumed=bool(setup.done), notes=notes, advised=advice.candidates if advice else [])
+        context = SearchContext(workload_row(workload, signature, device_report, device), advised=list(advice.candidates) if advice else [],
+                                objective=objective, baseline_model_bytes=probe.variants[0].model_bytes if probe.variants else None)
+        searcher = _searcher(strategy, space, signature, device, context, resumed=bool(setup.done), notes=notes)
         reference = ReferenceBaseline.for_device(device)
         if reference is not None:
             reference.add(baseline_median(probe.variants))
@@ -266,8 +268,8 @@ def evaluation_note(pool, results: list[CandidateResult]) -> str:
     return text
 
 
-def _searcher(strategy: str, space: list[Candidate], signature: dict | None, workload: Workload, device_report: DeviceReport, device: torch.device,
-              resumed: bool, notes: list[str], advised: list[Candidate] = ()) -> Strategy:
+def _searcher(strategy: str, space: list[Candidate], signature: dict | None, device: torch.device, context: SearchContext, resumed: bool,
+              notes: list[str]) -> Strategy:
     """The strategy, told the workload's features; the advisor's valid recipes go first, then the
     recipes the store recommends where it did not learn from the store itself (a resumed run keeps
     its first order, so its journal's results line up)."""
@@ -275,11 +277,11 @@ def _searcher(strategy: str, space: list[Candidate], signature: dict | None, wor
     if not resumed:
         space, first = _warm_started(space, signature, device, notes)
     searcher = get_strategy(strategy)(space)
-    notes += searcher.attach(SearchContext(workload_row(workload, signature, device_report, device), advised=list(advised)))
+    notes += searcher.attach(context)
     if first and searcher.learned_from_store():  # the cost model learned from those measurements: its order, not theirs
         notes[:] = [n.replace(" measured first: ", " left to the cost model, which learned from them: ", 1) if n.startswith("warm start:") else n for n in notes]
         first = []
-    return led_by(searcher, list(advised), first)
+    return led_by(searcher, list(context.advised), first)
 
 
 def _advice(asking: Asking | None, space: list[Candidate], skipped, ctx: TransformContext, transforms: list[str] | None, budget: Budget, notes: list[str]) -> Advice | None:

@@ -3,7 +3,9 @@
 Reward, at the end only: `alpha*(T_base - T)/T_base + beta*(M_base - M)/M_base - penalty*(1 - P(pass))`,
 T and M predicted by the cost model (`CostModel.predict_recipes`: the log speedup gives T/T_base,
 the memory ratio M/M_base, absent where the model has no memory rows) or measured. alpha and beta
-come from the device: one under MEMORY_POOR_BYTES weighs memory more; both can be set.
+come from the device: one under MEMORY_POOR_BYTES weighs memory more; both can be set. The run's
+objective moves them: `memory` weighs memory first (MEMORY_FIRST); latency, throughput and energy
+(time at the device's power) keep the device's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from agnitra.search.costmodel.model import PRIOR_STD, Prediction
 MEMORY_POOR_BYTES = 16 * 2**30
 SPEED_FIRST = (0.9, 0.1)  # (alpha, beta) of a device with memory to spare
 MEMORY_POOR = (0.6, 0.4)
+MEMORY_FIRST = (0.2, 0.8)  # the `memory` objective's
 PENALTY = 1.0
 LOSSLESS_PASS = 0.99  # a recipe without a lossy step fails verification only by a bug
 BASELINE = Prediction(0.0, 0.0, 1.0, 1.0)  # the empty recipe: the original model
@@ -37,6 +40,14 @@ class Weights:
         poor = isinstance(memory, (int, float)) and 0 < memory < MEMORY_POOR_BYTES
         a, b = MEMORY_POOR if poor else SPEED_FIRST
         return cls(a if alpha is None else alpha, b if beta is None else beta, PENALTY if penalty is None else penalty)
+
+    @classmethod
+    def for_objective(cls, row: dict, objective: str | None, default: "Weights | None" = None) -> "Weights":
+        """Memory's first where the run's objective is memory; else `default` (a saved policy's
+        own), or the device's."""
+        if objective == "memory":
+            return cls(*MEMORY_FIRST)
+        return default if default is not None else cls.for_device(row)
 
     def to_dict(self) -> dict:
         return {"alpha": self.alpha, "beta": self.beta, "penalty": self.penalty}

@@ -66,6 +66,8 @@ class SearchContext:
     workload_row: dict[str, Any] = field(default_factory=dict)
     store_url: str | None = None  # None: the configured store
     advised: list[Candidate] = field(default_factory=list)  # the advisor's valid recipes (`llm` measures them first)
+    objective: str = "latency"  # the run's --objective: what the agent's reward weighs
+    baseline_model_bytes: int | None = None  # the original model's weights and buffers: a candidate's memory ratio
 
 
 def register_strategy(cls: type[Strategy]) -> type[Strategy]:

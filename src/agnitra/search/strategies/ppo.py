@@ -45,21 +45,25 @@ class Ppo(Strategy):
         self.rng = np.random.default_rng(0)
         self.exhausted = False
         self.greedy_told = ""
+        self.objective = "latency"
+        self.baseline_bytes: int | None = None
+        self.reranked = False  # the run's objective weighs other than the policy's training: its greedy pick is ranked among samples
 
     @classmethod
-    def playing(cls, space: list[Candidate], policy, inner: ModelGuided, row: dict) -> "Ppo":
+    def playing(cls, space: list[Candidate], policy, inner: ModelGuided, row: dict, objective: str = "latency") -> "Ppo":
         """The strategy with a given policy and a given `model` strategy after it (no store, no
         saved policy read): a replay's, whose cost model trained on the rows it chose. Where the
         policy reaches no recipe of the space, `inner`'s order alone."""
         from agnitra.search.agent.reward import PriorPredictor
 
         strategy = cls(space)
-        strategy.inner = inner
+        strategy.inner, strategy.objective = inner, objective
         strategy._use(policy, row, inner.model if inner.model is not None and inner.model.speed else PriorPredictor(space))
         return strategy
 
     def attach(self, context: SearchContext) -> list[str]:
         notes = self.inner.attach(context)
+        self.objective, self.baseline_bytes = context.objective, context.baseline_model_bytes
         try:
             notes += self._start(context.workload_row)
         except UserError as exc:
@@ -84,15 +88,21 @@ class Ppo(Strategy):
     def _use(self, policy, row: dict, predictor) -> str:
         """A saved policy, where it reaches a recipe of this space ('' where it does not)."""
         from agnitra.search.agent.parts import Reach
-        from agnitra.search.agent.reward import Scene
+        from agnitra.search.agent.reward import Scene, Weights
 
         reach = Reach.of(policy.layout, self.space)
         if not reach.candidates:
             return ""
-        self.policy, self.scene = policy, Scene.of(row, reach, policy.spec, policy.weights, predictor)
+        weights = Weights.for_objective(row, self.objective, default=policy.weights)
+        self.reranked = (weights.alpha, weights.beta) != (policy.weights.alpha, policy.weights.beta)
+        self.policy, self.scene = policy, Scene.of(row, reach, policy.spec, weights, predictor)
         r = policy.record
-        return (f"ppo: policy {r.get('version')} for {r.get('device_class')} ({r.get('training_rows')} training rows, {r.get('date')}); "
+        note = (f"ppo: policy {r.get('version')} for {r.get('device_class')} ({r.get('training_rows')} training rows, {r.get('date')}); "
                 f"it reaches {len(reach.candidates)} of the {len(self.space)} candidates")
+        if self.reranked:
+            note += (f"; the objective '{self.objective}' weighs speed {weights.alpha:g} and memory {weights.beta:g} (the policy was trained with "
+                     f"{policy.weights.alpha:g} and {policy.weights.beta:g}): its greedy pick and its samples are ranked together by that reward")
+        return note
 
     def _on_the_spot(self, row: dict, predictor, scored: str, name: str) -> str:
         from agnitra.search.agent.parts import Layout, Reach, candidate_steps
@@ -104,7 +114,7 @@ class Ppo(Strategy):
         reach = Reach.of(layout, self.space)
         if not reach.candidates:
             raise UserError("the space is empty")
-        self.scene = Scene.of(row, reach, spec, Weights.for_device(row), predictor)
+        self.scene = Scene.of(row, reach, spec, Weights.for_objective(row, self.objective), predictor)
         if len(reach.candidates) == 1:
             self.policy = Policy.uniform(layout, spec, self.scene.weights)
             return f"ppo: no saved policy for {name}; one recipe in the space, nothing to learn"
@@ -145,7 +155,9 @@ class Ppo(Strategy):
         """The greedy episode first; then a batch of sampled ones, new and in the space, best
         predicted reward first; a batch with nothing new ends the agent's turn."""
         greedy = not self.seen
-        episodes = [self.policy.episode(self.scene, greedy=True)] if greedy else [self.policy.episode(self.scene, False, self.rng) for _ in range(SAMPLES)]
+        episodes = [self.policy.episode(self.scene, greedy=True)] if greedy else []
+        if not greedy or self.reranked:
+            episodes += [self.policy.episode(self.scene, False, self.rng) for _ in range(SAMPLES)]
         fresh = list(dict.fromkeys(a for a in episodes if a is not None and a not in self.seen and a in self.scene.reach.candidates))
         self.seen.update(fresh)
         if not fresh:
@@ -153,7 +165,8 @@ class Ppo(Strategy):
             if greedy:
                 self.seen.add(())  # the greedy episode led nowhere: sample next time
             return
-        self.queue = [(a, "greedy" if greedy else "sampled") for a in sorted(fresh, key=self._reward, reverse=True)]
+        picked = episodes[0] if greedy else None
+        self.queue = [(a, "greedy" if a == picked else "sampled") for a in sorted(fresh, key=self._reward, reverse=True)]
 
     def _reward(self, actions: tuple[int, ...]) -> float:
         """The scene's reward, from the `model` strategy's newest prediction where it has one."""
@@ -174,7 +187,9 @@ class Ppo(Strategy):
         from agnitra.search.agent.reward import measured_reward
 
         actions = self.scene.layout.encode(candidate.recipe.to_dict()["steps"])
-        real = measured_reward(getattr(result, "speedup", None), bool(getattr(result, "passed", False)), None, self.scene.weights)
+        model_bytes = getattr(result, "model_bytes", None)
+        memory = model_bytes / self.baseline_bytes if model_bytes and self.baseline_bytes else None
+        real = measured_reward(getattr(result, "speedup", None), bool(getattr(result, "passed", False)), memory, self.scene.weights)
         if actions is not None and real is not None:
             self.scene.measured[actions] = real
         said = self.proposed.get(candidate.recipe.key())
