@@ -28,7 +28,7 @@ BERT = {**TINY_BERT, "options": {**TINY_BERT["options"], "seq_len": 16}}
 # verification in either run, whatever the timings, and the original model is the answer; the budget
 # is one the candidate fits in on a loaded machine too (at 120 s the CLI's run, beside the suite, had none left for it)
 SAME_ANSWER = {"budget": "300s", "transforms": ["dynamic-int8"], "peers": [], "max_error": 1e-9, "device": "cpu"}
-DATASET_JOB = {"budget": "90s", "transforms": ["threads"], "peers": []}
+DATASET_JOB = {"budget": "240s", "transforms": ["threads"], "peers": []}  # a few thread counts: the run ends when they are measured, loaded machine or not
 
 
 class _Counter(torch.nn.Module):
@@ -183,7 +183,7 @@ def test_a_job_verifies_on_its_dataset_and_a_misfit_fails_it(server, models, key
     failed = wait(editor, bad["id"])
     assert failed["status"] == "failed" and failed["error"].startswith(f"dataset {misfit['id']} (misfit.pt): input 0 has shape (6, 5)"), failed
     assert str(server.folder) not in failed["error"]
-    done = wait(editor, used["id"])
+    done = wait(editor, used["id"], seconds=300)
     assert done["status"] == "done", done
     store = open_store(server.env["AGNITRA_DB_URL"])
     with store.session() as session:
@@ -206,7 +206,7 @@ def test_recommendations_come_from_the_store(server, models, keys):
     answer = viewer.post("/v1/recipes/recommend", json={"model_id": linear["id"], "limit": 3})
     assert answer.status_code == 200, answer.text
     found = answer.json()["recommendations"]
-    assert passed, "the dataset job measured no thread count in its 90 s (a lossless step: it passes once measured)"
+    assert passed, "the dataset job measured no thread count in its budget (a lossless step: it passes once measured)"
     assert len(found) == min(3, len(passed)), (passed, found)
     assert all(r["name"] in passed and r["distance"] == 0 and r["recipe"]["steps"] for r in found)
     assert keys["other"].post("/v1/recipes/recommend", json={"model_id": linear["id"]}).status_code == 403
