@@ -104,3 +104,34 @@ def test_a_running_job_asked_to_cancel_ends_cancelled_whatever_its_run_writes(db
     with store.session() as session:
         assert session.get(JobRow, job.id).status == "cancelled"
     store.close()
+
+
+def test_a_refused_uploads_file_is_deleted_unless_a_stored_row_names_it(db_url, tmp_path):
+    """Uploads are kept under their content hash, so a refused upload of a file a stored model or
+    dataset already names keeps it; any other refused upload's file goes. On PostgreSQL the refusal
+    is the database's own (a NUL in a name), after the file was written."""
+    import pytest
+    from sqlalchemy.exc import DataError
+
+    from agnitra.service.routes.models import discard_upload
+    from agnitra.store.service_schema import DatasetRow
+
+    store, project_id, _ = _store_with_model(db_url)
+    named, orphan, refused = (tmp_path / f"{name}.pt" for name in ("named", "orphan", "refused"))
+    for path in (named, orphan, refused):
+        path.write_bytes(b"rows")
+    with store.session() as session:
+        session.add(DatasetRow(project_id=project_id, name="kept", filename="named.pt", path=str(named), size_bytes=4, sha256="", summary={}, created_at=queue.now()))
+    with store.sessions() as session:  # as a request's session is made (`access.session`)
+        discard_upload(session, named)
+        discard_upload(session, orphan)
+    assert named.exists() and not orphan.exists()
+    if db_url.startswith("postgresql"):
+        with store.sessions() as session, pytest.raises(DataError):
+            session.add(DatasetRow(project_id=project_id, name="a\x00b", filename="refused.pt", path=str(refused), size_bytes=4, sha256="", summary={}, created_at=queue.now()))
+            try:
+                session.flush()
+            finally:
+                discard_upload(session, refused)
+        assert not refused.exists()
+    store.close()

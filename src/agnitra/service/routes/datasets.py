@@ -14,7 +14,7 @@ from starlette.datastructures import UploadFile
 from agnitra.errors import UserError
 from agnitra.service import queue
 from agnitra.service.access import Caller, Route, audit, caller, in_scope, need
-from agnitra.service.routes.models import save_upload, upload_form
+from agnitra.service.routes.models import discard_upload, save_upload, upload_form
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, iso, page, project_named
 from agnitra.store.service_schema import DatasetRow
 
@@ -49,13 +49,13 @@ async def upload_dataset(request: Request, who: Caller = Depends(caller)) -> dic
     path, size, sha = await save_upload(upload, config.data_dir / "datasets", suffix, config.max_upload_bytes)
     try:
         summary = _summary(path, shown)
-    except HTTPException:
-        path.unlink(missing_ok=True)
+        row = DatasetRow(project_id=project.id, name=name, filename=shown, path=str(path), size_bytes=size, sha256=sha, summary=summary,
+                         created_by=who.key.id, created_at=queue.now())
+        who.session.add(row)
+        who.session.flush()
+    except Exception:
+        discard_upload(who.session, path)
         raise
-    row = DatasetRow(project_id=project.id, name=name, filename=shown, path=str(path), size_bytes=size, sha256=sha, summary=summary,
-                     created_by=who.key.id, created_at=queue.now())
-    who.session.add(row)
-    who.session.flush()
     audit(who, "dataset.upload", f"dataset:{row.id}", file=shown, bytes=size)
     return dataset_view(row)
 

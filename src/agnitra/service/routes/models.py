@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
@@ -20,7 +21,7 @@ from agnitra.errors import UserError, first_line
 from agnitra.service import queue
 from agnitra.service.access import Caller, Route, audit, caller, in_scope, need
 from agnitra.service.views import BODY, CALLER, MAX_OFFSET, errors, get_row, model_view, page, project_named
-from agnitra.store.service_schema import ModelRow, ProjectRow
+from agnitra.store.service_schema import DatasetRow, ModelRow, ProjectRow
 
 router = APIRouter(route_class=Route, responses=errors(*CALLER))
 
@@ -96,11 +97,21 @@ async def _import_upload(request: Request, who: Caller) -> dict:
     path, size, sha = await save_upload(upload, config.data_dir / "models", suffix, config.max_upload_bytes)
     try:
         row = await _register(request, who.session, project, str(name), UPLOAD_SUFFIXES[suffix], str(path), options, size, sha, upload.filename or "")
-    except HTTPException:
-        path.unlink(missing_ok=True)
+    except Exception:
+        discard_upload(who.session, path)
         raise
     audit(who, "model.import", f"model:{row.id}", file=upload.filename, bytes=size)
     return model_view(row)
+
+
+def discard_upload(s: Session, path: Path) -> None:
+    """An upload whose row was refused (unreadable, or the database refused the row) is deleted,
+    unless a stored model or dataset names the same file: uploads are kept under their content hash."""
+    if s.in_transaction():
+        s.rollback()
+    named = s.scalar(select(ModelRow.id).where(ModelRow.spec == str(path)).limit(1))
+    if named is None and s.scalar(select(DatasetRow.id).where(DatasetRow.path == str(path)).limit(1)) is None:
+        path.unlink(missing_ok=True)
 
 
 async def save_upload(upload: UploadFile, folder: Path, suffix: str, max_bytes: int) -> tuple[Path, int, str]:
