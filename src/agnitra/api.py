@@ -205,6 +205,7 @@ def layout(
     gave is left as it is."""
     from agnitra.bench.variants import get_variant
     from agnitra.bench.variants.given import GivenModel
+    from agnitra.models.kv_cache import cache_bytes
     from agnitra.relayout.measure import mode_entries
     from agnitra.relayout.pipeline import MODES, run_layout
     from agnitra.relayout.serve import serve, served_kernel
@@ -223,6 +224,7 @@ def layout(
 
         folder = ensure_writable_dir(out)  # before any work: a folder that cannot take the report would lose the run
     workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    _check_kv_steps(workload.model, steps)
     calibration = workload.calibration_inputs(calibration_batches)
     cache = PermutationCache((settings or load_settings()).cache_path / "layout")
     runs_by_mode = {}
@@ -230,18 +232,22 @@ def layout(
         if progress:
             progress(f"layout: mode {mode}", 0.1 + 0.5 * len(runs_by_mode) / len(modes))
         runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds, cache=cache)
-    kernel, no_kernel = served_kernel(steps)
+    kernel, no_kernel = served_kernel([s for s in steps if s.kind != "kv"])  # a kv step is served by its compressed cache
     notes = [no_kernel] if no_kernel else []
+    notes += sorted({n for run in runs_by_mode.values() for s in run.steps for n in s.notes if ": refused: " in n or "the KV cache held as" in n})
     l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, folder, notes, progress) if l2 else {}
     if not l2 and dev.type == "cuda":
         notes.append("L2 hit rate: not measured (pass --l2: ncu profiles each model in a child process, about a minute each)")
     served = {}
     for mode, run in runs_by_mode.items():
         run.model, served[mode] = serve(run.model, workload, dev, kernel)
+        compressed = [s.step for s in run.steps if s.cache_bytes_after is not None and s.cache_bytes_after != s.cache_bytes_before]
+        if compressed:  # the KV steps are served by the compressed cache they installed
+            served[mode] = "; ".join([said for said in (served[mode],) if said] + [f"served by the compressed KV cache ({', '.join(compressed)})"])
     notes += sorted({said for said in served.values() if said and not said.startswith("served by")})
     variants = [get_variant("eager")] + [GivenModel(f"layout {mode}", run.model) for mode, run in runs_by_mode.items()]
     report = run_harness(workload, dev, describe_device(dev, settings), BenchConfig(variants=variants, runs=runs, op_breakdown=False, energy_seconds=3.0), progress)
-    original, mode_docs = mode_entries(report, runs_by_mode, served, l2_readings)
+    original, mode_docs = mode_entries(report, runs_by_mode, served, l2_readings, cache_bytes(workload.model))
     doc = {"schema": "agnitra.layout/2", "workload": report.workload, "device": report.device.name if hasattr(report.device, "name") else None,
            "transforms": transforms, "solve_seconds": solve_seconds, "calibration": _calibration_said(workload, calibration),
            "original": original, "modes": mode_docs, "notes": notes + list(report.notes)}
@@ -250,6 +256,18 @@ def layout(
 
         write_layout_report(doc, folder)
     return doc
+
+
+def _check_kv_steps(model, steps) -> None:
+    """A KV-cache step whose groups do not divide the model's head size ends the run before any
+    work, in one line naming the sizes that do; a model with no cache it can compress has its kv
+    steps refused in the report (the other steps run)."""
+    from agnitra.transforms.permutation import kv
+
+    for step in steps:
+        why = kv.refusal(model, step) if step.kind == "kv" else ""
+        if why.startswith("groups of"):
+            raise UserError(f"--transform {step.text}: {why}")
 
 
 def _layout_l2(model, load_options: dict, workload: Workload, dev: torch.device, runs_by_mode: dict, kernel, folder: Path | None, notes: list[str], progress) -> dict:

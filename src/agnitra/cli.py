@@ -868,7 +868,7 @@ def check(
 @app.command()
 def layout(
     model: str = typer.Argument(..., help="zoo:NAME, file.py:factory or a model file"),
-    transform: str = typer.Option("sparsity:2:4,quant:int4", "--transform", help="state transforms in order: sparsity:2:4, quant:int4[:gN], quant:int8, blocks:SIZE:DENSITY"),
+    transform: str = typer.Option("sparsity:2:4,quant:int4", "--transform", help="state transforms in order: sparsity:2:4, quant:int4[:gN], quant:int8, blocks:SIZE:DENSITY, and for our Llama decoders the KV cache: kv:int8[:gN], kv:int4[:gN], kv:prune:F"),
     modes: str = typer.Option("none,once,iterative", "--modes", help="none (transforms only), once (permuted before the first), iterative (re-permuted before each)"),
     solve_seconds: float = typer.Option(60.0, "--solve-seconds", help="the solver's time for each step's permutations"),
     calibration_batches: int = typer.Option(8, "--calibration-batches", help="batches the activation statistics are gathered on (a decoder's training text where the workload has it)"),
@@ -883,7 +883,7 @@ def layout(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="write layout.json, layout.csv, metrics.json and report.html here"),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Permute channels for each state transform (2:4, blocks, int4/int8 groups) and compare the modes on quality, latency, memory, energy and L2 hit rate, with the gates each meets."""
+    """Permute channels for each state transform (2:4, blocks, int4/int8 groups, KV-cache compression) and compare the modes on quality, latency, memory, energy and L2 hit rate, with the gates each meets."""
     with _working(out_dir, not as_json) as progress:
         doc = _api().layout(model, transforms=transform, modes=[m.strip() for m in modes.split(",") if m.strip()], solve_seconds=solve_seconds, calibration_batches=calibration_batches,
                             device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, l2=l2, out=out_dir, progress=progress)
@@ -893,7 +893,8 @@ def layout(
     verdict = {True: "met", False: "missed", None: "n/a"}
     for m in doc["modes"]:
         q = m["quality"] or {}
-        steps = "; ".join(f"{s['step']}: kept {s['importance_kept']:.4f}, error {s['weight_error']:.4f}, {s['permuted_spaces']} space(s) permuted" for s in m["steps"])
+        steps = "; ".join(f"{s['step']}: kept {s['importance_kept']:.4f}, error {s['weight_error']:.4f}, {s['permuted_spaces']} space(s) permuted"
+                          + (f", KV cache {s['cache_bytes_before']} -> {s['cache_bytes_after']} B" if s.get("cache_bytes_before") is not None else "") for s in m["steps"])
         gates = ", ".join(f"{g['name']} {verdict[g['met']]}" for g in m["gates"])
         out.print(f"{m['mode']}\t{q.get('metric', '')} {q.get('value', '')}\t{steps}\tgates: {gates}", highlight=False)
     for note in doc["notes"]:

@@ -47,6 +47,8 @@ def decode_block_blocker(block: nn.Module) -> str | None:
         return "q|k|v and w1|w3 are not stacked (fuse=true, or fuse-projections first)"
     if any(linear_weights(m) is None for m in (attention.wqkv, attention.wo, ff.w13, ff.w2)):
         return "its projections are neither int8 kernel-backed nor plain float Linears without bias"
+    if getattr(attention, "rope_order", None) is not None or getattr(attention, "kv_format", None) is not None:
+        return "its key channels were reordered or its KV cache compressed (a layout kv step): the decode kernels read neither"
     if attention.head_dim & (attention.head_dim - 1):
         return f"head dimension {attention.head_dim} is not a power of two"
     return None

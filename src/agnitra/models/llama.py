@@ -82,10 +82,12 @@ class KVCache(nn.Module):
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # x [B, T, H, D]; cos, sin [T, D/2]: rotate the two halves of each head (the HF layout)
+    # (or cos, sin [T, H, D/2]: each head its own order of the frequencies, `Attention.rope_order`)
     xf = x.float()
     half = xf.shape[-1] // 2
     x1, x2 = xf[..., :half], xf[..., half:]
-    cos, sin = cos[:, None, :], sin[:, None, :]
+    if cos.dim() == 2:
+        cos, sin = cos[:, None, :], sin[:, None, :]
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).type_as(x)
 
 
@@ -98,6 +100,10 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.wo = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
         self.kv_cache: KVCache | None = None
+        self.kv_format = None  # a compressed cache's format (models.kv_cache.KVFormat): setup_caches keeps it
+        # [H_kv * D/2]: the rotary frequency of each key head's channel pair, where the pairs were
+        # permuted (q's and k's rows together); None: the natural order
+        self.register_buffer("rope_order", None)
 
     def project_qkv(self, x: torch.Tensor):
         """q [B, T, H, D], k and v [B, T, H_kv, D]."""
@@ -107,10 +113,19 @@ class Attention(nn.Module):
         v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
         return q, k, v
 
+    def rotary(self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """q [B, T, H, D] and k [B, T, H_kv, D] rotated, each pair by its own frequency."""
+        if self.rope_order is None:
+            return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        order = self.rope_order.view(self.n_kv_heads, -1)
+        cos_k, sin_k = cos[:, order], sin[:, order]  # [T, H_kv, D/2]
+        groups = self.n_heads // self.n_kv_heads
+        return apply_rope(q, cos_k.repeat_interleave(groups, 1), sin_k.repeat_interleave(groups, 1)), apply_rope(k, cos_k, sin_k)
+
     def forward(self, x, cos, sin, mask, input_pos):
         B, T, _ = x.shape
         q, k, v = self.project_qkv(x)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k = self.rotary(q, k, cos, sin)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))  # [B, H, T, D]
         if self.kv_cache is not None:
             k, v = self.kv_cache.update(input_pos, k, v)  # [B, H_kv, S_max, D]
@@ -140,7 +155,8 @@ class StackedQKVAttention(Attention):
         nn.Module.__init__(self)
         self.n_heads, self.n_kv_heads, self.head_dim = attention.n_heads, attention.n_kv_heads, attention.head_dim
         self.wqkv, self.wo = wqkv, attention.wo
-        self.kv_cache = attention.kv_cache
+        self.kv_cache, self.kv_format = attention.kv_cache, getattr(attention, "kv_format", None)
+        self.register_buffer("rope_order", getattr(attention, "rope_order", None))
 
     def project_qkv(self, x: torch.Tensor):
         B, T, _ = x.shape
@@ -230,7 +246,8 @@ class Llama(nn.Module):
             raise ValueError(f"max_seq_len {max_seq_len} exceeds the rotary table ({self.config.rope_len})")
         weight = self.norm.weight  # activation dtype and device; the LM head may be quantised
         for layer in self.layers:
-            layer.attention.kv_cache = KVCache(
+            fmt = getattr(layer.attention, "kv_format", None)  # a compressed cache stays compressed
+            layer.attention.kv_cache = (fmt.make_cache if fmt is not None else KVCache)(
                 batch, self.config.n_kv_heads, max_seq_len, self.config.head_dim, weight.dtype, weight.device
             )
         self.causal_mask = torch.tril(torch.ones(max_seq_len, max_seq_len, dtype=torch.bool, device=weight.device))

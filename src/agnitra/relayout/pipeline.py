@@ -6,7 +6,13 @@ outputs as they were before it is kept; one that does not is rolled back and the
 Pruning keeps the weights of most importance (the magnitude of a weight times its input
 channel's activation norm on the calibration inputs, as Wanda prunes), which is what the solver's
 cost counts. For each step the record says, over the Linear layers it changed: the importance kept
-and the relative error of the weights it changed, so that modes compare at equal compression."""
+and the relative error of the weights it changed, so that modes compare at equal compression.
+
+A KV-cache step (`kv:...`, `transforms/permutation/kv.py`) changes no weight: it orders each key
+and value head's channels for the cache's groups (q's and k's rows with the rotary frequencies,
+v's rows with the output projection's columns) and installs a compressed cache; its record says
+the cache's bytes before and after, the importance kept by pruning and the cache's weighted
+reconstruction error on the calibration keys and values (in `weight_error`)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
+from agnitra.transforms.permutation import kv
 from agnitra.transforms.permutation.cache import PermutationCache
 from agnitra.transforms.permutation.order import activation_norms, permute_checked, solve_orders, targets
 from agnitra.transforms.permutation.spaces import Spaces, find_spaces
@@ -38,6 +45,8 @@ class StepRecord:
     layers: int
     seconds: float
     notes: list[str] = field(default_factory=list)
+    cache_bytes_before: int | None = None  # a kv step: the KV cache's bytes before and after it
+    cache_bytes_after: int | None = None
 
 
 @dataclass
@@ -60,21 +69,31 @@ def run_layout(model: nn.Module, calibration: list[tuple], steps: list[StateStep
     records = []
     for index, step in enumerate(steps):
         started = time.monotonic()
-        spaces = find_spaces(work, calibration[0])
-        layers = targets(work, spaces, step)
-        norms = activation_norms(work, calibration, list(layers))
-        notes: list[str] = []
-        permuted, gain = 0, 0.0
-        unit = _fixed_unit(steps[:index])
-        if step.ordered and (mode == "iterative" or (mode == "once" and index == 0)):
-            if step.group % unit:
-                notes.append(f"{step.text}: not permuted: its groups of {step.group} would break the groups of {unit} the earlier steps fixed")
-            else:
-                permuted, gain = _permute_for(work, spaces, layers, norms, step, unit, calibration, solve_seconds, seed, notes, cache)
-            norms = activation_norms(work, calibration, list(layers)) if permuted else norms
-        kept, error = _apply(layers, norms, step)
-        records.append(StepRecord(step.text, permuted, gain, kept, error, len(layers), round(time.monotonic() - started, 2), notes))
+        if step.kind == "kv":
+            permute = mode == "iterative" or (mode == "once" and index == 0)
+            records.append(_kv_step(work, calibration, step, _fixed_unit(steps[:index]), permute, solve_seconds, seed, started))
+            continue
+        with kv.plain_caches(work):  # a compressed KV cache of an earlier step is back after this one
+            permute = step.ordered and (mode == "iterative" or (mode == "once" and index == 0))
+            records.append(_weight_step(work, calibration, step, _fixed_unit(steps[:index]), permute, solve_seconds, seed, cache, started))
     return LayoutRun(mode, records, work)
+
+
+def _weight_step(work: nn.Module, calibration, step: StateStep, unit: int, permute: bool, solve_seconds: float, seed: int,
+                 cache: PermutationCache | None, started: float) -> StepRecord:
+    spaces = find_spaces(work, calibration[0])
+    layers = targets(work, spaces, step)
+    norms = activation_norms(work, calibration, list(layers))
+    notes: list[str] = []
+    permuted, gain = 0, 0.0
+    if permute:
+        if step.group % unit:
+            notes.append(f"{step.text}: not permuted: its groups of {step.group} would break the groups of {unit} the earlier steps fixed")
+        else:
+            permuted, gain = _permute_for(work, spaces, layers, norms, step, unit, calibration, solve_seconds, seed, notes, cache)
+        norms = activation_norms(work, calibration, list(layers)) if permuted else norms
+    kept, error = _apply(layers, norms, step)
+    return StepRecord(step.text, permuted, gain, kept, error, len(layers), round(time.monotonic() - started, 2), notes)
 
 
 def _fixed_unit(earlier: list[StateStep]) -> int:
@@ -82,7 +101,7 @@ def _fixed_unit(earlier: list[StateStep]) -> int:
     permutation moves only whole units, or the 2:4 pattern or a scale's group would break."""
     unit = 1
     for step in earlier:
-        if step.group:
+        if step.group and step.kind != "kv":  # a kv step's groups are the cache's, over channels no weight step moves
             unit = math.lcm(unit, step.group)
     return unit
 
@@ -100,6 +119,32 @@ def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: in
         notes.append(f"{step.text}: {why_not}")
         return 0, 0.0
     return len(orders.chosen), orders.gain
+
+
+def _kv_step(model: nn.Module, calibration, step: StateStep, unit: int, permute: bool, seconds: float, seed: int, started: float) -> StepRecord:
+    """A KV-cache step: the heads' channels ordered for it (when `permute`), then the compressed
+    cache installed; refused with the reason where the model has no cache it can replace."""
+    why = kv.refusal(model, step)
+    if why:
+        return StepRecord(step.text, 0, 0.0, 1.0, 0.0, 0, round(time.monotonic() - started, 2), [f"{step.text}: refused: {why}"])
+    captured = kv.capture(model, calibration)
+    notes: list[str] = []
+    permuted, gain = 0, 0.0
+    permute = permute and bool(step.bits)  # pruning keeps channels by importance wherever they sit
+    if permute and any(m.kv_format is not None and m.kv_format.k_keep is not None for m in kv.attentions(model).values()):
+        notes.append(f"{step.text}: not permuted: an earlier kv:prune fixed which channels the cache stores")
+    elif permute:
+        orders = kv.solve_kv(model, captured, step, unit, seconds, seed)
+        notes += orders.notes
+        why_not = kv.permute_kv(model, orders, calibration[:2])
+        if why_not:
+            notes.append(f"{step.text}: {why_not}")
+        elif orders.chosen:
+            permuted, gain = orders.heads, orders.gain
+            captured = kv.capture(model, calibration)
+    done = kv.install(model, step, captured)
+    return StepRecord(step.text, permuted, gain, done.kept, done.error, len(kv.attentions(model)), round(time.monotonic() - started, 2), notes + done.notes,
+                      done.bytes_before, done.bytes_after)
 
 
 def _apply(layers: dict[str, nn.Linear], norms: dict[str, torch.Tensor], step: StateStep) -> tuple[float, float]:

@@ -42,6 +42,8 @@ def kernel_for(step: StateStep) -> Kernel | None:
 def served_kernel(steps: list[StateStep]) -> tuple[Kernel | None, str]:
     """The one kernel that serves all the steps, or None and why (one weight format a layer:
     2:4 and int4 together have no kernel)."""
+    if not steps:  # KV-cache steps only: their compressed cache serves them, the weights stay as they are
+        return None, ""
     kernels = [kernel_for(s) for s in steps]
     missing = [s.text for s, k in zip(steps, kernels) if k is None]
     if missing:

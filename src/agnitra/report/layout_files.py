@@ -13,9 +13,9 @@ from agnitra.fileio import atomic_write_text, ensure_writable_dir
 from agnitra.report.html import _notes_list, _page, _section, _table
 from agnitra.report.units import MISSING, format_bytes, format_correctness, format_number
 
-STEP_COLUMNS = ("mode", "step", "permuted_spaces", "solver_gain", "importance_kept", "weight_error", "served", "latency_ms", "model_bytes",
-                "energy_j_per_item", "l2_hit_rate_pct", "quality_metric", "quality_value")
-FIGURES = ("status", "latency_ms", "model_bytes", "peak_memory_bytes", "energy_j_per_item", "l2_hit_rate_pct", "l2_why")
+STEP_COLUMNS = ("mode", "step", "permuted_spaces", "solver_gain", "importance_kept", "weight_error", "cache_bytes_before", "cache_bytes_after", "served",
+                "latency_ms", "model_bytes", "kv_cache_bytes", "energy_j_per_item", "l2_hit_rate_pct", "quality_metric", "quality_value")
+FIGURES = ("status", "latency_ms", "model_bytes", "kv_cache_bytes", "peak_memory_bytes", "energy_j_per_item", "l2_hit_rate_pct", "l2_why")
 
 
 def write_layout_report(doc: dict, out: str | Path) -> dict[str, Path]:
@@ -47,7 +47,8 @@ def layout_csv(doc: dict) -> str:
         q = m.get("quality") or {}
         for s in m["steps"]:
             writer.writerow([m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.6g}", f"{s['importance_kept']:.6g}", f"{s['weight_error']:.6g}",
-                             m.get("served", ""), _cell(m.get("latency_ms")), _cell(m.get("model_bytes")), _cell(m.get("energy_j_per_item")),
+                             _cell(s.get("cache_bytes_before")), _cell(s.get("cache_bytes_after")),
+                             m.get("served", ""), _cell(m.get("latency_ms")), _cell(m.get("model_bytes")), _cell(m.get("kv_cache_bytes")), _cell(m.get("energy_j_per_item")),
                              _cell(m.get("l2_hit_rate_pct")), q.get("metric", ""), _cell(q.get("value"))])
     return buffer.getvalue()
 
@@ -56,17 +57,19 @@ def layout_html(doc: dict) -> str:
     workload = doc.get("workload") or {}
     title = f"Layout: {workload.get('name', '')} ({doc.get('transforms')})"
     original = doc["original"]
-    figures = _table(["model", "served", "latency ms", "speedup", "model memory", "energy J/item", "L2 hit %", "quality"],
-                     [["original", "", format_number(original.get("latency_ms")), "1.00x", format_bytes(original.get("model_bytes")), format_number(original.get("energy_j_per_item")),
-                       format_number(original.get("l2_hit_rate_pct")), ""]]
+    figures = _table(["model", "served", "latency ms", "speedup", "model memory", "KV cache", "energy J/item", "L2 hit %", "quality"],
+                     [["original", "", format_number(original.get("latency_ms")), "1.00x", format_bytes(original.get("model_bytes")), format_bytes(original.get("kv_cache_bytes")),
+                       format_number(original.get("energy_j_per_item")), format_number(original.get("l2_hit_rate_pct")), ""]]
                      + [[m["mode"], m.get("served") or "dense weights", format_number(m.get("latency_ms")), f"{m['speedup']:.2f}x" if m.get("speedup") else MISSING,
-                         format_bytes(m.get("model_bytes")), format_number(m.get("energy_j_per_item")), format_number(m.get("l2_hit_rate_pct")), _quality(m.get("quality"))]
-                        for m in doc["modes"]], numeric=(2, 3, 4, 5, 6))
+                         format_bytes(m.get("model_bytes")), format_bytes(m.get("kv_cache_bytes")), format_number(m.get("energy_j_per_item")),
+                         format_number(m.get("l2_hit_rate_pct")), _quality(m.get("quality"))]
+                        for m in doc["modes"]], numeric=(2, 3, 4, 5, 6, 7))
     gate_rows = [[m["mode"], g["name"], g["target"], format_number(g["value"]), {True: "met", False: "missed", None: "not measured"}[g["met"]], g.get("why", "")]
                  for m in doc["modes"] for g in m["gates"]]
-    steps = _table(["mode", "step", "spaces permuted", "solver gain", "importance kept", "weight error", "seconds", "notes"],
-                   [[m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.4f}", f"{s['importance_kept']:.4f}", f"{s['weight_error']:.4f}", s["seconds"],
-                     "; ".join(s.get("notes") or [])] for m in doc["modes"] for s in m["steps"]], numeric=(2, 3, 4, 5, 6))
+    steps = _table(["mode", "step", "spaces permuted", "solver gain", "importance kept", "weight error", "KV cache before -> after", "seconds", "notes"],
+                   [[m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.4f}", f"{s['importance_kept']:.4f}", f"{s['weight_error']:.4f}",
+                     f"{format_bytes(s['cache_bytes_before'])} -> {format_bytes(s['cache_bytes_after'])}" if s.get("cache_bytes_before") is not None else "",
+                     s["seconds"], "; ".join(s.get("notes") or [])] for m in doc["modes"] for s in m["steps"]], numeric=(2, 3, 4, 5, 7))
     body = "".join([
         f"<header><h1>{html.escape(title)}</h1><p>{html.escape(str(doc.get('device') or ''))}; calibration: {html.escape(str(doc.get('calibration', '')))}</p></header>",
         _section("Each mode against the original (one interleaved run)", figures),

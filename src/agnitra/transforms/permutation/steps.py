@@ -3,7 +3,9 @@
 cost its solver minimises over the order of the weight's input channels (`cost`).
 
 Written `sparsity:2:4`, `blocks:16:0.5` (blocks of 16 x 16, half kept), `quant:int4` (group 32),
-`quant:int4:g128`, `quant:int8` (per row)."""
+`quant:int4:g128`, `quant:int8` (per row). KV-cache steps (`kv:int8[:gN]`, `kv:int4[:gN]`,
+`kv:prune:F`) change no weight: `transforms/permutation/kv.py` installs them as a compressed
+cache and orders the key and value channels for them."""
 
 from __future__ import annotations
 
@@ -17,20 +19,23 @@ from agnitra.transforms.permutation.costs import Blocks, GroupCost, GroupQuant, 
 
 @dataclass(frozen=True)
 class StateStep:
-    kind: str  # sparsity, blocks, quant
-    group: int  # input channels a group holds (the solver's unit)
+    kind: str  # sparsity, blocks, quant, kv (the KV cache: quantised when bits, pruned when density < 1)
+    group: int  # input channels a group holds (the solver's unit); kv: head-dimension channels sharing a scale (0: a whole head)
     bits: int = 0
     density: float = 1.0
     text: str = ""
 
     @property
     def ordered(self) -> bool:
-        """Whether the order of input channels changes what the step loses (not for one scale a row)."""
-        return self.group > 0
+        """Whether the order of input channels changes what the step loses (not for one scale a row;
+        a kv step's channels are the heads', `kv.ordered`)."""
+        return self.group > 0 and self.kind != "kv"
 
     def fits(self, weight: torch.Tensor) -> bool:
         if weight.dim() != 2:
             return False
+        if self.kind == "kv":
+            return False  # it changes the KV cache, no Linear
         return not self.group or weight.shape[1] % self.group == 0 and (self.kind != "blocks" or weight.shape[0] % self.group == 0)
 
     def cost(self, weights: list[torch.Tensor], norms: list[torch.Tensor | None]) -> GroupCost:
@@ -73,7 +78,8 @@ class StateStep:
 
 
 def parse_steps(text: str) -> list[StateStep]:
-    """`sparsity:2:4,quant:int4[:gG],quant:int8,blocks:B:DENSITY` -> the steps in order."""
+    """`sparsity:2:4,quant:int4[:gG],quant:int8,blocks:B:DENSITY,kv:int8[:gG],kv:int4[:gG],kv:prune:F`
+    -> the steps in order."""
     steps = []
     for part in [p.strip() for p in text.split(",") if p.strip()]:
         fields = part.split(":")
@@ -94,8 +100,30 @@ def parse_steps(text: str) -> list[StateStep]:
             if size < 2 or not 0 < density < 1:
                 raise UserError(f"--transform {part}: blocks:SIZE:DENSITY with SIZE >= 2 and DENSITY between 0 and 1, e.g. blocks:16:0.5")
             steps.append(StateStep("blocks", size, density=density, text=part))
+        elif kind == "kv":
+            steps.append(_kv_step(part, fields[1:]))
         else:
-            raise UserError(f"--transform {part} is not a state transform; use sparsity:2:4, quant:int4[:gN], quant:int8 or blocks:SIZE:DENSITY")
+            raise UserError(f"--transform {part} is not a state transform; use sparsity:2:4, quant:int4[:gN], quant:int8, blocks:SIZE:DENSITY or kv:int8|kv:int4[:gN]|kv:prune:F")
     if not steps:
         raise UserError("--transform names no state transform; e.g. --transform sparsity:2:4,quant:int4")
     return steps
+
+
+def _kv_step(part: str, fields: list[str]) -> StateStep:
+    """kv:int8 (one scale a token and head), kv:int8:gN / kv:int4[:gN] (groups of N head-dimension
+    channels; kv:int4 alone: g32), kv:prune:F (the fraction F of each head's channels not stored)."""
+    if fields[:1] == ["prune"]:
+        try:
+            fraction = float(fields[1]) if len(fields) == 2 else -1.0
+        except ValueError:
+            fraction = -1.0
+        if not 0 < fraction < 1:
+            raise UserError(f"--transform {part}: kv:prune:F with F between 0 and 1 (the share of each head's key/value channels dropped), e.g. kv:prune:0.25")
+        return StateStep("kv", 0, density=1.0 - fraction, text=part)
+    if fields[:1] in (["int8"], ["int4"]) and len(fields) <= 2:
+        bits = int(fields[0][3:])
+        if len(fields) == 2 and not (fields[1].startswith("g") and fields[1][1:].isdigit() and int(fields[1][1:]) > 0):
+            raise UserError(f"--transform {part}: the group is written gN (N channels of a head sharing a scale, N dividing the head size), e.g. kv:int4:g32")
+        group = int(fields[1][1:]) if len(fields) == 2 else (32 if bits == 4 else 0)
+        return StateStep("kv", group, bits=bits, text=part)
+    raise UserError(f"--transform {part} is not a KV-cache step; use kv:int8[:gN], kv:int4[:gN] or kv:prune:F, e.g. kv:int4:g32")
