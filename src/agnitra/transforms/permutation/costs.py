@@ -38,10 +38,34 @@ class TwoFour(GroupCost):
 
     def __init__(self, importance: torch.Tensor, group: int = 4, keep: int = 2) -> None:
         self.importance, self.group, self.keep = importance, group, keep
+        self._by_channel = None  # importance.T, contiguous: a channel's rows in one run (gathered per group)
+
+    @property
+    def by_channel(self) -> torch.Tensor:
+        if self._by_channel is None:
+            self._by_channel = self.importance.T.contiguous()
+        return self._by_channel
 
     def group_costs(self, groups: torch.Tensor) -> torch.Tensor:
+        if self.group == 4 and self.keep == 2:  # 2 of 4: the larger of each half's best, or one half whole (no sort)
+            a, b, c, d = self.by_channel[groups].unbind(-2)  # each [..., rows]
+            kept = torch.maximum(torch.maximum(a, b) + torch.maximum(c, d), torch.maximum(a + b, c + d))
+            return (a + b + c + d - kept).sum(-1)
         picked = self.importance[:, groups]  # [rows, ..., group]
         return (picked.sum(-1) - picked.topk(self.keep, dim=-1).values.sum(-1)).sum(0)
+
+    def pair_kept(self, columns: torch.Tensor, subsets: torch.Tensor) -> torch.Tensor:
+        """columns [P, 8]: two groups' channels; subsets [S, 4] positions among the 8 -> [P, S]
+        the importance 2:4 keeps of each subset as one group (over all rows): every pair's sum and
+        larger member computed once, each subset split into two pairs (see `group_costs`)."""
+        x = self.by_channel[columns]  # [P, 8, rows]
+        first, second = torch.triu_indices(8, 8, 1)
+        index = torch.full((8, 8), -1, dtype=torch.long)
+        index[first, second] = torch.arange(first.numel())
+        sums, larger = x[:, first] + x[:, second], torch.maximum(x[:, first], x[:, second])  # [P, 28, rows]
+        left, right = index[subsets[:, 0], subsets[:, 1]], index[subsets[:, 2], subsets[:, 3]]
+        kept = larger[:, left] + larger[:, right]  # [P, S, rows]; a few large ops (each a parallel region)
+        return torch.maximum(kept, torch.maximum(sums[:, left], sums[:, right]), out=kept).sum(-1)
 
 
 class GroupQuant(GroupCost):

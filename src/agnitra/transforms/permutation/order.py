@@ -77,11 +77,13 @@ def solve_orders(model: nn.Module, spaces: Spaces, layers: dict[str, nn.Linear],
         result.notes.append(f"{step.text}: the permutations of an earlier run under the same conditions were reused")
         return result
     before_cost = after_cost = 0.0
-    for space, readers in read:
+    work = [sum(layers[n].weight.numel() for n in readers) for _, readers in read]  # what scoring an order costs
+    for (space, readers), size in zip(read, work):
         cost = step.cost([layers[n].weight for n in readers], [norms.get(n) for n in readers])
         if unit > 1:
             cost = InUnits(cost, unit)
-        solution = solve(cost, seconds=seconds / len(read), seed=seed)
+        share = 0.5 / len(read) + 0.5 * size / sum(work)  # half the time evenly, half by the weights it reads
+        solution = solve(cost, seconds=seconds * share, seed=seed)
         if solution.cost < solution.identity_cost:
             result.chosen[space.id] = cost.channel_order(solution.order) if unit > 1 else solution.order
             before_cost += solution.identity_cost
