@@ -27,7 +27,7 @@ from agnitra.service.executor import JobLaunch, make_executor
 from agnitra.store import open_store, record_report
 from agnitra.store.service_schema import DatasetRow, JobRow, ModelRow
 
-POLL_S = 0.5  # an idle worker looks at the queue this often
+POLL_S = 0.1  # an idle worker looks at the queue this often (two SELECTs: a job waits at most this long for a free worker)
 RENEW_S = queue.LEASE_S / 6  # lease renewal while a job runs
 GRACE_S = 60.0  # past the job's budget, before its child is killed
 PROGRESS_EVERY_S = 1.0
