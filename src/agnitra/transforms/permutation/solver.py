@@ -102,16 +102,19 @@ def solve(cost, *, activations: torch.Tensor | None = None, seconds: float = 60.
     if channels % group:
         raise ValueError(f"{channels} channels do not split into groups of {group}")
     identity = torch.arange(channels)
+    timed = time.monotonic()
     identity_cost = total_cost(cost, identity)
+    # the final exact cost is one more such sum, and a step may run longer than the last: both inside the cap
+    deadline = started + 0.99 * seconds - (time.monotonic() - timed)
     graph = similarity_graph(importance, activations)
     seeds = {"identity": identity, "spectral": spectral_order(graph), "communities": community_order(graph, group, seed),
              "magnitude": torch.argsort(importance.amax(0), stable=True)}
     costs = {name: total_cost(cost, order) for name, order in seeds.items()}
     start = min(costs, key=costs.get)
     use_stripes = moves == "stripes" or (moves == "auto" and math.comb(2 * group - 1, group - 1) <= MAX_PARTITIONS)  # len(partitions(group))
-    order, swaps, history = _local_search(cost, seeds[start].clone(), started + seconds, batch, regression, seed, started, until_stalled=use_stripes)
+    order, swaps, history = _local_search(cost, seeds[start].clone(), deadline, batch, regression, seed, started, until_stalled=use_stripes)
     if use_stripes:  # swaps first (cheap), the stripe-pair move from where they stall
-        order, moved, more = _stripe_search(cost, order, started + seconds, batch, regression, seed, started)
+        order, moved, more = _stripe_search(cost, order, deadline, batch, regression, seed, started)
         swaps, history = swaps + moved, history + more[1:]
     final = total_cost(cost, order)
     return Solution(order, final, identity_cost, start, time.monotonic() - started, swaps, history)
@@ -119,10 +122,11 @@ def solve(cost, *, activations: torch.Tensor | None = None, seconds: float = 60.
 
 def _local_search(cost, order, deadline, batch, regression, seed, started, until_stalled=False):
     group, n_groups, generator, groups, scores, best, best_cost = _start(cost, order, seed)
-    history, swaps, idle = [(time.monotonic() - started, best_cost)], 0, 0
+    history, swaps, idle, step_s = [(time.monotonic() - started, best_cost)], 0, 0, 0.0
     if n_groups < 2:
         return order, 0, history
-    while time.monotonic() < deadline:
+    while time.monotonic() + step_s < deadline:  # no step begun that the last one's length says would end past it
+        tick = time.monotonic()
         ga, gb, new_a, new_b, delta = _random_swaps(cost, groups, scores, generator, batch)
         current = float(scores.sum())
         allowed = delta < -1e-12 * max(current, 1e-30) if idle < 20 else delta < regression * current
@@ -142,6 +146,7 @@ def _local_search(cost, order, deadline, batch, regression, seed, started, until
             break
         else:
             idle = idle + 1 if idle < 20 else 0  # after a few bounded regressions, back to improving
+        step_s = time.monotonic() - tick
     return best.reshape(-1), swaps, history
 
 
@@ -215,8 +220,9 @@ def _stripe_search(cost, order, deadline, batch, regression, seed, started):
     gain = torch.zeros(n_pairs)
     choice = torch.zeros(n_pairs, dtype=torch.long)
     stale = torch.ones(n_pairs, dtype=torch.bool)
-    idle = 0
-    while time.monotonic() < deadline:
+    idle, step_s = 0, 0.0
+    while time.monotonic() + step_s < deadline:
+        tick = time.monotonic()
         current = float(scores.sum())
         if tabled:
             pending = stale.nonzero().squeeze(1)
@@ -271,6 +277,7 @@ def _stripe_search(cost, order, deadline, batch, regression, seed, started):
                 stale |= torch.isin(first, touched) | torch.isin(second, touched)
                 moved += touched.numel() // 2
             idle = 0
+        step_s = time.monotonic() - tick
     return best.reshape(-1), moved, history
 
 
