@@ -32,7 +32,7 @@ MAKEFLAGS += --jobs=2
 
 # pytest exits 5 when it collects no tests: that is not a failure of the suite. Two workers
 # (pytest-xdist, work stealing): the suite is CPU-bound (docs/testing.md); on the idle 2-core VM
-# it took 849 s on 2026-11-29 with a cold Inductor cache, as in CI (1402 tests; 1526 s of CPU).
+# it took 681 s on 2026-11-29 with a cold Inductor cache, as in CI (1424 tests; docs/testing.md).
 test: $(STAMP) $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m compileall -q src  # bytecode read by every process the tests start, also where PYTHONDONTWRITEBYTECODE is set (0.6 s each)
