@@ -135,3 +135,28 @@ def test_a_refused_uploads_file_is_deleted_unless_a_stored_row_names_it(db_url, 
                 discard_upload(session, refused)
         assert not refused.exists()
     store.close()
+
+
+def test_a_lease_renewed_after_the_lapse_was_read_is_not_taken_away(db_url, monkeypatch):
+    """The keeper reads a lapsed lease; before it writes, the job's worker claims it again (or
+    renews it): the job stays running under that lease, not queued again under its feet."""
+    store, project_id, model_id = _store_with_model(db_url)
+    with store.session() as session:
+        job, _ = queue.submit(session, project_id, model_id, "schedule", {}, None, None)
+        queue.claim(session, "worker-a")
+        session.execute(update(JobRow).where(JobRow.id == job.id).values(lease_until=queue.now() - dt.timedelta(seconds=5)))
+    seen = queue._aware
+
+    def renewed_meanwhile(moment):  # called between requeue_lapsed's read and its write
+        with store.session() as other:
+            assert queue.renew(other, job.id, "worker-a")
+        return seen(moment)
+
+    monkeypatch.setattr(queue, "_aware", renewed_meanwhile)
+    with store.session() as session:
+        assert queue.requeue_lapsed(session) == []
+    monkeypatch.setattr(queue, "_aware", seen)
+    with store.session() as session:
+        row = session.get(JobRow, job.id)
+        assert row.status == "running" and row.lease_owner == "worker-a" and queue._aware(row.lease_until) > queue.now()
+    store.close()

@@ -158,7 +158,11 @@ def requeue_lapsed(session: Session) -> list[int]:
             values = dict(status="failed", error=f"its worker died {job.attempts} times (last: {gone}); not queued again", finished_at=now())
         else:
             values = dict(status="queued", lease_owner="")
-        if session.execute(update(JobRow).where(JobRow.id == job.id, JobRow.status == "running", JobRow.lease_owner == gone).values(lease_until=None, **values)).rowcount:
+        # still lapsed when written: SQLite reads outside a transaction, so a renewal or a new claim (by the same worker too) can land after the read
+        still_lapsed = (JobRow.id == job.id, JobRow.status == "running", JobRow.lease_owner == gone, JobRow.lease_until < now())
+        # not evaluated against the session's objects in Python: SQLite hands back naive datetimes, now() is aware
+        if session.execute(update(JobRow).where(*still_lapsed).values(lease_until=None, **values).execution_options(synchronize_session=False)).rowcount:
+            session.expire(job)
             event(session, job.id, f"its worker {gone} stopped renewing its lease: " + ("failed" if values["status"] == "failed" else "queued again"))
             moved.append(job.id)
     return moved
