@@ -30,7 +30,7 @@ from agnitra.models.kv_cache import KVFormat, cache_bytes, geometry, reconstruct
 from agnitra.models.llama import Attention, KVCache, StackedQKVAttention
 from agnitra.transforms.permutation.costs import InUnits
 from agnitra.transforms.permutation.kv_costs import KVGroupQuant
-from agnitra.transforms.permutation.order import permute_checked
+from agnitra.transforms.permutation.order import calibration_pass, permute_checked
 from agnitra.transforms.permutation.solver import solve
 from agnitra.transforms.permutation.spaces import Axis, Space, Spaces
 from agnitra.transforms.permutation.steps import StateStep
@@ -71,21 +71,16 @@ def capture(model: nn.Module, calibration: list[tuple], tokens: int = 1024) -> d
     """Each attention layer's q, k, v on the calibration inputs (at most `tokens` evenly spread)."""
     found = attentions(model)
     seen: dict[str, list[tuple]] = {name: [] for name in found}
-    hooks = []
-    for name, module in found.items():
-        def record(module, args, name=name):
+
+    def recorder(name: str):
+        def record(module, args):
             x, cos, sin = args[:3]
             q, k, v = module.project_qkv(x)
             q, k = module.rotary(q, k, cos, sin)
             seen[name].append(tuple(t.detach().float().reshape(-1, t.shape[-2], t.shape[-1]).cpu() for t in (q, k, v)))
-        hooks.append(module.register_forward_pre_hook(record))
-    try:
-        with torch.no_grad():
-            for batch in calibration:
-                model(*batch)
-    finally:
-        for hook in hooks:
-            hook.remove()
+        return record
+
+    calibration_pass(model, calibration, {module: recorder(name) for name, module in found.items()})
     captured = {}
     for name, parts in seen.items():
         q, k, v = (torch.cat([p[i] for p in parts]) for i in range(3))

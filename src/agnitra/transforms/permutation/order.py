@@ -38,23 +38,31 @@ def targets(model: nn.Module, spaces: Spaces, step: StateStep, heads: bool = Fal
     return found
 
 
-def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) -> dict[str, torch.Tensor]:
-    """Each named Linear's input channels' L2 norm over every calibration token."""
-    sums: dict[str, torch.Tensor] = {}
-    modules = dict(model.named_modules())
-    hooks = []
-    for name in names:
-        def record(_module, args, name=name):
-            x = args[0].detach().float().reshape(-1, args[0].shape[-1])
-            sums[name] = sums.get(name, 0) + (x**2).sum(0).cpu()
-        hooks.append(modules[name].register_forward_pre_hook(record))
+def calibration_pass(model: nn.Module, inputs: list[tuple], hooks: dict[nn.Module, object]) -> None:
+    """Every calibration batch through the model, each module's hook reading its inputs (a
+    forward pre-hook), the hooks removed after."""
+    handles = [module.register_forward_pre_hook(hook) for module, hook in hooks.items()]
     try:
         with torch.no_grad():
             for batch in inputs:
                 model(*batch)
     finally:
-        for hook in hooks:
-            hook.remove()
+        for handle in handles:
+            handle.remove()
+
+
+def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) -> dict[str, torch.Tensor]:
+    """Each named Linear's input channels' L2 norm over every calibration token."""
+    sums: dict[str, torch.Tensor] = {}
+    modules = dict(model.named_modules())
+
+    def recorder(name: str):
+        def record(_module, args):
+            x = args[0].detach().float().reshape(-1, args[0].shape[-1])
+            sums[name] = sums.get(name, 0) + (x**2).sum(0).cpu()
+        return record
+
+    calibration_pass(model, inputs, {modules[name]: recorder(name) for name in names})
     return {name: total.sqrt() for name, total in sums.items()}
 
 
