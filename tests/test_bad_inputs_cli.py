@@ -164,18 +164,28 @@ def test_the_sdk_checks_the_same(call, message):
 
 
 def _agnitra(args, cache: Path) -> subprocess.Popen:
-    env = {**os.environ, "AGNITRA_CACHE_DIR": str(seeded_cache(cache))}
+    # PYTHONFAULTHANDLER: a command that outlives its signal is sent SIGABRT, which prints where it was
+    env = {**os.environ, "AGNITRA_CACHE_DIR": str(seeded_cache(cache)), "PYTHONFAULTHANDLER": "1"}
     return subprocess.Popen([sys.executable, "-m", "agnitra.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen) -> None:
     """Until the command has started its work (it writes the log's header line first)."""
-    for _ in range(600):
-        if path.is_file() and path.stat().st_size > 0 or proc.poll() is not None:
-            break
+    deadline = time.monotonic() + 120
+    while not (path.is_file() and path.stat().st_size > 0) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.poll() is None, proc.communicate()
+    assert path.is_file(), f"no {path.name} after 120 s"
     time.sleep(1.0)  # inside the work by now
+
+
+def _ended(proc: subprocess.Popen) -> tuple[str, str]:
+    """Its output once it has exited; one still running after 60 s fails the test with its stacks."""
+    try:
+        return proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        pytest.fail(f"still running 60 s after the signal; its stacks:\n{proc.communicate()[1][-6000:]}")
 
 
 @pytest.mark.parametrize("signum, exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
@@ -183,7 +193,7 @@ def test_a_signal_during_bench_ends_in_one_line(signum, exit_code, tmp_path):
     proc = _agnitra(["bench", *TINY, "--runs", "100000", "--no-check", "--no-ops"], tmp_path)
     _wait_for(tmp_path / "logs" / "last.log", proc)
     proc.send_signal(signum)
-    out, err = proc.communicate(timeout=60)
+    out, err = _ended(proc)
     assert proc.returncode == exit_code, err
     assert err.strip() == "interrupted" and out == ""
 
@@ -193,9 +203,28 @@ def test_sigint_during_optimize_names_the_run_folder_and_resume(tmp_path):
     proc = _agnitra(["optimize", *TINY, "--budget", "5m", "--out", str(run)], tmp_path)
     _wait_for(run / "agnitra.log", proc)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = _ended(proc)
     assert proc.returncode == 130, err
     assert err.strip() == f"interrupted; the best verified recipe so far and the partial results are in {run}; resume with --resume" and out == ""
+
+
+def test_a_signal_that_lands_in_a_finalizer_still_interrupts():
+    """Python only prints an exception raised in a __del__: the signal is sent again and stops the block."""
+    from agnitra.cli import Interrupted, _signals_interrupt
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            spin_until = time.monotonic() + 0.2
+            while time.monotonic() < spin_until:  # the handler runs here, inside __del__
+                pass
+
+    with pytest.raises(Interrupted), _signals_interrupt():
+        doomed = SignalledWhileCollected()
+        del doomed
+        spin_until = time.monotonic() + 5
+        while time.monotonic() < spin_until:
+            pass
 
 
 def test_the_handler_acts_only_in_the_process_that_installed_it():

@@ -9,6 +9,7 @@ Progress bars only on a terminal; off one, tables print as tab-separated rows.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -740,6 +741,7 @@ class Interrupted(BaseException):
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
+        self.signum = signum
         self.exit_code = 128 + signum  # 130 for SIGINT, 143 for SIGTERM
 
 
@@ -759,10 +761,24 @@ def _signals_interrupt():
             return
         raise Interrupted(signum)
 
+    earlier_hook = sys.unraisablehook
+
+    def redeliver_swallowed(unraisable) -> None:
+        """Raised where Python can only print it (a __del__, a weakref callback): sent again from
+        a thread a moment later, so that it lands in ordinary code and the command still stops."""
+        if isinstance(unraisable.exc_value, Interrupted) and os.getpid() == main_pid:
+            again = threading.Timer(0.05, os.kill, (main_pid, unraisable.exc_value.signum))
+            again.daemon = True
+            again.start()
+            return
+        earlier_hook(unraisable)
+
     previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    sys.unraisablehook = redeliver_swallowed
     try:
         yield
     finally:
+        sys.unraisablehook = earlier_hook
         for signum, before in previous.items():
             signal.signal(signum, before if before is not None else signal.SIG_DFL)
 
@@ -981,5 +997,18 @@ def main(argv: list[str] | None = None) -> int:
         streams.close()
 
 
+def run() -> None:
+    """The `agnitra` process: main, then an exit that skips the interpreter's teardown (1-1.5 s of
+    freeing torch's objects one by one); the atexit functions run and the streams flush first."""
+    code = main()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+    os._exit(code if isinstance(code, int) else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
