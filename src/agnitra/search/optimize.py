@@ -343,7 +343,7 @@ def _why_no_final(outcome, lineup: list[CandidateResult], needed_s: float, budge
     if outcome.interrupted is not None:
         return "the run was interrupted"
     if not lineup:
-        return "no candidate or peer passed verification: nothing to confirm"
+        return "no candidate beat the original with verified outputs, and no peer passed: nothing to confirm"
     if budget.remaining() < needed_s / SAFETY:
         return f"it needed about {needed_s / SAFETY:.0f} s and {max(0.0, budget.remaining()):.0f} s of the budget were left"
     return ""

@@ -1,7 +1,9 @@
 """`auto`, the default: the cost model (`model`) where one trains for this kind of device (the
 store's measurements, or the seed datasets shipped with the package), else every candidate in an
 order that puts those likely to pass this run's tolerance first: recipes without a lossy step
-(`Transform.lossy`) before those with one, each in the order of the transforms' priors. Around
+(`Transform.lossy`) before those with one, each in the order of the transforms' priors. A space of
+at most `FEW` candidates without a compile step takes the second order: measuring them all takes
+less time than fitting the model. Around
 either, `FamilyGate`: near-identical variants wait once their family failed verification. The
 notes say which order ran, and why."""
 
@@ -13,8 +15,12 @@ from agnitra.search.space import Candidate
 from agnitra.search.strategies.base import SearchContext, Strategy, register_strategy
 from agnitra.search.strategies.enumerate import Enumerate
 from agnitra.search.strategies.family import FamilyGate
+from agnitra.search.strategies.finish import setup_class
 from agnitra.search.strategies.model import ModelGuided
 from agnitra.transforms.base import get_transform
+
+
+FEW = 4  # candidates measured in prior order without fitting the cost model (~2 s of fits on 2 cores)
 
 
 def lossy(candidate: Candidate) -> bool:
@@ -37,6 +43,8 @@ class Auto(Strategy):
         self.rest: Strategy | None = None  # after the model's stop rule: the rest, lossless first
 
     def attach(self, context: SearchContext) -> list[str]:
+        if len(self.space) <= FEW and not any(setup_class(c.recipe.to_dict()["steps"]) for c in self.space):
+            return [f"auto: lossless recipes first, by prior ({len(self.space)} candidates without a compile step: all measured sooner than a cost model is fitted)"]
         guided = ModelGuided(self.space)
         notes = guided.attach(context)
         if guided.model is None:
