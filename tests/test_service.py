@@ -83,7 +83,7 @@ def test_a_job_runs_once_and_reports(server, linear):
     again = editor.post("/v1/jobs/optimize", json=body, headers={"Idempotency-Key": "release-1"})
     assert first.status_code == 201 and again.status_code == 200 and again.json()["id"] == first.json()["id"]
     job = _wait(editor, first.json()["id"])
-    assert job["status"] == "done", job
+    assert job["status"] == "done", (job.get("error"), job["events"])
     assert job["outcome"]["verdict"] and job["outcome"]["recipe"]["version"] == "agnitra.recipe/1"
     assert [e["message"] for e in job["events"]][:2] == ["queued", f"running (attempt 1, worker {job['events'][1]['message'].split('worker ')[1]}"]
     listed = editor.get("/v1/jobs", params={"project": "team", "status": "done"}).json()
