@@ -65,3 +65,30 @@ def test_a_users_script_is_not_run_again_in_its_workers(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("script ran") == 1 and "starts 1" in done.stdout, done.stdout
+
+
+def test_a_forked_child_forks_its_workers_from_its_parents_server():
+    """A service job is forked from its worker: its workers come from the worker's server, whose
+    life it checks without waitpid (which only the server's parent may call)."""
+    from multiprocessing import forkserver
+
+    from agnitra.bench import fork_server
+
+    fork_server.warm("cpu")
+    parent_server = forkserver._forkserver._forkserver_pid
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its worker's parent, and the server it would use
+        try:
+            with Worker(_source()) as worker:
+                parent_of_worker = worker.call(_seen, timeout=120)[3]
+            os.write(write_end, f"{parent_of_worker} {forkserver._forkserver._forkserver_pid}".encode())
+        except BaseException as exc:  # noqa: BLE001 - said to the parent, which fails the test with it
+            os.write(write_end, repr(exc).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as said:
+        seen = said.read()
+    os.waitpid(pid, 0)
+    assert seen == f"{parent_server} {parent_server}", (seen, parent_server)
