@@ -20,8 +20,9 @@ from multiprocessing.connection import Connection
 
 # imported once in the server (what a worker imports while it starts, `isolated._warm_imports`);
 # Dynamo's and Inductor's configs read TORCH* variables as they are when the server starts
+# (and agnitra.search.optimize, whose functions are the calls a search sends: 0.6 s a worker otherwise)
 PRELOAD = ["agnitra.bench.isolated", "agnitra.bench.harness", "agnitra.bench.variants", "agnitra.transforms", "torch._dynamo", "torch._inductor.compile_fx", "scipy.stats",
-           "agnitra.bench.frozen_heap"]
+           "agnitra.search.optimize", "agnitra.bench.frozen_heap"]
 _context = None
 
 
