@@ -24,7 +24,8 @@ def figures(row: VariantResult, l2: tuple | None, kv_bytes: int | None = None) -
         "l2_hit_rate_pct": round(reading.hit_rate_pct, 2) if reading else None,
         "l2_kernels": reading.kernels if reading else None,
         "l2_why": "" if reading else why,
-        "quality": {"metric": check.metric, "value": check.value, "passed": check.passed} if check else None,
+        # ci95: the perplexity rise's interval over the held-out windows (verify.perplexity), where measured
+        "quality": {"metric": check.metric, "value": check.value, "passed": check.passed, "ci95": (check.details or {}).get("increase_ci95")} if check else None,
     }
 
 

@@ -14,7 +14,8 @@ from agnitra.report.html import _notes_list, _page, _section, _table
 from agnitra.report.units import MISSING, format_bytes, format_correctness, format_number
 
 STEP_COLUMNS = ("mode", "step", "permuted_spaces", "solver_gain", "importance_kept", "weight_error", "cache_bytes_before", "cache_bytes_after", "served",
-                "latency_ms", "model_bytes", "kv_cache_bytes", "energy_j_per_item", "l2_hit_rate_pct", "quality_metric", "quality_value")
+                "latency_ms", "model_bytes", "kv_cache_bytes", "energy_j_per_item", "l2_hit_rate_pct", "quality_metric", "quality_value",
+                "quality_ci95_low", "quality_ci95_high")
 FIGURES = ("status", "latency_ms", "model_bytes", "kv_cache_bytes", "peak_memory_bytes", "energy_j_per_item", "l2_hit_rate_pct", "l2_why")
 
 
@@ -49,7 +50,7 @@ def layout_csv(doc: dict) -> str:
             writer.writerow([m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.6g}", f"{s['importance_kept']:.6g}", f"{s['weight_error']:.6g}",
                              _cell(s.get("cache_bytes_before")), _cell(s.get("cache_bytes_after")),
                              m.get("served", ""), _cell(m.get("latency_ms")), _cell(m.get("model_bytes")), _cell(m.get("kv_cache_bytes")), _cell(m.get("energy_j_per_item")),
-                             _cell(m.get("l2_hit_rate_pct")), q.get("metric", ""), _cell(q.get("value"))])
+                             _cell(m.get("l2_hit_rate_pct")), q.get("metric", ""), _cell(q.get("value")), *_interval_cells(q.get("ci95"))])
     return buffer.getvalue()
 
 
@@ -85,5 +86,13 @@ def _cell(value) -> str:
     return "" if value is None else str(value)
 
 
+def _interval_cells(interval: list[float] | None) -> list[str]:
+    return [str(interval[0]), str(interval[1])] if interval else ["", ""]
+
+
 def _quality(quality: dict | None) -> str:
-    return format_correctness(quality["metric"], quality.get("value"), bool(quality.get("passed"))) if quality else MISSING
+    if not quality:
+        return MISSING
+    said = format_correctness(quality["metric"], quality.get("value"), bool(quality.get("passed")))
+    interval = quality.get("ci95")
+    return f"{said} (95% over the held-out windows: {interval[0]:+.2%} to {interval[1]:+.2%})" if interval else said

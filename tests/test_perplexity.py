@@ -1,0 +1,56 @@
+"""Held-out perplexity's judgement: the rise over the original's, with its 95% interval over the
+held-out windows (how finely that much text tells two models apart)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agnitra.verify.perplexity import judge_perplexity, window_losses
+
+
+def _text(windows: int = 8, positions: int = 16, vocab: int = 12, seed: int = 0):
+    generator = torch.Generator().manual_seed(seed)
+    logits = torch.randn(windows, positions, vocab, generator=generator)
+    targets = torch.randint(0, vocab, (windows, positions), generator=generator)
+    return logits, targets
+
+
+def test_the_same_logits_rise_by_nothing_with_no_width():
+    logits, targets = _text()
+    judged = judge_perplexity(logits, logits.clone(), targets)
+    assert judged.value == 0.0 and judged.passed
+    assert judged.details["increase_ci95"] == [0.0, 0.0] and judged.details["windows"] == 8
+
+
+def test_the_interval_holds_the_rise_and_widens_with_the_windows_disagreement():
+    logits, targets = _text(windows=16)
+    generator = torch.Generator().manual_seed(1)
+    worse_in_some = logits + torch.randn(16, 1, 1, generator=generator).abs() * torch.randn(logits.shape, generator=generator)
+    judged = judge_perplexity(logits, worse_in_some, targets)
+    low, high = judged.details["increase_ci95"]
+    assert low < judged.value < high
+    # the rise is the ratio of the perplexities, and the interval's centre is near it
+    reference, candidate = window_losses(logits, targets), window_losses(worse_in_some, targets)
+    assert judged.value == pytest.approx(math.exp(float(candidate.mean() - reference.mean())) - 1, rel=1e-9)
+    # the same mean rise spread evenly over the windows is told apart more finely
+    even = judge_perplexity(logits, logits + 0.5 * torch.randn(logits.shape, generator=generator), targets).details["increase_ci95"]
+    assert even[1] - even[0] < high - low
+
+
+def test_one_window_has_no_interval():
+    logits, targets = _text(windows=1)
+    judged = judge_perplexity(logits, logits * 1.1, targets)
+    assert judged.details["increase_ci95"] is None and judged.value != 0
+
+
+def test_the_layout_report_shows_the_interval():
+    from agnitra.report.layout_files import layout_csv, layout_html
+
+    mode = {"mode": "once", "served": "", "speedup": None, "gates": [], "steps": [],
+            "quality": {"metric": "perplexity", "value": 0.004, "passed": True, "ci95": [-0.001, 0.009]}}
+    doc = {"workload": {"name": "w"}, "transforms": "quant:int4", "original": {}, "modes": [mode], "notes": []}
+    assert "95% over the held-out windows: -0.10% to +0.90%" in layout_html(doc)
+    assert layout_csv(doc).splitlines()[0].endswith("quality_metric,quality_value,quality_ci95_low,quality_ci95_high")
