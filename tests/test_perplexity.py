@@ -54,3 +54,13 @@ def test_the_layout_report_shows_the_interval():
     doc = {"workload": {"name": "w"}, "transforms": "quant:int4", "original": {}, "modes": [mode], "notes": []}
     assert "95% over the held-out windows: -0.10% to +0.90%" in layout_html(doc)
     assert layout_csv(doc).splitlines()[0].endswith("quality_metric,quality_value,quality_ci95_low,quality_ci95_high")
+
+
+def test_windows_laid_end_to_end_in_a_row_are_resampled_one_by_one():
+    logits, targets = _text(windows=6)
+    one_row = lambda t: t.reshape(1, -1, *t.shape[2:])  # noqa: E731 - six windows of 16 positions, end to end
+    as_rows = judge_perplexity(logits, logits * 1.3, targets)
+    end_to_end = judge_perplexity(one_row(logits), one_row(logits * 1.3), one_row(targets), window=16)
+    assert end_to_end.details["windows"] == 6 and end_to_end.value == pytest.approx(as_rows.value, rel=1e-9)
+    assert end_to_end.details["increase_ci95"] == pytest.approx(as_rows.details["increase_ci95"], rel=1e-9)
+    assert judge_perplexity(one_row(logits), one_row(logits * 1.3), one_row(targets)).details["increase_ci95"] is None

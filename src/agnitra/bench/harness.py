@@ -387,7 +387,8 @@ class Harness:
         else:
             pairs = [(ref, self._as_reference_structure(run, ref, out)) for ref, out in zip(reference, outputs)]
             if self._metric() == "perplexity":
-                result = judge_perplexity(reference[0], outputs[0], self._check_targets(), self.config.tolerances)
+                result = judge_perplexity(reference[0], outputs[0], self._check_targets(), self.config.tolerances,
+                                          window=self.decoder.max_new_tokens if self.decoder else None)
             else:
                 result = compare_sets(self._metric(), pairs, self.config.threshold, self.config.tolerances)
                 self._check_retrieval(result, reference, outputs)

@@ -27,10 +27,13 @@ def perplexity(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return math.exp(F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device)).item())
 
 
-def window_losses(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Each window's (row's) mean cross-entropy [B], as float64 on the CPU."""
-    losses = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device), reduction="none")
-    return losses.reshape(targets.shape).mean(dim=1).double().cpu()
+def window_losses(logits: torch.Tensor, targets: torch.Tensor, window: int | None = None) -> torch.Tensor:
+    """Each window's mean cross-entropy, as float64 on the CPU: a window is a row, or each run of
+    `window` positions of a row (windows of held-out text laid end to end)."""
+    losses = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device), reduction="none").reshape(targets.shape)
+    if window and losses.shape[1] % window == 0:
+        return losses.reshape(losses.shape[0], -1, window).mean(dim=2).reshape(-1).double().cpu()
+    return losses.mean(dim=1).double().cpu()
 
 
 def increase_interval(reference_losses: torch.Tensor, candidate_losses: torch.Tensor, confidence: float = 0.95, seed: int = 0) -> list[float] | None:
@@ -49,18 +52,20 @@ def increase_interval(reference_losses: torch.Tensor, candidate_losses: torch.Te
     return [math.expm1(float(found.low)), math.expm1(float(found.high))]
 
 
-def judge_perplexity(reference: torch.Tensor, candidate: torch.Tensor, targets: torch.Tensor, tolerances: Tolerances | None = None) -> Correctness:
-    """The candidate's logits [B, N, V] against the original's on text whose next tokens are `targets`."""
+def judge_perplexity(reference: torch.Tensor, candidate: torch.Tensor, targets: torch.Tensor, tolerances: Tolerances | None = None,
+                     window: int | None = None) -> Correctness:
+    """The candidate's logits [B, N, V] against the original's on text whose next tokens are
+    `targets`; `window`: the held-out windows' length where they lie end to end in a row."""
     tolerances = tolerances or Tolerances()
     threshold = DEFAULT_MAX_PPL_INCREASE if tolerances.max_ppl_increase is None else tolerances.max_ppl_increase
     bad = int((~torch.isfinite(candidate)).sum())
     if bad:
         return Correctness("perplexity", None, False, threshold, {"error": f"logits: {bad} NaN/Inf values in the output"})
-    reference_losses, candidate_losses = window_losses(reference, targets), window_losses(candidate, targets)
+    reference_losses, candidate_losses = window_losses(reference, targets, window), window_losses(candidate, targets, window)
     base, ppl = math.exp(float(reference_losses.mean())), math.exp(float(candidate_losses.mean()))
     increase = ppl / base - 1.0
     details = {"perplexity": ppl, "reference_perplexity": base, "increase_ci95": increase_interval(reference_losses, candidate_losses),
-               "windows": int(targets.shape[0]), **logit_stats(reference, candidate)}
+               "windows": len(reference_losses), **logit_stats(reference, candidate)}
     result = Correctness("perplexity", increase, increase <= threshold, threshold, details)
     if not result.passed:
         details["error"] = f"held-out perplexity {ppl:.4g} is {increase:+.2%} over the original's {base:.4g} (allowed {threshold:+.2%})"
