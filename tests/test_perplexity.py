@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from agnitra.verify.perplexity import judge_perplexity, window_losses
+from agnitra.verify.perplexity import judge_perplexity, paired_change, window_losses
 
 
 def _text(windows: int = 8, positions: int = 16, vocab: int = 12, seed: int = 0):
@@ -52,8 +52,23 @@ def test_the_layout_report_shows_the_interval():
     mode = {"mode": "once", "served": "", "speedup": None, "gates": [], "steps": [],
             "quality": {"metric": "perplexity", "value": 0.004, "passed": True, "ci95": [-0.001, 0.009]}}
     doc = {"workload": {"name": "w"}, "transforms": "quant:int4", "original": {}, "modes": [mode], "notes": []}
-    assert "95% over the held-out windows: -0.10% to +0.90%" in layout_html(doc)
-    assert layout_csv(doc).splitlines()[0].endswith("quality_metric,quality_value,quality_ci95_low,quality_ci95_high")
+    mode["quality"]["against_none"] = {"value": -0.02, "ci95": [-0.03, -0.01]}
+    assert "95% over the held-out windows: -0.10% to +0.90%); against none, window by window: -2.00% (-3.00% to -1.00%)" in layout_html(doc)
+    assert layout_csv(doc).splitlines()[0].endswith("quality_metric,quality_value,quality_ci95_low,quality_ci95_high,quality_vs_none,quality_vs_none_ci95_low,quality_vs_none_ci95_high")
+
+
+def test_two_candidates_on_the_same_windows_are_told_apart_more_finely_pair_by_pair():
+    """Both rise a lot and unevenly over the original, by nearly the same amount in each window:
+    each interval is wide, their paired difference is narrow and excludes zero."""
+    logits, targets = _text(windows=16)
+    generator = torch.Generator().manual_seed(2)
+    damage = torch.randn(16, 1, 1, generator=generator).abs() * torch.randn(logits.shape, generator=generator)
+    first, second = judge_perplexity(logits, logits + damage, targets), judge_perplexity(logits, logits + 1.05 * damage, targets)
+    paired = paired_change(first.details["window_log_ratios"], second.details["window_log_ratios"])
+    assert paired["value"] == pytest.approx((1 + second.value) / (1 + first.value) - 1, rel=1e-9)
+    low, high = paired["ci95"]
+    assert 0 < low < high and high - low < min(b - a for a, b in (first.details["increase_ci95"], second.details["increase_ci95"])) / 4
+    assert paired_change([], second.details["window_log_ratios"]) is None and paired_change([0.1], [0.1, 0.2]) is None
 
 
 def test_windows_laid_end_to_end_in_a_row_are_resampled_one_by_one():

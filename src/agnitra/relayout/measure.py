@@ -25,7 +25,8 @@ def figures(row: VariantResult, l2: tuple | None, kv_bytes: int | None = None) -
         "l2_kernels": reading.kernels if reading else None,
         "l2_why": "" if reading else why,
         # ci95: the perplexity rise's interval over the held-out windows (verify.perplexity), where measured
-        "quality": {"metric": check.metric, "value": check.value, "passed": check.passed, "ci95": (check.details or {}).get("increase_ci95")} if check else None,
+        "quality": {"metric": check.metric, "value": check.value, "passed": check.passed, "ci95": (check.details or {}).get("increase_ci95"),
+                    "window_log_ratios": (check.details or {}).get("window_log_ratios")} if check else None,
     }
 
 
@@ -40,4 +41,17 @@ def mode_entries(report: BenchReport, runs: dict, served: dict[str, str], l2: di
         speedup = original["latency_ms"] / mine["latency_ms"] if original["latency_ms"] and mine["latency_ms"] else None
         modes.append({**run.to_dict(), **mine, "served": served.get(mode, ""), "speedup": speedup,
                       "gates": [g.to_dict() for g in gates(original, mine)]})
+    _against_none(modes)
     return original, modes
+
+
+def _against_none(modes: list[dict]) -> None:
+    """Each permuted mode's perplexity against mode `none`'s, window by window (`quality.against_none`)."""
+    from agnitra.verify.perplexity import paired_change
+
+    unpermuted = next((m for m in modes if m["mode"] == "none"), None)
+    plain = ((unpermuted or {}).get("quality") or {}).get("window_log_ratios")
+    for mode in modes:
+        quality = mode.get("quality") or {}
+        if mode is not unpermuted and plain and quality.get("window_log_ratios"):
+            quality["against_none"] = paired_change(plain, quality["window_log_ratios"])

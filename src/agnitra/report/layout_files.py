@@ -15,7 +15,7 @@ from agnitra.report.units import MISSING, format_bytes, format_correctness, form
 
 STEP_COLUMNS = ("mode", "step", "permuted_spaces", "solver_gain", "importance_kept", "weight_error", "cache_bytes_before", "cache_bytes_after", "served",
                 "latency_ms", "model_bytes", "kv_cache_bytes", "energy_j_per_item", "l2_hit_rate_pct", "quality_metric", "quality_value",
-                "quality_ci95_low", "quality_ci95_high")
+                "quality_ci95_low", "quality_ci95_high", "quality_vs_none", "quality_vs_none_ci95_low", "quality_vs_none_ci95_high")
 FIGURES = ("status", "latency_ms", "model_bytes", "kv_cache_bytes", "peak_memory_bytes", "energy_j_per_item", "l2_hit_rate_pct", "l2_why")
 
 
@@ -50,7 +50,8 @@ def layout_csv(doc: dict) -> str:
             writer.writerow([m["mode"], s["step"], s["permuted_spaces"], f"{s['solver_gain']:.6g}", f"{s['importance_kept']:.6g}", f"{s['weight_error']:.6g}",
                              _cell(s.get("cache_bytes_before")), _cell(s.get("cache_bytes_after")),
                              m.get("served", ""), _cell(m.get("latency_ms")), _cell(m.get("model_bytes")), _cell(m.get("kv_cache_bytes")), _cell(m.get("energy_j_per_item")),
-                             _cell(m.get("l2_hit_rate_pct")), q.get("metric", ""), _cell(q.get("value")), *_interval_cells(q.get("ci95"))])
+                             _cell(m.get("l2_hit_rate_pct")), q.get("metric", ""), _cell(q.get("value")), *_interval_cells(q.get("ci95")),
+                             _cell((q.get("against_none") or {}).get("value")), *_interval_cells((q.get("against_none") or {}).get("ci95"))])
     return buffer.getvalue()
 
 
@@ -94,5 +95,10 @@ def _quality(quality: dict | None) -> str:
     if not quality:
         return MISSING
     said = format_correctness(quality["metric"], quality.get("value"), bool(quality.get("passed")))
-    interval = quality.get("ci95")
-    return f"{said} (95% over the held-out windows: {interval[0]:+.2%} to {interval[1]:+.2%})" if interval else said
+    interval, paired = quality.get("ci95"), quality.get("against_none") or {}
+    if interval:
+        said += f" (95% over the held-out windows: {interval[0]:+.2%} to {interval[1]:+.2%})"
+    if paired.get("ci95"):
+        low, high = paired["ci95"]
+        said += f"; against none, window by window: {paired['value']:+.2%} ({low:+.2%} to {high:+.2%})"
+    return said

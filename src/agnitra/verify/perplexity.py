@@ -6,6 +6,8 @@ over the original's (relative: +1% means 1.01x). Logit SQNR, KL and next-token a
 kept beside it, and still required where the user asked for them. The rise comes with its 95%
 interval over the held-out windows (`increase_ci95`: a bootstrap of the windows, each window's
 log-ratio of perplexities resampled as a whole): how finely this much text tells two models apart.
+Each window's log-ratio is kept (`window_log_ratios`), so that two candidates judged on the same
+windows can be compared pair by pair (`paired_change`), which resolves finer than either interval.
 """
 
 from __future__ import annotations
@@ -52,6 +54,15 @@ def increase_interval(reference_losses: torch.Tensor, candidate_losses: torch.Te
     return [math.expm1(float(found.low)), math.expm1(float(found.high))]
 
 
+def paired_change(baseline_log_ratios: list[float], candidate_log_ratios: list[float]) -> dict | None:
+    """The candidate's perplexity relative to another candidate's on the same windows, with its
+    95% interval (None where the windows differ or are too few)."""
+    if not baseline_log_ratios or len(baseline_log_ratios) != len(candidate_log_ratios):
+        return None
+    baseline, candidate = torch.tensor(baseline_log_ratios, dtype=torch.float64), torch.tensor(candidate_log_ratios, dtype=torch.float64)
+    return {"value": math.expm1(float((candidate - baseline).mean())), "ci95": increase_interval(baseline, candidate)}
+
+
 def judge_perplexity(reference: torch.Tensor, candidate: torch.Tensor, targets: torch.Tensor, tolerances: Tolerances | None = None,
                      window: int | None = None) -> Correctness:
     """The candidate's logits [B, N, V] against the original's on text whose next tokens are
@@ -65,7 +76,7 @@ def judge_perplexity(reference: torch.Tensor, candidate: torch.Tensor, targets: 
     base, ppl = math.exp(float(reference_losses.mean())), math.exp(float(candidate_losses.mean()))
     increase = ppl / base - 1.0
     details = {"perplexity": ppl, "reference_perplexity": base, "increase_ci95": increase_interval(reference_losses, candidate_losses),
-               "windows": len(reference_losses), **logit_stats(reference, candidate)}
+               "windows": len(reference_losses), "window_log_ratios": (candidate_losses - reference_losses).tolist(), **logit_stats(reference, candidate)}
     result = Correctness("perplexity", increase, increase <= threshold, threshold, details)
     if not result.passed:
         details["error"] = f"held-out perplexity {ppl:.4g} is {increase:+.2%} over the original's {base:.4g} (allowed {threshold:+.2%})"
