@@ -152,6 +152,15 @@ def test_gates_judge_each_figure_against_the_original():
     perplexity = {g.name: g for g in gates(original, {"latency_ms": 9.0, "quality": {"metric": "perplexity", "value": 0.004}})}
     assert perplexity["quality loss"].met is False and perplexity["quality loss"].value == 0.4  # a 0.4% rise
     assert perplexity["L2 hit rate"].met is None and perplexity["energy per item"].met is None
+    # a perplexity rise within 0.1 points is met only where its interval over the held-out windows ends within them
+    def judged_rise(value, interval):
+        return {g.name: g for g in gates(original, {"quality": {"metric": "perplexity", "value": value, "ci95": interval}})}["quality loss"]
+
+    shown = judged_rise(0.0005, [0.0001, 0.0009])
+    assert shown.met and shown.why == "95% interval over the held-out windows: +0.01 to +0.09 points"
+    unresolved = judged_rise(0.0001, [-0.0013, 0.0016])
+    assert unresolved.met is False and unresolved.why.endswith("+0.16 points: not shown within 0.1 points with this much held-out text")
+    assert judged_rise(0.004, [0.002, 0.006]).met is False
 
 
 NCU_RAW = (
