@@ -16,15 +16,8 @@ import io
 import json
 
 import httpx
-import hypothesis
 import pytest
-import schemathesis
 import torch
-from hypothesis import HealthCheck, Phase
-from hypothesis import strategies as st
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
 from service_server import InThread, onnx_linear
 
 from agnitra.service import queue
@@ -33,7 +26,6 @@ from agnitra.service.serve import make_key
 from agnitra.store.service_schema import JobRow
 
 EXAMPLES = 8  # an operation, in each mode (15 took 65 s of the suite's CPU)
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance]
 IDS = ("model_id", "job_id", "dataset_id")
 
 
@@ -97,6 +89,8 @@ def given_ceilings(monkeypatch, tmp_path):
 
 @pytest.fixture(scope="module")
 def api(service):
+    import schemathesis  # here, not at collection: with hypothesis, ~4 s of every pytest worker's start
+
     return schemathesis.openapi.from_url(service.url + "/v1/openapi.json")
 
 
@@ -121,9 +115,18 @@ def _steer(case, number: int | None):
     return case
 
 
-def fuzz(api, headers: dict | None, modes=(GenerationMode.POSITIVE, GenerationMode.NEGATIVE), examples: int = EXAMPLES) -> tuple[list[str], dict[str, list[int]]]:
-    """Every operation fuzzed in each mode (`headers`: sent as they are, else generated): each
-    failure in a paragraph, and the statuses each operation answered."""
+def fuzz(api, headers: dict | None, modes: tuple | None = None, examples: int = EXAMPLES) -> tuple[list[str], dict[str, list[int]]]:
+    """Every operation fuzzed in each mode (`headers`: sent as they are, else generated; `modes`:
+    default positive and negative): each failure in a paragraph, and the statuses each operation answered."""
+    import hypothesis
+    from hypothesis import HealthCheck, Phase
+    from hypothesis import strategies as st
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
+
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance]
+    modes = modes or (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
     failures, answered = [], {}
     for result in api.get_all_operations():
         operation = result.ok()
@@ -136,7 +139,7 @@ def fuzz(api, headers: dict | None, modes=(GenerationMode.POSITIVE, GenerationMo
                                  suppress_health_check=list(HealthCheck), print_blob=False)
             @hypothesis.given(cases)
             def one(case) -> None:
-                status = case.call_and_validate(headers=headers, checks=CHECKS, timeout=30).status_code
+                status = case.call_and_validate(headers=headers, checks=checks, timeout=30).status_code
                 answered.setdefault(operation.label, []).append(status)
 
             try:
@@ -157,6 +160,8 @@ def test_no_operation_answers_a_server_error_or_an_undocumented_status(api, serv
 
 
 def test_generated_credentials_are_refused_not_an_error(api):
+    from schemathesis import GenerationMode
+
     failures, answered = fuzz(api, None, modes=(GenerationMode.POSITIVE,), examples=5)
     assert not failures, "\n\n".join(failures)
     assert {s for label, statuses in answered.items() for s in statuses if label not in ("GET /v1/health", "GET /metrics")} <= {401, 422}
