@@ -15,6 +15,7 @@ LATENCY_CHANGE = -0.20
 L2_POINTS = 10.0
 ENERGY_CHANGE = -0.15
 QUALITY_POINTS = 0.1
+QUALITY_TARGET = "0.1 points or less"
 
 
 @dataclass
@@ -67,12 +68,12 @@ def _points(name: str, target: str, before: float | None, after: float | None, w
 def _quality(quality: dict) -> Gate:
     loss = quality_loss_points(quality.get("metric"), quality.get("value"))
     if loss is None:
-        return Gate("quality loss", "0.1 points or less", None, None, f"the {quality.get('metric') or 'quality'} metric has no point scale" if quality else "not verified")
+        return Gate("quality loss", QUALITY_TARGET, None, None, f"the {quality.get('metric') or 'quality'} metric has no point scale" if quality else "not verified")
     interval = quality.get("ci95") if quality.get("metric") == "perplexity" else None
     if not interval:
-        return Gate("quality loss", "0.1 points or less", round(loss, 4), loss <= QUALITY_POINTS)
+        return Gate("quality loss", QUALITY_TARGET, round(loss, 4), loss <= QUALITY_POINTS)
     low, high = (100.0 * end for end in interval)
     said = f"95% interval over the held-out windows: {low:+.2f} to {high:+.2f} points"
     if loss <= QUALITY_POINTS < high:  # within the target by its estimate only: the text cannot show it
-        return Gate("quality loss", "0.1 points or less", round(loss, 4), False, f"{said}: not shown within 0.1 points with this much held-out text")
-    return Gate("quality loss", "0.1 points or less", round(loss, 4), high <= QUALITY_POINTS, said)
+        return Gate("quality loss", QUALITY_TARGET, round(loss, 4), False, f"{said}: not shown within 0.1 points with this much held-out text")
+    return Gate("quality loss", QUALITY_TARGET, round(loss, 4), high <= QUALITY_POINTS, said)

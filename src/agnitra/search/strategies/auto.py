@@ -3,9 +3,8 @@ store's measurements, or the seed datasets shipped with the package), else every
 order that puts those likely to pass this run's tolerance first: recipes without a lossy step
 (`Transform.lossy`) before those with one, each in the order of the transforms' priors. A space of
 at most `FEW` candidates without a compile step takes the second order: measuring them all takes
-less time than fitting the model. Around
-either, `FamilyGate`: near-identical variants wait once their family failed verification. The
-notes say which order ran, and why."""
+less time than fitting the model. Around either, `FamilyGate`: near-identical variants wait once
+their family failed verification. The notes say which order ran, and why."""
 
 from __future__ import annotations
 
