@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -60,11 +61,44 @@ def test_a_users_script_is_not_run_again_in_its_workers(tmp_path):
         model = torch.nn.Sequential(torch.nn.Linear(8, 8)).eval()
         fast = agnitra.optimize(model, (torch.randn(2, 8),), device="cpu", transforms=["threads"], peers=[], budget="60s", out="run", store=False)
         print("starts", fast.report.search["worker_starts"], flush=True)
+        from multiprocessing import forkserver
+        server = open(f"/proc/{forkserver._forkserver._forkserver_pid}/cmdline").read()
+        print("server forked from this process:", server == open("/proc/self/cmdline").read(), flush=True)
     """))
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=dict(os.environ, AGNITRA_WORKER_FORK="1", AGNITRA_CACHE_DIR=str(seeded_cache(tmp_path / "cache"))),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.count("script ran") == 1 and "starts 1" in done.stdout, done.stdout
+    # no parallel region ran before the run (a Linear of 8 x 8): the server is a fork of the script's process
+    assert "server forked from this process: True" in done.stdout, done.stdout
+
+
+def _threads_parallel_region(workload, device, progress=None):
+    torch.set_num_threads(2)
+    return float(torch.ones(1 << 17).add_(1).sum())
+
+
+def test_after_a_parallel_region_the_server_is_a_fresh_interpreter_and_its_workers_run_threads(tmp_path):
+    """GNU OpenMP hangs in a child forked after its parent ran a parallel region: the server's
+    probe finds it and the server becomes a fresh interpreter, whose workers run threads."""
+    script = tmp_path / "threaded.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        sys.path.insert(0, sys.argv[1])
+        from test_fork_server import _source, _threads_parallel_region
+        from agnitra.bench.isolated import Worker
+        torch.set_num_threads(2)
+        torch.ones(1 << 17).add_(1)  # OpenMP's team started in this process
+        with Worker(_source()) as worker:
+            print("sum", worker.call(_threads_parallel_region, timeout=120), flush=True)
+        from multiprocessing import forkserver
+        print("server:", open(f"/proc/{forkserver._forkserver._forkserver_pid}/cmdline").read().replace(chr(0), " "), flush=True)
+    """))
+    done = subprocess.run([sys.executable, str(script), str(Path(__file__).parent)], cwd=tmp_path, env=dict(os.environ, AGNITRA_WORKER_FORK="1"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"sum {float(2 * (1 << 17))}" in done.stdout, done.stdout
+    assert "from multiprocessing.forkserver import main" in done.stdout, done.stdout
 
 
 def test_a_forked_child_forks_its_workers_from_its_parents_server():

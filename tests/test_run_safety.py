@@ -103,7 +103,7 @@ def _cli(args, capsys):
 
 def _workers_of(parent: int) -> list[int]:
     """Live worker processes of `parent`: its children started as workers, and the children of its
-    fork server (`bench.fork_server`), which forks its CPU workers."""
+    fork server (`bench.fork_server`: a fresh interpreter or a fork of the parent), which forks its CPU workers."""
     processes = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -112,7 +112,8 @@ def _workers_of(parent: int) -> list[int]:
                 processes[int(entry.name)] = (int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), cmdline)
             except (OSError, ValueError, IndexError):
                 continue
-    servers = {pid for pid, (ppid, cmdline) in processes.items() if ppid == parent and "multiprocessing.forkserver import main" in cmdline}
+    servers = {pid for pid, (ppid, cmdline) in processes.items()
+               if ppid == parent and ("multiprocessing.forkserver import main" in cmdline or cmdline == processes.get(parent, (0, None))[1])}
     return sorted(pid for pid, (ppid, cmdline) in processes.items()
                   if ppid in servers or (ppid == parent and "from agnitra.bench.isolated import worker_main" in cmdline))
 
