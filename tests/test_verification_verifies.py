@@ -235,3 +235,27 @@ def test_one_timed_sample_each_is_said_not_judged():
     verdict = faster_beyond_noise([[10.0]], [[5.0]])
     assert not verdict.faster and verdict.speedup == 2.0 and math.isnan(verdict.low)
     assert "one timed sample each: not judged against the noise" in verdict.reason
+
+
+class _PositionTableLargerThanWords(torch.nn.Module):
+    """RoBERTa's shape: the position table (18 rows) is larger than the word table (16)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.words, self.positions = torch.nn.Embedding(16, 4), torch.nn.Embedding(18, 4)
+
+    def forward(self, ids):
+        return self.words(ids) + self.positions(torch.arange(ids.shape[1]))
+
+
+def test_wide_token_ids_stay_within_the_table_the_ids_index():
+    """Ids past the word table's end are a CUDA device-side assert, which ends the process: the wide
+    set draws across the smallest table that holds every example id, not the largest (positions)."""
+    from agnitra.bench.explore import exploring_sets
+    from agnitra.workloads.base import TaskKind, Workload
+
+    ids = torch.randint(3, 10, (2, 6), generator=torch.Generator().manual_seed(0))
+    model = _PositionTableLargerThanWords().eval()
+    wide = dict(exploring_sets(Workload("w", model, (ids,), TaskKind.GENERIC, batch=2)))["wide"][0]
+    assert int(wide.max()) >= 10 and int(wide.max()) < 16  # wider than the example, within the words
+    model(wide)  # IndexError past the table (on CUDA: the assert)

@@ -8,8 +8,9 @@ judged on its own:
 - `scaled x4`: the example's floating inputs times four;
 - `zeros`: every floating input and every token id zero;
 - `wide`: fresh draws with three times the example's spread around its mean, token ids uniform
-  across the model's vocabulary (its largest embedding table) where that is wider than the
-  example's range.
+  across the model's vocabulary where that is wider than the example's range: the smallest
+  embedding table with a row for every example id (a larger table is another one's, RoBERTa's
+  positions say: ids past the word table's end are a CUDA device-side assert, which ends the process).
 
 Masks and flags (integer inputs of two values at most) keep the example's pattern in every set. A
 set the original model does not take (an error, or NaN/Inf where the example's output is finite) is
@@ -36,7 +37,7 @@ def exploring_sets(workload: Workload) -> list[tuple[str, tuple]]:
     leaves = [t for t in torch.utils._pytree.tree_leaves(example) if isinstance(t, torch.Tensor) and t.numel()]
     has_float = any(t.is_floating_point() for t in leaves)
     has_ids = any(_token_ids(t) for t in leaves)
-    vocabulary = _vocabulary(workload.model)
+    vocabulary = _vocabulary(workload.model, example)
     sets = []
     if has_float:
         sets.append(("sign-flipped", _map_floats(example, lambda t: -t)))
@@ -49,7 +50,7 @@ def exploring_sets(workload: Workload) -> list[tuple[str, tuple]]:
 
 
 def describe_wide(workload: Workload) -> str:
-    vocabulary = _vocabulary(workload.model)
+    vocabulary = _vocabulary(workload.model, workload.example_inputs)
     ids = f", token ids across the vocabulary of {vocabulary}" if vocabulary else ""
     return f"fresh draws with {WIDE_SPREAD:g}x the example's spread{ids}"
 
@@ -87,7 +88,12 @@ def _wide(leaf: Any, generator: torch.Generator, vocabulary: int | None) -> Any:
     return leaf
 
 
-def _vocabulary(model: nn.Module) -> int | None:
-    """The rows of the model's largest embedding table: the token ids it takes."""
-    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)] if isinstance(model, nn.Module) else []
-    return max(sizes) if sizes else None
+def _vocabulary(model: nn.Module, example: Any) -> int | None:
+    """The token ids the model takes: the rows of its smallest embedding table past every example
+    id. The table the ids index is among those, so ids below its size are in range for it."""
+    ids = [t for t in torch.utils._pytree.tree_leaves(example) if isinstance(t, torch.Tensor) and t.numel() and _token_ids(t)]
+    if not ids or not isinstance(model, nn.Module):
+        return None
+    largest = max(int(t.max()) for t in ids)
+    sizes = [m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding) and m.num_embeddings > largest]
+    return min(sizes) if sizes else None
