@@ -246,5 +246,33 @@ def test_a_decoder_is_calibrated_on_its_training_text_never_its_held_out_text():
         assert torch.equal(tokens[0], window(train, i, length, CALIBRATION_WINDOWS)) and torch.equal(positions, torch.arange(length))
     held_out = {tuple(workload.text_windows(i)[0][0, :32].tolist()) for i in range(8)}
     assert not held_out & {tuple(tokens[0, :32].tolist()) for tokens, _ in batches}
+    from agnitra.workloads.zoo.tinylm_py import TEXT_WINDOWS  # every window of the held-out text its own: a repeat would narrow the intervals falsely
+
+    assert len({tuple(torch.cat(workload.text_windows(i), dim=1)[0].tolist()) for i in range(TEXT_WINDOWS)}) == TEXT_WINDOWS
     logits = workload.model(*batches[0])
     assert logits.shape[:2] == (1, length) and torch.isfinite(logits).all()
+
+
+def test_layout_judges_quality_on_the_check_positions_asked():
+    """--check-positions: the held-out windows a decoder's quality (and its interval) is judged on."""
+    import agnitra
+
+    doc = agnitra.layout("zoo:tinylm-py", transforms="quant:int4:g32", modes=["none"], device="cpu", solve_seconds=1, runs=2, check_positions=192)
+    quality = doc["modes"][0]["quality"]
+    assert quality["metric"] == "perplexity" and len(quality["window_log_ratios"]) == 3  # 192 positions in windows of 64
+    with pytest.raises(UserError, match="--check-positions must be a whole number"):
+        agnitra.layout("zoo:tinylm-py", transforms="quant:int4:g32", device="cpu", check_positions=0)
+
+
+def test_layers_whose_shapes_the_groups_do_not_divide_are_said_and_counted():
+    """int4 in groups of 64 cannot take a layer of 96 inputs: it is left in float, said in the step's
+    notes and counted apart, so that a comparison of group sizes knows the weights each converted."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 96), nn.ReLU(), nn.Linear(96, 64), nn.ReLU(), nn.Linear(64, 8)).eval()
+    calibration = [(torch.randn(4, 64),) for _ in range(2)]
+    step = run_layout(model, calibration, parse_steps("quant:int4:g64"), "none").steps[0]
+    assert step.layers == 1 and (step.weights_changed, step.weights_left) == (96 * 64, 64 * 96)
+    assert any("1 of 2 layers left as they were: their shapes (64x96) do not divide into its groups of 64" in n for n in step.notes), step.notes
+    fits = run_layout(model, calibration, parse_steps("quant:int4:g32"), "none").steps[0]
+    assert fits.layers == 2 and fits.weights_left == 0 and not any("left as they were" in n for n in fits.notes)
+

@@ -191,6 +191,7 @@ def layout(
     calibration_batches: int = 8,
     runs: int | None = None,
     l2: bool = False,
+    check_positions: int | None = None,
     out: str | Path | None = None,
     progress: Progress | None = None,
     settings: Settings | None = None,
@@ -200,7 +201,8 @@ def layout(
     (none, permuted once, re-permuted before each), each mode's model served by the kernel of its
     weight format where one applies, measured and verified beside the original in one interleaved
     run (latency, memory, energy per item on a GPU, the L2 hit rate through ncu where `l2` and it
-    can read the counters) and judged on the gates; the report (a dict, `agnitra.layout/2`), and
+    can read the counters) and judged on the gates (a decoder's quality on `check_positions`
+    teacher-forced positions of held-out text); the report (a dict, `agnitra.layout/2`), and
     with `out` its files (layout.json, layout.csv, metrics.json, report.html). The model the user
     gave is left as it is."""
     from agnitra.bench.variants import get_variant
@@ -216,6 +218,7 @@ def layout(
     arguments.each_one_of("--modes", list(modes), MODES, "mode")
     arguments.positive("--solve-seconds", solve_seconds)
     arguments.count("--calibration-batches", calibration_batches)
+    arguments.count("--check-positions", check_positions)
     _check_repeats(runs, None)
     _check_load_options(device, load_options)
     folder = None
@@ -234,7 +237,7 @@ def layout(
         runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds, cache=cache)
     kernel, no_kernel = served_kernel([s for s in steps if s.kind != "kv"])  # a kv step is served by its compressed cache
     notes = [no_kernel] if no_kernel else []
-    notes += sorted({n for run in runs_by_mode.values() for s in run.steps for n in s.notes if ": refused: " in n or "the KV cache held as" in n})
+    notes += sorted({n for run in runs_by_mode.values() for s in run.steps for n in s.notes if ": refused: " in n or "the KV cache held as" in n or "layers left as they were" in n})
     l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, folder, notes, progress) if l2 else {}
     if not l2 and dev.type == "cuda":
         notes.append("L2 hit rate: not measured (pass --l2: ncu profiles each model in a child process, about a minute each)")
@@ -246,7 +249,8 @@ def layout(
             served[mode] = "; ".join([said for said in (served[mode],) if said] + [f"served by the compressed KV cache ({', '.join(compressed)})"])
     notes += sorted({said for said in served.values() if said and not said.startswith("served by")})
     variants = [get_variant("eager")] + [GivenModel(f"layout {mode}", run.model) for mode, run in runs_by_mode.items()]
-    report = run_harness(workload, dev, describe_device(dev, settings), BenchConfig(variants=variants, runs=runs, op_breakdown=False, energy_seconds=3.0), progress)
+    report = run_harness(workload, dev, describe_device(dev, settings), BenchConfig(variants=variants, runs=runs, op_breakdown=False, energy_seconds=3.0,
+                                                                                     tolerances=Tolerances(check_positions=check_positions)), progress)
     original, mode_docs = mode_entries(report, runs_by_mode, served, l2_readings, cache_bytes(workload.model))
     doc = {"schema": "agnitra.layout/2", "workload": report.workload, "device": report.device.name if hasattr(report.device, "name") else None,
            "transforms": transforms, "solve_seconds": solve_seconds, "calibration": _calibration_said(workload, calibration),

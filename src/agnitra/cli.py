@@ -895,6 +895,7 @@ def layout(
     tokens: Optional[int] = TokensOpt,
     size: str = SizeOpt,
     runs: Optional[int] = typer.Option(None, "--runs", help="timed runs of each mode's model"),
+    check_positions: Optional[int] = typer.Option(None, "--check-positions", help="decoders: teacher-forced positions the quality is judged on (default: --tokens; 1024 on held-out text), in windows of --tokens"),
     l2: bool = typer.Option(False, "--l2", help="on a GPU, also read each mode's L2 hit rate through ncu (Nsight Compute): a child process a model, about a minute each"),
     out_dir: Optional[Path] = typer.Option(None, "--out", help="write layout.json, layout.csv, metrics.json and report.html here"),
     as_json: bool = JsonOpt,
@@ -902,7 +903,7 @@ def layout(
     """Permute channels for each state transform (2:4, blocks, int4/int8 groups, KV-cache compression) and compare the modes on quality, latency, memory, energy and L2 hit rate, with the gates each meets."""
     with _working(out_dir, not as_json) as progress:
         doc = _api().layout(model, transforms=transform, modes=[m.strip() for m in modes.split(",") if m.strip()], solve_seconds=solve_seconds, calibration_batches=calibration_batches,
-                            device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, l2=l2, out=out_dir, progress=progress)
+                            device=device, dtype=dtype, batch=batch, seq_len=seq_len, tokens=tokens, size=size, runs=runs, l2=l2, check_positions=check_positions, out=out_dir, progress=progress)
     if as_json:
         _print_json(doc)
         return

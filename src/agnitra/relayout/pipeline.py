@@ -26,7 +26,7 @@ from torch import nn
 
 from agnitra.transforms.permutation import kv
 from agnitra.transforms.permutation.cache import PermutationCache
-from agnitra.transforms.permutation.order import activation_norms, permute_checked, solve_orders, targets
+from agnitra.transforms.permutation.order import activation_norms, left_out, permute_checked, solve_orders, targets
 from agnitra.transforms.permutation.spaces import Spaces, find_spaces
 from agnitra.transforms.permutation.steps import StateStep
 
@@ -47,6 +47,8 @@ class StepRecord:
     notes: list[str] = field(default_factory=list)
     cache_bytes_before: int | None = None  # a kv step: the KV cache's bytes before and after it
     cache_bytes_after: int | None = None
+    weights_changed: int = 0  # weight elements of the layers it changed
+    weights_left: int = 0  # and of the layers (heads aside) whose shapes its groups do not divide: left as they were
 
 
 @dataclass
@@ -85,6 +87,10 @@ def _weight_step(work: nn.Module, calibration, step: StateStep, unit: int, permu
     layers = targets(work, spaces, step)
     norms = activation_norms(work, calibration, list(layers))
     notes: list[str] = []
+    unfit = left_out(work, spaces, step)
+    if unfit:
+        shapes = ", ".join(sorted({f"{m.out_features}x{m.in_features}" for m in unfit.values()}))
+        notes.append(f"{step.text}: {len(unfit)} of {len(unfit) + len(layers)} layers left as they were: their shapes ({shapes}) do not divide into its groups of {step.group}")
     permuted, gain = 0, 0.0
     if permute:
         if step.group % unit:
@@ -93,7 +99,8 @@ def _weight_step(work: nn.Module, calibration, step: StateStep, unit: int, permu
             permuted, gain = _permute_for(work, spaces, layers, norms, step, unit, calibration, solve_seconds, seed, notes, cache)
         norms = activation_norms(work, calibration, list(layers)) if permuted else norms
     kept, error = _apply(layers, norms, step)
-    return StepRecord(step.text, permuted, gain, kept, error, len(layers), round(time.monotonic() - started, 2), notes)
+    return StepRecord(step.text, permuted, gain, kept, error, len(layers), round(time.monotonic() - started, 2), notes,
+                      weights_changed=sum(m.weight.numel() for m in layers.values()), weights_left=sum(m.weight.numel() for m in unfit.values()))
 
 
 def _fixed_unit(earlier: list[StateStep]) -> int:

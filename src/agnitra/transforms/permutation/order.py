@@ -38,6 +38,12 @@ def targets(model: nn.Module, spaces: Spaces, step: StateStep, heads: bool = Fal
     return found
 
 
+def left_out(model: nn.Module, spaces: Spaces, step: StateStep) -> dict[str, nn.Linear]:
+    """The Linear layers (heads aside) a step does not fit: their shapes do not divide into its groups."""
+    return {name: module for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and not step.fits(module.weight) and f"{name}.weight" not in spaces.heads}
+
+
 def calibration_pass(model: nn.Module, inputs: list[tuple], hooks: dict[nn.Module, object]) -> None:
     """Every calibration batch through the model, each module's hook reading its inputs (a
     forward pre-hook), the hooks removed after."""

@@ -25,7 +25,7 @@ from agnitra.workloads.registry import BuildOptions, count_on_meta, register_wor
 NAME = "tinylm-py"
 DEFAULT_PROMPT_LEN = 64
 DEFAULT_NEW_TOKENS = 64
-TEXT_WINDOWS = 64  # evenly spread held-out windows the verification draws from
+TEXT_WINDOWS = 512  # evenly spread held-out windows the verification draws from (32,768 positions of 64 tokens; more repeat them)
 CALIBRATION_WINDOWS = 64  # evenly spread training-corpus windows calibration draws from
 
 
