@@ -596,6 +596,21 @@ def test_the_final_run_lineup_is_cut_to_the_time_left_keeping_the_best():
     assert (compared, finalists) == ([], [best])  # nothing left to drop but the best: the caller decides whether it fits
 
 
+def test_without_a_winning_candidate_the_fastest_verified_peer_is_kept_for_the_answer():
+    """make demo at 3 minutes on the 2-core VM: no own recipe won, the compile mode passed at 1.17x
+    in its search run, and the final run could not fit: the compile mode, not the original, is
+    kept in the lineup and is the answer taken from the search."""
+    from agnitra.search.budget import Budget
+    from agnitra.search.optimize import fastest_verified_peer, fitting_lineup
+
+    compiled, ort = _passing("compile", 1.17, peer="compile"), _passing("onnxruntime", 2.5, passed=False, peer="onnxruntime")
+    slower = _passing("compile-max", 1.02, peer="compile-max-autotune")
+    kept = fastest_verified_peer([slower, ort, compiled, _passing("own", 0.5)])
+    assert kept is compiled and fastest_verified_peer([slower, ort]) is None  # 1.02x is within the noise, ORT failed
+    needed = lambda lineup: 20.0 * (1 + len(lineup))  # noqa: E731
+    assert fitting_lineup([compiled, ort], [], kept, needed, Budget(30.0), []) == ([compiled], [])
+
+
 def test_the_final_run_confirms_a_win_its_search_run_had_beyond_the_noise_and_names_a_compile_mode_left_out():
     """MiniLM on the CPU at 5 minutes: the compile recipe ran 1.20x beyond the noise in its search
     run and 1.14x (0.94-1.25) in the final run; the original was returned. Two runs faster, one

@@ -190,7 +190,8 @@ def _run(
         results = outcome.results
         budget.mark("search")
         reserved_s = reserve(results)  # what the search left for the final run and the answer
-        compared, finalists = fitting_lineup(*final_lineup(results, objective), outcome.best, lambda lineup: reserve.needed(results, lineup) / SAFETY, budget, notes)
+        kept = outcome.best or fastest_verified_peer(results)  # what the answer would be without a final run
+        compared, finalists = fitting_lineup(*final_lineup(results, objective), kept, lambda lineup: reserve.needed(results, lineup) / SAFETY, budget, notes)
         final, final_failure = None, _why_no_final(outcome, compared + finalists, reserve.needed(results, compared + finalists), budget)
         if not final_failure:
             progress("final interleaved run: baseline, peers, finalists", 0.9)
@@ -302,6 +303,8 @@ def _screened_answer(workload, device, probe, signature, objective, results, out
         bench.workload["signature"] = {k: v for k, v in signature.items() if k != "measured"}
     bench.notes.append(f"final run: {why}")
     best = outcome.best if objective == "latency" else next(iter(rank(results, objective)), None)
+    if best is None and objective == "latency":
+        best = fastest_verified_peer(results)  # a compile mode that won in its own run beats returning the original
     if best is None:
         verdict = f"the final run did not run ({why}) and no candidate of the search beat the baseline with correct outputs; the original model is returned" + common_failure(results)
         report = OptimizeReport(bench, objective, None, Recipe().to_dict(), 1.0, results, pareto_front(results), search_info, verdict)
@@ -317,6 +320,12 @@ def _answer(workload, device, recipe: Recipe, name: str, report: OptimizeReport,
     prepared = RecipeVariant(recipe, name=name).prepare(workload, device)  # as the worker built what it verified
     model = prepared.model if prepared.model is not None else prepared.call
     return _finish(report, budget, OptimizeResult(model, recipe, report, interrupted))
+
+
+def fastest_verified_peer(results: list[CandidateResult]) -> CandidateResult | None:
+    """The fastest peer of the search that passed and beat the baseline beyond the noise in its own run."""
+    won = [r for r in results if r.peer and r.passed and r.faster_beyond_noise and r.speedup]
+    return max(won, key=lambda r: r.speedup) if won else None
 
 
 def fitting_lineup(compared: list[CandidateResult], finalists: list[CandidateResult], best: CandidateResult | None, needed, budget: Budget,
