@@ -841,26 +841,18 @@ def _searched_transforms(search: SearchSettings) -> list[str] | None:
     return [t.name for t in all_transforms() if t.name not in excluded and (not search.transforms or t.name in search.transforms)]
 
 
-def _warm_workers(device) -> None:
-    """A CPU run's workers are forked from a server forked from this process (`bench.fork_server`);
-    started before the model is built, no OpenMP thread has run yet and the fork can be used."""
-    from agnitra.bench import fork_server
-
-    try:
-        dev = device if isinstance(device, torch.device) else resolve_device(device or load_settings().device)
-    except UserError:
-        return  # said by prepare_workload, in its place among the checks
-    fork_server.warm(dev.type)
-
-
 def _optimize_in(folder, clock, model, example_inputs, *, device, objective, tolerances, search, resume, progress, settings, load_options, store=True, advisor=None):
+    from agnitra.bench import fork_server
     from agnitra.bench.isolated import workload_source
     from agnitra.optimized import OptimizedModel
     from agnitra.search.optimize import RunSetup, run_optimize
     from agnitra.search.run_folder import journal_key
 
-    _warm_workers(device)
-    workload, dev = prepare_workload(model, example_inputs, device=device, **load_options)
+    dev = device if isinstance(device, torch.device) else resolve_device(device or load_settings().device)
+    # a CPU run's workers come from a server forked from this process: started before the model is
+    # built, while no OpenMP thread has run, the fork can be used (`bench.fork_server`)
+    fork_server.warm(dev.type)
+    workload, dev = prepare_workload(model, example_inputs, device=dev, **load_options)
     _check_transform_names(search)  # a model file may register its own
     device_report = describe_device(dev, settings)
     setup = RunSetup(folder=folder)
