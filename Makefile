@@ -16,7 +16,8 @@ UV          := $(BIN)/uv pip install -q --python $(BIN)/python --compile-bytecod
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip uv
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) uv
 	rm -rf $(VENV)/torch-wheel && $(BIN)/python -m pip download -q --no-deps -d $(VENV)/torch-wheel $(TORCH)
 	$(UV) -c $(CONSTRAINTS) $(VENV)/torch-wheel/torch-*.whl
 	$(UV) -c $(CONSTRAINTS) -e '.[dev,service,advisor,agent]'
