@@ -126,3 +126,22 @@ def test_a_forked_child_forks_its_workers_from_its_parents_server():
         seen = said.read()
     os.waitpid(pid, 0)
     assert seen == f"{parent_server} {parent_server}", (seen, parent_server)
+
+
+def test_a_service_worker_imports_what_warming_needs_before_it_claims_a_job():
+    """A service worker warms the fork server after it claims a job and before its lease is first
+    renewed: the warming must import nothing of torch then (the imports took seconds under load,
+    past a short lease, and the job was queued again)."""
+    script = textwrap.dedent(
+        """
+        import sys
+        from agnitra.service.executor import LocalExecutor, _warm_fork_server
+        LocalExecutor()
+        before = set(sys.modules)
+        _warm_fork_server("cpu")
+        print(sorted(m for m in set(sys.modules) - before if m == "torch" or m.startswith("torch.")))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

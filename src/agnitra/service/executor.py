@@ -88,6 +88,10 @@ class LocalExecutor:
 
     def __init__(self) -> None:
         self.context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+        if self.context.get_start_method() == "fork":
+            # what warming the fork server imports, imported before any job is claimed: seconds
+            # under load, which a claimed job's lease would otherwise spend unrenewed
+            import torch._dynamo  # noqa: F401
 
     def launch(self, job: JobLaunch) -> Launched:
         from agnitra.service.worker import _run_job
