@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 from sqlalchemy import update
 
@@ -160,3 +161,64 @@ def test_a_lease_renewed_after_the_lapse_was_read_is_not_taken_away(db_url, monk
         row = session.get(JobRow, job.id)
         assert row.status == "running" and row.lease_owner == "worker-a" and queue._aware(row.lease_until) > queue.now()
     store.close()
+
+
+class _FinishingRun:
+    """A job's run standing in for the child process: it lasts `seconds`, then writes its outcome
+    through the queue as the child does."""
+
+    lost = False
+
+    def __init__(self, store, job_id: int, owner: str, seconds: float) -> None:
+        self.store, self.job_id, self.owner, self.ends = store, job_id, owner, time.monotonic() + seconds
+
+    def running(self) -> bool:
+        if time.monotonic() < self.ends:
+            return True
+        with self.store.session() as session:
+            queue.finish(session, self.job_id, self.owner, "done", result={"verdict": "written by the test"})
+        return False
+
+    def wait(self, seconds: float) -> None:
+        time.sleep(min(seconds, max(0.0, self.ends - time.monotonic())))
+
+    def kill(self) -> None:
+        self.ends = 0.0
+
+    def ended(self) -> str:
+        return "ended"
+
+
+def test_a_worker_outlives_a_store_busy_past_its_wait(tmp_path, monkeypatch, capfd):
+    """Another process holds SQLite's write lock for longer than a writer waits for it (a slow
+    request once did, and every worker died on its next lease renewal): the worker misses those
+    renewals, says so, renews once the lock is free, and its job ends done."""
+    import sqlite3
+
+    from agnitra.service import worker
+    from agnitra.store import db
+
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    store, project_id, model_id = _store_with_model(url)
+    with store.session() as session:
+        job, _ = queue.submit(session, project_id, model_id, "schedule", {"budget": "30s"}, None, None)
+    store.close()
+    monkeypatch.setattr(db, "SQLITE_BUSY_S", 0.5)
+    monkeypatch.setattr(worker, "RENEW_S", 0.2)
+    holder = sqlite3.connect(tmp_path / "store.db", timeout=10, check_same_thread=False)
+
+    class Executor:
+        def launch(self, launch):
+            holder.execute("BEGIN IMMEDIATE")  # the write lock, held past every wait: SQLite's default is 5 s
+            threading.Timer(6.0, holder.rollback).start()
+            return _FinishingRun(open_store(url), launch.job_id, launch.owner, seconds=7.0)
+
+    monkeypatch.setattr(worker, "make_executor", lambda name: Executor())
+    assert worker.run_worker(worker.WorkerConfig(url, str(tmp_path / "data")), stop_after=1) == 1
+    assert "the store did not answer (OperationalError: (sqlite3.OperationalError) database is locked" in capfd.readouterr().err
+    check = open_store(url)
+    with check.session() as session:
+        row = session.get(JobRow, job.id)
+        assert (row.status, row.attempts) == ("done", 1), (row.status, row.error)
+    check.close()
+    holder.close()

@@ -244,7 +244,7 @@ def _ray_job(job: JobLaunch) -> dict:
     context = ray.get_runtime_context()
     where = {"task_id": context.get_task_id(), "node_id": context.get_node_id(), "host": socket.gethostname(), "pid": os.getpid(),
              "gpus": [str(g) for g in ray.get_gpu_ids()]}
-    store = open_store(job.db_url)
+    store = open_store(job.db_url, connections=queue.CONNECTIONS)
     try:
         with store.session() as session:
             queue.progress(session, job.job_id, job.owner, f"in Ray task {where['task_id']} on node {where['node_id']} ({where['host']}, pid {where['pid']}"

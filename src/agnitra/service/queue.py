@@ -22,6 +22,9 @@ from agnitra.store.service_schema import JobEventRow, JobRow
 
 # a running job whose worker has not renewed its lease for this long is queued again
 LEASE_S = job_lease_seconds()
+# a worker's and a job's store, opened for many writers (SQLite: WAL, and a writer waits its turn
+# for SQLITE_BUSY_S): the server, the workers and their jobs write one file
+CONNECTIONS = 2
 MAX_ATTEMPTS = 3  # a job that took down this many workers is failed, not queued again
 FINISHED = ("done", "failed", "cancelled")
 

@@ -12,9 +12,10 @@ import threading
 from pathlib import Path
 
 from sqlalchemy import func, select
+from sqlalchemy.exc import OperationalError
 
 from agnitra.config import load_settings
-from agnitra.errors import UserError
+from agnitra.errors import UserError, first_line
 from agnitra.service import keys, queue
 from agnitra.service.app import ServiceConfig, create_app
 from agnitra.service.executor import check_executor
@@ -120,8 +121,11 @@ class _Workers(threading.Thread):
         while not self.stopping.is_set():
             self.children = [c for c in self.children if c.is_alive()]
             self._fill(multiprocessing.get_context("spawn"))
-            with self.store.session() as session:
-                queue.requeue_lapsed(session)
+            try:
+                with self.store.session() as session:
+                    queue.requeue_lapsed(session)
+            except OperationalError as exc:  # the store busy past its wait: the next round tries again
+                print(f"agnitra serve: lapsed leases not checked this round ({first_line(exc)})", file=sys.stderr, flush=True)
             self.stopping.wait(KEEPER_S)
 
     def _fill(self, context) -> None:

@@ -15,10 +15,13 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+
+from sqlalchemy.exc import OperationalError
 
 from agnitra.bench.isolated import die_with_parent
 from agnitra.errors import UserError, first_line
@@ -47,14 +50,18 @@ class WorkerConfig:
 def run_worker(config: WorkerConfig, stop_after: int | None = None, idle_exit_s: float | None = None) -> int:
     """Take and run jobs until stopped (`stop_after` jobs, or `idle_exit_s` without one); returns how many ran."""
     executor = make_executor(config.executor)  # a user error before any job is claimed (Ray missing or unreachable)
-    store = open_store(config.db_url)
+    store = open_store(config.db_url, connections=queue.CONNECTIONS)
     ran, idle_since = 0, time.monotonic()
     try:
         while stop_after is None or ran < stop_after:
-            with store.session() as session:
-                queue.requeue_lapsed(session)
-                job = queue.claim(session, config.owner)
-                job_id = job.id if job else None
+            try:
+                with store.session() as session:
+                    queue.requeue_lapsed(session)
+                    job = queue.claim(session, config.owner)
+                    job_id = job.id if job else None
+            except OperationalError as exc:  # the store busy past its wait (or gone a moment): the next poll tries again
+                _said_busy(exc)
+                job_id = None
             if job_id is None:
                 if idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
                     break
@@ -63,8 +70,11 @@ def run_worker(config: WorkerConfig, stop_after: int | None = None, idle_exit_s:
             try:
                 _supervise(store, config, executor, job_id)
             except Exception as exc:  # noqa: BLE001 - the job fails, the worker goes on
-                with store.session() as session:
-                    queue.finish(session, job_id, config.owner, "failed", error=f"the worker could not run it: {first_line(exc)}")
+                try:
+                    with store.session() as session:
+                        queue.finish(session, job_id, config.owner, "failed", error=f"the worker could not run it: {first_line(exc)}")
+                except OperationalError as busy:  # the job is left to its lease, which lapses: it is queued again
+                    _said_busy(busy)
             ran, idle_since = ran + 1, time.monotonic()
     finally:
         store.close()
@@ -82,9 +92,13 @@ def _supervise(store, config: WorkerConfig, executor, job_id: int) -> None:
     deadline, why = time.monotonic() + budget_s + GRACE_S, ""
     while run.running():
         run.wait(RENEW_S)
-        with store.session() as session:
-            held = queue.renew(session, job_id, config.owner)
-            cancelled = session.get(JobRow, job_id).cancel_requested
+        try:
+            with store.session() as session:
+                held = queue.renew(session, job_id, config.owner)
+                cancelled = session.get(JobRow, job_id).cancel_requested
+        except OperationalError as exc:  # not renewed this time; the lease outlasts a few such
+            _said_busy(exc)
+            continue
         if cancelled or not held or time.monotonic() > deadline:
             why = "cancelled" if cancelled else ("its lease was lost" if not held else f"ran past its limit ({budget_s:.0f} s budget + {GRACE_S:.0f} s)")
             run.kill()
@@ -98,6 +112,10 @@ def _supervise(store, config: WorkerConfig, executor, job_id: int) -> None:
                 queue.event(session, job_id, f"{ended}; queued again once its lease lapses")
             else:
                 queue.finish(session, job_id, config.owner, "failed", error=ended)
+
+
+def _said_busy(exc: OperationalError) -> None:
+    print(f"agnitra worker {os.getpid()}: the store did not answer ({first_line(exc)}); trying again", file=sys.stderr, flush=True)
 
 
 def _device_of(settings: dict, options: dict) -> str:
@@ -119,7 +137,7 @@ def _run_job(db_url: str, data_dir: str, owner: str, job_id: int, evaluation: di
     die_with_parent()
     from agnitra import api
 
-    store = open_store(db_url)
+    store = open_store(db_url, connections=queue.CONNECTIONS)
     reporter, shown = _Progress(store, job_id, owner), str
     try:
         with store.session() as session:
@@ -165,5 +183,8 @@ class _Progress:
         if time.monotonic() - self.last < PROGRESS_EVERY_S:
             return
         self.last = time.monotonic()
-        with self.store.session() as session:
-            queue.progress(session, self.job_id, self.owner, message, fraction)
+        try:
+            with self.store.session() as session:
+                queue.progress(session, self.job_id, self.owner, message, fraction)
+        except OperationalError as exc:  # an event missed, not the job: the next one says where it is
+            _said_busy(exc)

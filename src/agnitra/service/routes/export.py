@@ -59,21 +59,28 @@ def export(body: ExportIn, request: Request, who: Caller = Depends(caller)):
     if job.status != "done":
         raise HTTPException(409, f"job {job.id} is {job.status}: only a finished job's answer is exported; wait until it is done (GET /v1/jobs/{job.id})")
     recipe = Recipe.from_dict({"version": RECIPE_VERSION, **(job.result.get("recipe") or {"steps": []})})
+    path = None if body.format == "recipe" else _exported_file(who.session.get(ModelRow, job.model_id), job, recipe, body.format, request)
+    # audited once the file is made: a write before the export would hold the store's write lock
+    # (and every worker's lease renewal behind it) for the export's seconds
     audit(who, "job.export", f"job:{job.id}", format=body.format, recipe=recipe.name)
-    if body.format == "recipe":
+    if path is None:
         return recipe.to_dict()
-    _refuse_unexportable(recipe, body.format)
-    model = who.session.get(ModelRow, job.model_id)
+    return FileResponse(path, media_type="application/octet-stream", filename=f"job-{job.id}.{body.format}")
+
+
+def _exported_file(model: ModelRow, job: JobRow, recipe, fmt: str, request: Request) -> Path:
+    """The job's answer as a .onnx or .pt2 file, made on the first request and kept for the next."""
+    _refuse_unexportable(recipe, fmt)
     folder = request.app.state.config.data_dir / "jobs" / str(job.id) / "export"
-    path = folder / f"model.{body.format}"
+    path = folder / f"model.{fmt}"
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         options = {**model.options, **{k: v for k, v in job.settings.items() if k in LOAD_SETTINGS}}
         if model.kind == "onnx":
-            _onnx_model(model, recipe, body.format, path)
+            _onnx_model(model, recipe, fmt, path)
         else:
-            _run_export(model, options, recipe.to_dict(), body.format, str(job.settings.get("device") or "cpu"), path, request.app.state.config.allow_pickle)
-    return FileResponse(path, media_type="application/octet-stream", filename=f"job-{job.id}.{body.format}")
+            _run_export(model, options, recipe.to_dict(), fmt, str(job.settings.get("device") or "cpu"), path, request.app.state.config.allow_pickle)
+    return path
 
 
 def _refuse_unexportable(recipe, fmt: str) -> None:
