@@ -139,6 +139,26 @@ def test_a_mode_with_a_kernel_for_its_format_is_measured_with_it(tmp_path):
         assert m["quality"]["metric"] and m["quality"]["value"] is not None
 
 
+def test_fewer_bits_than_a_kernel_takes_are_measured_as_dense_weights_and_said():
+    """int3 and int2 have no kernel: each group's weights take at most 2^bits values, held dense,
+    and the report says so; more bits lose less."""
+    torch.manual_seed(0)
+    weight = torch.randn(8, 64)
+    errors = {}
+    for bits in (2, 3, 4):
+        step = parse_steps(f"quant:int{bits}:g32")[0]
+        rounded = step.transformed(weight)
+        assert all(len(group.unique()) <= 2**bits for group in rounded.reshape(-1, 32))
+        errors[bits] = (rounded - weight).pow(2).mean().item()
+    assert errors[2] > errors[3] > errors[4] > 0
+    assert parse_steps("quant:int3")[0].group == 32
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32))
+    import agnitra
+
+    doc = agnitra.layout(model, torch.randn(4, 64), transforms="quant:int3:g32", modes=["none"], device="cpu", solve_seconds=1, runs=2)
+    assert "no kernel runs quant:int3:g32: measured as dense weights" in doc["notes"], doc["notes"]
+
+
 def test_gates_judge_each_figure_against_the_original():
     from agnitra.relayout.gates import gates
 

@@ -3,7 +3,8 @@
 cost its solver minimises over the order of the weight's input channels (`cost`).
 
 Written `sparsity:2:4`, `blocks:16:0.5` (blocks of 16 x 16, half kept), `quant:int4` (group 32),
-`quant:int4:g128`, `quant:int8` (per row). KV-cache steps (`kv:int8[:gN]`, `kv:int4[:gN]`,
+`quant:int4:g128`, `quant:int8` (per row), `quant:int3[:gG]` and `quant:int2[:gG]` (no kernel: their
+quality is measured on the rounded weights held dense). KV-cache steps (`kv:int8[:gN]`, `kv:int4[:gN]`,
 `kv:prune:F`) change no weight: `transforms/permutation/kv.py` installs them as a compressed
 cache and orders the key and value channels for them."""
 
@@ -78,7 +79,7 @@ class StateStep:
 
 
 def parse_steps(text: str) -> list[StateStep]:
-    """`sparsity:2:4,quant:int4[:gG],quant:int8,blocks:B:DENSITY,kv:int8[:gG],kv:int4[:gG],kv:prune:F`
+    """`sparsity:2:4,quant:int4[:gG],quant:int8,quant:int3|int2[:gG],blocks:B:DENSITY,kv:int8[:gG],kv:int4[:gG],kv:prune:F`
     -> the steps in order."""
     steps = []
     for part in [p.strip() for p in text.split(",") if p.strip()]:
@@ -86,9 +87,9 @@ def parse_steps(text: str) -> list[StateStep]:
         kind = fields[0]
         if kind == "sparsity" and fields[1:] == ["2", "4"]:
             steps.append(StateStep("sparsity", 4, text=part))
-        elif kind == "quant" and len(fields) in (2, 3) and fields[1] in ("int4", "int8"):
+        elif kind == "quant" and len(fields) in (2, 3) and fields[1] in ("int2", "int3", "int4", "int8"):
             bits = int(fields[1][3:])
-            group = int(fields[2][1:]) if len(fields) == 3 and fields[2].startswith("g") and fields[2][1:].isdigit() else (32 if bits == 4 else 0)
+            group = int(fields[2][1:]) if len(fields) == 3 and fields[2].startswith("g") and fields[2][1:].isdigit() else (32 if bits < 8 else 0)
             if len(fields) == 3 and not (fields[2].startswith("g") and fields[2][1:].isdigit()):
                 raise UserError(f"--transform {part}: the group is written gN, e.g. quant:int4:g128")
             steps.append(StateStep("quant", group, bits=bits, text=part))
@@ -103,7 +104,7 @@ def parse_steps(text: str) -> list[StateStep]:
         elif kind == "kv":
             steps.append(_kv_step(part, fields[1:]))
         else:
-            raise UserError(f"--transform {part} is not a state transform; use sparsity:2:4, quant:int4[:gN], quant:int8, blocks:SIZE:DENSITY or kv:int8|kv:int4[:gN]|kv:prune:F")
+            raise UserError(f"--transform {part} is not a state transform; use sparsity:2:4, quant:int4[:gN], quant:int8, quant:int3|int2[:gN], blocks:SIZE:DENSITY or kv:int8|kv:int4[:gN]|kv:prune:F")
     if not steps:
         raise UserError("--transform names no state transform; e.g. --transform sparsity:2:4,quant:int4")
     return steps
