@@ -16,6 +16,7 @@ from agnitra.fileio import atomic_write_text, set_aside
 from agnitra.transforms.permutation.spaces import Space
 
 SCHEMA = "agnitra.layout-cache/1"
+RULES = 2  # which spaces a step may order (order._spaces_for): orders kept under other rules are not reused
 
 
 def _digest(named: list[tuple[str, torch.Tensor]]) -> str:
@@ -53,7 +54,7 @@ class PermutationCache:
         from agnitra._version import __version__
 
         tag = json.dumps({"weights": weights_digest(model), "step": step_text, "unit": unit, "seconds": seconds, "calibration": inputs_digest(list(calibration)),
-                          "agnitra": __version__}, sort_keys=True)
+                          "agnitra": __version__, "rules": RULES}, sort_keys=True)
         return hashlib.sha256(tag.encode()).hexdigest()[:32]
 
     def get(self, key: str) -> tuple[dict[str, list[int]], float] | None:
