@@ -274,12 +274,14 @@ def test_a_decoder_is_calibrated_on_its_training_text_never_its_held_out_text():
 
 
 def test_layout_judges_quality_on_the_check_positions_asked():
-    """--check-positions: the held-out windows a decoder's quality (and its interval) is judged on."""
+    """--check-positions: the held-out windows a decoder's quality (and its interval) is judged on;
+    the residual stream left in its order for int4 groups is said in the report's notes."""
     import agnitra
 
-    doc = agnitra.layout("zoo:tinylm-py", transforms="quant:int4:g32", modes=["none"], device="cpu", solve_seconds=1, runs=2, check_positions=192)
+    doc = agnitra.layout("zoo:tinylm-py", transforms="quant:int4:g32", modes=["none", "once"], device="cpu", solve_seconds=1, runs=2, check_positions=192)
     quality = doc["modes"][0]["quality"]
     assert quality["metric"] == "perplexity" and len(quality["window_log_ratios"]) == 3  # 192 positions in windows of 64
+    assert any("read by several layers (up to 20: the residual stream) left in their order" in n for n in doc["notes"]), doc["notes"]
     with pytest.raises(UserError, match="--check-positions must be a whole number"):
         agnitra.layout("zoo:tinylm-py", transforms="quant:int4:g32", device="cpu", check_positions=0)
 

@@ -237,7 +237,7 @@ def layout(
         runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds, cache=cache)
     kernel, no_kernel = served_kernel([s for s in steps if s.kind != "kv"])  # a kv step is served by its compressed cache
     notes = [no_kernel] if no_kernel else []
-    notes += sorted({n for run in runs_by_mode.values() for s in run.steps for n in s.notes if ": refused: " in n or "the KV cache held as" in n or "layers left as they were" in n})
+    notes += sorted({n for run in runs_by_mode.values() for s in run.steps for n in s.notes if ": refused: " in n or "the KV cache held as" in n or "layers left as they were" in n or "left in their order" in n})
     l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, folder, notes, progress) if l2 else {}
     if not l2 and dev.type == "cuda":
         notes.append("L2 hit rate: not measured (pass --l2: ncu profiles each model in a child process, about a minute each)")
