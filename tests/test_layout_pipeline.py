@@ -299,7 +299,6 @@ def test_layers_whose_shapes_the_groups_do_not_divide_are_said_and_counted():
     assert fits.layers == 2 and fits.weights_left == 0 and not any("left as they were" in n for n in fits.notes)
 
 
-
 class _Shared(torch.nn.Module):
     """h = a(x) is read by two layers (b and c, summed: a residual stream's shape); b+c's output is
     read by one (d)."""

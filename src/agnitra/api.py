@@ -209,7 +209,7 @@ def layout(
     from agnitra.bench.variants.given import GivenModel
     from agnitra.models.kv_cache import cache_bytes
     from agnitra.relayout.measure import mode_entries
-    from agnitra.relayout.pipeline import MODES, run_layout
+    from agnitra.relayout.pipeline import MODES, reported_notes, run_layout
     from agnitra.relayout.serve import serve, served_kernel
     from agnitra.transforms.permutation.cache import PermutationCache
     from agnitra.transforms.permutation.steps import parse_steps
@@ -237,7 +237,7 @@ def layout(
         runs_by_mode[mode] = run_layout(workload.model, calibration, steps, mode, solve_seconds=solve_seconds, cache=cache)
     kernel, no_kernel = served_kernel([s for s in steps if s.kind != "kv"])  # a kv step is served by its compressed cache
     notes = [no_kernel] if no_kernel else []
-    notes += sorted({n for run in runs_by_mode.values() for s in run.steps for n in s.notes if ": refused: " in n or "the KV cache held as" in n or "layers left as they were" in n or "left in their order" in n})
+    notes += reported_notes(runs_by_mode.values())
     l2_readings = _layout_l2(model, load_options, workload, dev, runs_by_mode, kernel, folder, notes, progress) if l2 else {}
     if not l2 and dev.type == "cuda":
         notes.append("L2 hit rate: not measured (pass --l2: ncu profiles each model in a child process, about a minute each)")

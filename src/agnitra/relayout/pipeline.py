@@ -33,6 +33,8 @@ from agnitra.transforms.permutation.steps import StateStep
 __all__ = ["MODES", "LayoutRun", "StepRecord", "activation_norms", "run_layout", "targets"]
 
 MODES = ("none", "once", "iterative")
+# what a step's notes say that holds for the whole report (its other notes stay with the step)
+REPORTED = (": refused: ", "the KV cache held as", "layers left as they were", "left in their order")
 
 
 @dataclass
@@ -59,6 +61,12 @@ class LayoutRun:
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "steps": [asdict(s) for s in self.steps]}
+
+
+def reported_notes(runs) -> list[str]:
+    """The notes of every mode's steps that the report says once, sorted: refusals, the KV cache's
+    format, layers the groups do not fit, spaces left in their order."""
+    return sorted({n for run in runs for s in run.steps for n in s.notes if any(marker in n for marker in REPORTED)})
 
 
 def run_layout(model: nn.Module, calibration: list[tuple], steps: list[StateStep], mode: str, *, solve_seconds: float = 20.0,
