@@ -236,7 +236,7 @@ def test_html_escapes_module_names_everywhere():
 
 def test_chart_labels_show_module_names_literally():
     report = make_report(mlp=XSS)
-    labels = list(hotspot_figure(report.hotspots).data[0].y)
+    labels = list(hotspot_figure(report.hotspots)["data"][0]["y"])
     assert labels[-1] == f"{ESCAPED_XSS} (matmul)"  # largest on top, i.e. last
     assert labels[0] == "embed (embedding)"
 
@@ -244,16 +244,17 @@ def test_chart_labels_show_module_names_literally():
 def test_hotspot_figure_caps_at_twenty_modules():
     spots = [Hotspot(f"blocks.{i}", "Block", "matmul", 100.0 - i, (100.0 - i) / 4000, 1e6, 1e5, 10.0,
                      "compute", 3) for i in range(30)]
-    assert len(hotspot_figure(spots).data[0].y) == 20
+    assert len(hotspot_figure(spots)["data"][0]["y"]) == 20
 
 
 def test_op_mix_figure_puts_flops_and_time_side_by_side():
     figure = op_mix_figure(make_ir())
-    assert [trace.name for trace in figure.data] == ["share of FLOPs", "share of time"]
-    assert list(figure.data[0].x) == ["matmul", "attention", "embedding", "elementwise"]  # KINDS order
-    time_share = dict(zip(figure.data[1].x, figure.data[1].y))
+    flops, time = figure["data"]
+    assert [flops["name"], time["name"]] == ["share of FLOPs", "share of time"]
+    assert flops["x"] == ["matmul", "attention", "embedding", "elementwise"]  # KINDS order
+    time_share = dict(zip(time["x"], time["y"]))
     assert math.isclose(time_share["matmul"], 170 / 230 * 100)
-    assert list(figure.data[0].customdata) == [4, 1, 1, 2]  # node counts for the hover
+    assert flops["customdata"] == [4, 1, 1, 2]  # node counts for the hover
 
 
 # ---------------------------------------------------------------- console

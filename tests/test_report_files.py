@@ -279,14 +279,14 @@ def test_bench_html_escapes_user_text():
 def test_chart_labels_show_user_text_literally():
     report = make_bench_report(eager_name=XSS)
     report.op_breakdown[0].op = "<b>fused</b>"
-    assert latency_figure(report.variants).data[0].x[0] == "&lt;script&gt;alert(1)&lt;/script&gt;"
-    assert throughput_figure(report.variants).data[0].x[0] == "&lt;script&gt;alert(1)&lt;/script&gt;"
-    assert ops_share_figure(report.op_breakdown).data[0].y[-1] == "&lt;b&gt;fused&lt;/b&gt;"
+    assert latency_figure(report.variants)["data"][0]["x"][0] == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert throughput_figure(report.variants)["data"][0]["x"][0] == "&lt;script&gt;alert(1)&lt;/script&gt;"
+    assert ops_share_figure(report.op_breakdown)["data"][0]["y"][-1] == "&lt;b&gt;fused&lt;/b&gt;"
 
 
 def test_ops_share_figure_keeps_repeated_ops_apart_and_caps_at_top():
     rows = [OpRow("aten::mm", 1, 10.0 - i, (10.0 - i) / 100, f"{i}x8", 0.0, 0.0, None) for i in range(20)]
-    labels = list(ops_share_figure(rows).data[0].y)
+    labels = list(ops_share_figure(rows)["data"][0]["y"])
     assert len(labels) == 15 and len(set(labels)) == 15
 
 

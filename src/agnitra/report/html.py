@@ -13,9 +13,9 @@ import json
 from collections import Counter
 from typing import Any, Iterable, Sequence
 
-import plotly.graph_objects as go
 import plotly.offline
 
+from agnitra.report import charts
 from agnitra.results import BenchReport, DeviceReport, Latency, OpRow, ProfileReport, VariantResult
 from agnitra.report.units import (
     MISSING,
@@ -38,7 +38,6 @@ from agnitra.report.units import (
 )
 
 TOP_OPS_CHARTED = 15
-CHART_CONFIG = {"displaylogo": False, "responsive": True}
 
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
@@ -166,19 +165,16 @@ class _Charts:
     def __init__(self) -> None:
         self.count = 0
 
-    def embed(self, figure: go.Figure | None) -> str:
+    def embed(self, figure: charts.Figure | None) -> str:
         if figure is None:
             return ""
         self.count += 1
-        div = figure.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{self.count}",
-                             config=CHART_CONFIG)
-        return f'<div class="chart">{div}</div>'
+        return f'<div class="chart">{charts.div(figure, f"chart-{self.count}")}</div>'
 
 
 def _base_layout(title: str, height: int) -> dict[str, Any]:
     return {
         "title": {"text": html.escape(title, quote=False), "x": 0.01, "font": {"size": 15}},
-        "template": "plotly_white",
         "height": height,
         "margin": {"l": 60, "r": 20, "t": 50, "b": 60},
         "showlegend": False,
@@ -196,7 +192,7 @@ def _unique_labels(labels: Sequence[str]) -> list[str]:
     return unique
 
 
-def latency_figure(variants: Sequence[VariantResult]) -> go.Figure | None:
+def latency_figure(variants: Sequence[VariantResult]) -> charts.Figure | None:
     """Median latency per variant with status ok, the p95 as an upward error bar."""
     timed = _timed_ok(variants)
     if not timed:
@@ -204,15 +200,13 @@ def latency_figure(variants: Sequence[VariantResult]) -> go.Figure | None:
     names = _unique_labels([_chart_label(v.name) for v in timed])
     medians = [v.latency_ms.median for v in timed]
     above = [_p95_above_median(v.latency_ms) for v in timed]
-    bar = go.Bar(
-        x=names, y=medians, marker_color="#3b6fb6",
+    bar = charts.bar(
+        "#3b6fb6", x=names, y=medians,
         error_y={"type": "data", "symmetric": False, "array": above, "arrayminus": [0.0] * len(timed)},
         text=[format_number(m, 4) for m in medians], textposition="outside",
         hovertemplate="%{x}<br>median %{y:.4g} ms<extra></extra>",
     )
-    figure = go.Figure(bar, layout=_base_layout("Latency per call (median, error bar to p95)", 380))
-    figure.update_yaxes(title_text="ms", rangemode="tozero")
-    return figure
+    return charts.figure([bar], _base_layout("Latency per call (median, error bar to p95)", 380), y_axis={"title": "ms", "rangemode": "tozero"})
 
 
 def _timed_ok(variants: Sequence[VariantResult]) -> list[VariantResult]:
@@ -225,7 +219,7 @@ def _p95_above_median(latency: Latency) -> float:
     return max(0.0, latency.p95 - latency.median) if is_number(latency.p95) else 0.0
 
 
-def throughput_figure(variants: Sequence[VariantResult]) -> go.Figure | None:
+def throughput_figure(variants: Sequence[VariantResult]) -> charts.Figure | None:
     """Throughput per variant with status ok."""
     measured = [v for v in variants
                 if v.status == "ok" and v.throughput is not None and is_number(v.throughput.value)]
@@ -233,20 +227,18 @@ def throughput_figure(variants: Sequence[VariantResult]) -> go.Figure | None:
         return None
     units = {v.throughput.unit for v in measured}
     unit = units.pop() if len(units) == 1 else "per second"
-    bar = go.Bar(
+    bar = charts.bar(
+        "#2f9e77",
         x=_unique_labels([_chart_label(v.name) for v in measured]),
         y=[v.throughput.value for v in measured],
-        marker_color="#2f9e77",
         text=[_chart_label(format_throughput(v.throughput.value, v.throughput.unit)) for v in measured],
         textposition="outside",
         hovertemplate="%{x}<br>%{text}<extra></extra>",
     )
-    figure = go.Figure(bar, layout=_base_layout("Throughput", 380))
-    figure.update_yaxes(title_text=_chart_label(unit), rangemode="tozero")
-    return figure
+    return charts.figure([bar], _base_layout("Throughput", 380), y_axis={"title": _chart_label(unit), "rangemode": "tozero"})
 
 
-def ops_share_figure(rows: Sequence[OpRow], top: int = TOP_OPS_CHARTED) -> go.Figure | None:
+def ops_share_figure(rows: Sequence[OpRow], top: int = TOP_OPS_CHARTED) -> charts.Figure | None:
     """Horizontal bars of the `top` operators by share of self time, largest on top."""
     ranked = _ops_by_share(rows)[:top]
     if not ranked:
@@ -255,17 +247,15 @@ def ops_share_figure(rows: Sequence[OpRow], top: int = TOP_OPS_CHARTED) -> go.Fi
     labels = _unique_labels([_chart_label(label) for label in _op_labels(ranked)])
     details = [[format_time_us(r.self_time_us), r.calls, _chart_label(truncate(r.input_shapes, 80))]
                for r in ranked]
-    bar = go.Bar(
-        x=[row.share * 100 for row in ranked], y=labels, orientation="h", marker_color="#c8553d",
+    bar = charts.bar(
+        "#c8553d", x=[row.share * 100 for row in ranked], y=labels, orientation="h",
         customdata=details,
         hovertemplate="%{y}<br>%{x:.1f}% of self time, %{customdata[0]} over %{customdata[1]} calls"
                       "<br>%{customdata[2]}<extra></extra>",
     )
     layout = _base_layout(f"Top {len(ranked)} operators by share of self time", 120 + 24 * len(ranked))
     layout["margin"] = {"l": 220, "r": 20, "t": 50, "b": 50}
-    figure = go.Figure(bar, layout=layout)
-    figure.update_xaxes(title_text="% of self time", rangemode="tozero")
-    return figure
+    return charts.figure([bar], layout, x_axis={"title": "% of self time", "rangemode": "tozero"})
 
 
 def _op_labels(rows: Sequence[OpRow]) -> list[str]:
@@ -364,7 +354,7 @@ def _op_breakdown_parts(report: BenchReport, charts: _Charts) -> list[str]:
     return [scope, charts.embed(ops_share_figure(report.op_breakdown)), _ops_table_html(report.op_breakdown)]
 
 
-def _chart_grid(charts: _Charts, *figures: go.Figure | None) -> str:
+def _chart_grid(charts: _Charts, *figures: charts.Figure | None) -> str:
     divs = [charts.embed(figure) for figure in figures if figure is not None]
     if not divs:
         return '<p class="muted">No variant ran successfully, so there is nothing to chart.</p>'

@@ -16,10 +16,10 @@ import html
 import math
 from typing import Any, Sequence
 
-import plotly.graph_objects as go
 
 from agnitra.ir.graph import GraphBreak, GraphIR, IRNode
 from agnitra.ir.hotspots import Hotspot
+from agnitra.report import charts
 from agnitra.report.html import (
     _base_layout,
     _chart_label,
@@ -185,7 +185,7 @@ def _shapes_text(shapes: Sequence[Any]) -> str:
 # ---------------------------------------------------------------- operator mix
 
 
-def op_mix_figure(ir: GraphIR) -> go.Figure | None:
+def op_mix_figure(ir: GraphIR) -> charts.Figure | None:
     """Per operator kind, side by side: share of FLOPs and share of measured time (node counts in hover)."""
     mix = op_mix_with_time(ir)
     if not mix:
@@ -198,16 +198,14 @@ def op_mix_figure(ir: GraphIR) -> go.Figure | None:
     layout = _base_layout("Operator mix: share of FLOPs and of measured time per kind", 400)
     layout.update(showlegend=True, barmode="group", legend={"orientation": "h", "y": 1.02, "x": 1,
                                                               "xanchor": "right", "yanchor": "bottom"})
-    figure = go.Figure(bars, layout=layout)
-    figure.update_yaxes(title_text="% of total", rangemode="tozero")
-    return figure
+    return charts.figure(bars, layout, y_axis={"title": "% of total", "rangemode": "tozero"})
 
 
 def _share_bar(what: str, kinds: list[str], shares: list[float | None], counts: list[int],
-               color: str) -> go.Bar:
-    return go.Bar(
-        name=f"share of {what}", x=kinds, y=[(share or 0.0) * 100 for share in shares],
-        marker_color=color, customdata=counts,
+               color: str) -> dict:
+    return charts.bar(
+        color, name=f"share of {what}", x=kinds, y=[(share or 0.0) * 100 for share in shares],
+        customdata=counts,
         hovertemplate=f"%{{x}}<br>%{{y:.1f}}% of {what}<br>%{{customdata}} nodes<extra></extra>",
     )
 
@@ -225,7 +223,7 @@ def _op_mix_table(ir: GraphIR) -> str:
 # ---------------------------------------------------------------- hotspots
 
 
-def hotspot_figure(hotspots: Sequence[Hotspot], top: int = TOP_HOTSPOTS_CHARTED) -> go.Figure | None:
+def hotspot_figure(hotspots: Sequence[Hotspot], top: int = TOP_HOTSPOTS_CHARTED) -> charts.Figure | None:
     """Horizontal bars of the `top` modules by share of time (of FLOPs when untimed), largest on top."""
     timed = any(is_number(spot.share) for spot in hotspots)
     total_flops = sum(spot.flops for spot in hotspots)
@@ -238,16 +236,14 @@ def hotspot_figure(hotspots: Sequence[Hotspot], top: int = TOP_HOTSPOTS_CHARTED)
     details = [[_chart_label(spot.module_type or MISSING), format_time_us(spot.time_us),
                 format_flops(spot.flops), spot.bound or MISSING, spot.nodes] for spot in ranked]
     what = "time" if timed else "FLOPs"
-    bar = go.Bar(
-        x=values, y=labels, orientation="h", marker_color="#c8553d", customdata=details,
+    bar = charts.bar(
+        "#c8553d", x=values, y=labels, orientation="h", customdata=details,
         hovertemplate=f"%{{y}}<br>%{{x:.1f}}% of {what}<br>%{{customdata[0]}}, %{{customdata[4]}} nodes"
                       "<br>%{customdata[1]}, %{customdata[2]}, %{customdata[3]}-bound<extra></extra>",
     )
     layout = _base_layout(f"Top {len(ranked)} modules by share of {what}", 120 + 24 * len(ranked))
     layout["margin"] = {"l": 320, "r": 20, "t": 50, "b": 50}
-    figure = go.Figure(bar, layout=layout)
-    figure.update_xaxes(title_text=f"% of {what}", rangemode="tozero")
-    return figure
+    return charts.figure([bar], layout, x_axis={"title": f"% of {what}", "rangemode": "tozero"})
 
 
 def _hotspot_label(spot: Hotspot) -> str:

@@ -8,8 +8,7 @@ import html
 import json
 from pathlib import Path
 
-import plotly.graph_objects as go
-
+from agnitra.report import charts
 from agnitra.report.console_units import candidate_cells
 from agnitra.report.files import _write_csv, _write_json, _write_text, write_bench_report
 from agnitra.report.html import (
@@ -21,7 +20,7 @@ from agnitra.results import OptimizeReport, own_memory_bytes
 CANDIDATE_HEADERS = ["candidate", "status", "speedup", "predicted", "median ms", "baseline ms", "model MiB", "correctness", "prior", "setup s", "reason"]
 
 
-def speedup_figure(report: OptimizeReport) -> go.Figure | None:
+def speedup_figure(report: OptimizeReport) -> charts.Figure | None:
     base = report.bench.variants[0]
     ok = [v for v in report.bench.variants if v.status == "ok" and v.latency_ms]
     if base.status != "ok" or len(ok) < 2:
@@ -29,58 +28,52 @@ def speedup_figure(report: OptimizeReport) -> go.Figure | None:
     names = [_short(_chart_label(v.name)) for v in ok]
     speedups = [base.latency_ms.median / v.latency_ms.median for v in ok]
     colors = ["#2b8a3e" if v.name == report.chosen else "#868e96" for v in ok]
-    fig = go.Figure(go.Bar(
-        x=speedups, y=names, orientation="h", marker_color=colors, text=[f"{x:.2f}x" for x in speedups], textposition="outside",
+    bar = charts.bar(
+        colors, x=speedups, y=names, orientation="h", text=[f"{x:.2f}x" for x in speedups], textposition="outside",
         customdata=[_chart_label(v.name) for v in ok], hovertemplate="%{customdata}: %{x:.2f}x<extra></extra>",
-    ))
-    fig.update_layout(**_base_layout(f"Speedup over {_chart_label(base.name)} (final interleaved run)", 120 + 40 * len(ok)))
-    fig.update_layout(margin={"l": 20, "r": 40, "t": 50, "b": 50})
-    fig.update_yaxes(automargin=True)
-    fig.update_xaxes(title="x faster than the baseline", range=[0, max(speedups) * 1.15])
-    return fig
+    )
+    layout = {**_base_layout(f"Speedup over {_chart_label(base.name)} (final interleaved run)", 120 + 40 * len(ok)), "margin": {"l": 20, "r": 40, "t": 50, "b": 50}}
+    return charts.figure([bar], layout, x_axis={"title": "x faster than the baseline", "range": [0, max(speedups) * 1.15]})
 
 
 def _short(label: str, limit: int = 48) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
-def pareto_figure(report: OptimizeReport) -> go.Figure | None:
+def pareto_figure(report: OptimizeReport) -> charts.Figure | None:
     points = [c for c in report.candidates if c.status == "ok" and c.latency_ms]
     if not points:
         return None
-    fig = go.Figure()
+    traces = []
     for group, members, color in (("Pareto front", [c for c in points if c.name in report.pareto], "#2b8a3e"), ("passed", [c for c in points if c.passed and c.name not in report.pareto], "#1c7ed6"), ("failed verification", [c for c in points if not c.passed], "#e03131")):
         if members:
-            fig.add_trace(go.Scatter(
+            traces.append(charts.scatter(
                 x=[c.latency_ms.median for c in members], y=[own_memory_bytes(c) / 2**20 for c in members],
                 mode="markers", name=group, marker={"color": color, "size": 10},
                 text=[_chart_label(c.name) for c in members], hovertemplate="%{text}<br>%{x:.3f} ms, %{y:.1f} MiB<extra></extra>",
             ))
-    fig.update_layout(**_base_layout("Candidates: latency vs model memory", 420))
-    fig.update_xaxes(title="median latency, ms (lower is better)")
-    fig.update_yaxes(title="weights and buffers on the device (else the run's peak), MiB")
-    return fig
+    title = "Candidates: latency vs model memory (weights and buffers on the device, else the run's peak)"
+    return charts.figure(traces, {**_base_layout(title, 420), "showlegend": True},
+                         x_axis={"title": "median latency, ms (lower is better)"}, y_axis={"title": "model memory, MiB"})
 
 
-def prediction_figure(report: OptimizeReport) -> go.Figure | None:
+def prediction_figure(report: OptimizeReport) -> charts.Figure | None:
     """Predicted against measured speedup of each candidate the cost model guided (none: no chart)."""
     points = [c for c in report.candidates if c.predicted and c.speedup]
     if not points:
         return None
-    fig = go.Figure()
+    traces = []
     for group, members, color in (("passed", [c for c in points if c.passed], "#1c7ed6"), ("failed verification", [c for c in points if not c.passed], "#e03131")):
         if members:
-            fig.add_trace(go.Scatter(
+            traces.append(charts.scatter(
                 x=[c.predicted["speedup"] for c in members], y=[c.speedup for c in members], mode="markers", name=group, marker={"color": color, "size": 10},
                 text=[f"{_chart_label(c.name)}<br>P(pass) {c.predicted['p_pass']:.2f}" for c in members], hovertemplate="%{text}<br>predicted %{x:.2f}x, measured %{y:.2f}x<extra></extra>",
             ))
     values = [c.predicted["speedup"] for c in points] + [c.speedup for c in points]
     low, high = min(values) * 0.9, max(values) * 1.1
-    fig.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="measured = predicted", line={"color": "#868e96", "dash": "dot"}, hoverinfo="skip"))
-    fig.update_layout(**_base_layout("Cost model: predicted vs measured speedup", 420))
-    fig.update_xaxes(title="predicted before measuring (x faster)", type="log")
-    fig.update_yaxes(title="measured in its own run (x faster)", type="log")
-    return fig
+    traces.append(charts.scatter(x=[low, high], y=[low, high], mode="lines", name="measured = predicted", line={"color": "#868e96", "dash": "dot"}, hoverinfo="skip"))
+    return charts.figure(traces, {**_base_layout("Cost model: predicted vs measured speedup", 420), "showlegend": True},
+                         x_axis={"title": "predicted before measuring (x faster)", "type": "log"}, y_axis={"title": "measured in its own run (x faster)", "type": "log"})
 
 
 def optimize_html(report: OptimizeReport) -> str:
@@ -91,7 +84,7 @@ def optimize_html(report: OptimizeReport) -> str:
         _header("Optimize", bench.workload, bench.device, bench.created_at),
         f'<p class="summary"><strong>{html.escape(report.verdict)}</strong></p>',
         _section("Final run", _chart_grid(charts, speedup_figure(report)), _chart_grid(charts, latency_figure(bench.variants)), _results_table(bench.variants), _notes_list(bench.notes)),
-        _section("Search", _chart_grid(charts, pareto_figure(report)), _chart_grid(charts, prediction_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(4, 10))),
+        _section("Search", _chart_grid(charts, pareto_figure(report), prediction_figure(report)), _table(CANDIDATE_HEADERS, [candidate_cells(c) for c in report.candidates], numeric=range(4, 10))),
         _advisor_section(report),
         _section("Not applicable here", _table(["transform", "reason"], skipped) if skipped else '<p class="muted">Every transform applied.</p>'),
         _section("Recipe", f"<pre>{html.escape(json.dumps(report.recipe, indent=2))}</pre>"),
