@@ -54,6 +54,7 @@ from agnitra.workloads.base import Workload
 from agnitra.workloads.loaders import out_of_memory_error
 
 BASELINE_SHARE = 0.5  # of the budget left: a baseline taking longer leaves no room for a search
+MIN_BASELINE_S = 1.0  # left of the budget, at least, to start measuring the original model
 HOTSPOT_RUNS, HOTSPOT_WARMUP = 3, 1  # the profiled run of the original model that times its hotspots
 
 
@@ -516,11 +517,13 @@ def _time_note(budget: Budget, reserved_s: float | None) -> str:
 def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, budget: Budget) -> tuple[BenchReport, float]:
     """The baseline, first: a model that cannot be measured ends the run with the reason. Its run's
     seconds (the worker's start aside) come with it: what the final run spends on the baseline."""
-    limit = BASELINE_SHARE * budget.remaining()  # not a candidate: the run needs it, whatever --candidate-timeout says
+    _check_budget_left(budget)
     try:
         runner.ensure_started(budget.remaining())
     except (WorkerTimeout, WorkerCrashed, WorkerError) as exc:
         raise UserError(f"the model could not be loaded in a worker process: {exc}; check that it loads (`agnitra bench`), or raise --budget") from None
+    _check_budget_left(budget)
+    limit = BASELINE_SHARE * budget.remaining()  # not a candidate: the run needs it, whatever --candidate-timeout says
     try:
         started = time.monotonic()
         return runner.call(probe_baseline, device_report, config, timeout=limit), time.monotonic() - started
@@ -532,6 +535,12 @@ def measure_baseline(runner, device_report: DeviceReport, config: SearchConfig, 
         raise UserError(f"measuring the original model alone took longer than {limit:.0f} s (half of what was left of the budget); raise --budget, or lower --batch/--tokens") from None
     except WorkerCrashed as exc:
         raise UserError(f"the original model could not be measured: {exc}; check that it runs (`agnitra bench`), or lower --batch if memory ran out") from None
+
+
+def _check_budget_left(budget: Budget) -> None:
+    """A one-line error when loading the model (and starting its worker) left no time to measure it."""
+    if budget.remaining() <= MIN_BASELINE_S:
+        raise UserError(f"the {budget.total_s:.0f} s budget was spent before the original model could be measured (loading it took {budget.elapsed():.0f} s); raise --budget")
 
 
 def _final(runner, device_report, peers, finalists, tolerances, budget: Budget, assembly_s: float) -> tuple[FinalRun | None, str]:
