@@ -332,3 +332,73 @@ def test_weight_groups_leave_a_space_several_layers_read_in_its_order():
     assert any("1 channel space(s) read by several layers (up to 2: the residual stream) left in their order" in n for n in orders.notes), orders.notes
     read = [(s, ["b", "c"] if s.id == shared[0] else ["d"]) for s in spaces.free]
     assert len(_spaces_for(parse_steps("sparsity:2:4")[0], read, [])) == len(read)
+
+
+# ---- gathered: the readers of a shared space each in an order of its own ----------------------------
+
+
+def test_a_gathered_linear_computes_what_the_linear_did_in_any_input_order():
+    from agnitra.transforms.permutation.gather import gather_readers, reorder_inputs
+
+    torch.manual_seed(0)
+    model, x = nn.Sequential(nn.Linear(12, 5)), torch.randn(3, 7, 12)
+    expected = model(x)
+    assert gather_readers(model, ["0"]) == 1 and type(model[0]).__name__ == "GatheredLinear"
+    reorder_inputs(model, {"0": torch.randperm(12)})
+    reorder_inputs(model, {"0": torch.randperm(12)})  # orders compose
+    assert not torch.equal(model[0].input_order, torch.arange(12))
+    torch.testing.assert_close(model(x), expected)
+    # the activation norms a step weighs the weight's columns by are in the columns' order
+    norms = pipeline.activation_norms(model, [(x,)], ["0"])["0"]
+    torch.testing.assert_close(norms, x.reshape(-1, 12).norm(dim=0)[model[0].input_order])
+
+
+def _shared_random() -> tuple[nn.Module, list[tuple]]:
+    """_Shared with heavy-tailed weights: the two readers of h (b and c) want different orders."""
+    torch.manual_seed(1)
+    model = _Shared().eval()
+    with torch.no_grad():
+        for layer in (model.b, model.c):
+            layer.weight.mul_(torch.randn_like(layer.weight).exp())
+    return model, [(torch.randn(16, 32, generator=torch.Generator().manual_seed(i)),) for i in range(2)]
+
+
+def test_gathered_gives_each_reader_of_a_shared_space_its_own_order_and_keeps_more():
+    model, calibration = _shared_random()
+    steps = parse_steps("sparsity:2:4")
+    iterative, gathered = (run_layout(model, calibration, steps, mode, solve_seconds=2) for mode in ("iterative", "gathered"))
+    step = gathered.steps[0]
+    assert type(gathered.model.b).__name__ == type(gathered.model.c).__name__ == "GatheredLinear" and type(gathered.model.d) is nn.Linear
+    assert not torch.equal(gathered.model.b.input_order, gathered.model.c.input_order)  # each its own
+    assert type(gathered.model.a).__name__ == "GatheredLinear"  # it reads the model's input, which no free order reaches
+    assert any("3 layers read their input through a gather in an order of their own (the readers of 1 channel space(s) up to 2 layers share "
+               "and of 1 that cannot move (it reaches the model's inputs))" in n for n in step.notes), step.notes
+    assert not any("rolled back" in n for n in step.notes), step.notes  # the orders left the outputs as they were
+    assert step.importance_kept > iterative.steps[0].importance_kept + 0.005, (step, iterative.steps[0])
+    assert type(model.b) is nn.Linear  # the user's model is left as it was
+
+
+def test_gathered_orders_are_cached_apart_from_the_shared_ones_and_reused(tmp_path):
+    from agnitra.transforms.permutation.cache import PermutationCache
+
+    model, calibration = _shared_random()
+    steps, cache = parse_steps("sparsity:2:4"), PermutationCache(tmp_path / "layout")
+    run_layout(model, calibration, steps, "iterative", solve_seconds=1, cache=cache)
+    first = run_layout(model, calibration, steps, "gathered", solve_seconds=1, cache=cache)
+    assert not any("reused" in n for n in first.steps[0].notes)  # the iterative run's orders are not the gathered ones
+    again = run_layout(model, calibration, steps, "gathered", solve_seconds=1, cache=cache)
+    assert any("were reused" in n for n in again.steps[0].notes)
+    assert torch.equal(first.model.b.input_order, again.model.b.input_order) and again.steps[0].importance_kept == first.steps[0].importance_kept
+
+
+def test_a_gathered_mode_is_served_by_its_formats_kernel_behind_its_gathers(tmp_path):
+    """int4 groups of 32 on the CPU (int4-weight-only): the gathers stay in front of the converted
+    layers, and the answer is the rounded model's (quality measured, not a broken order)."""
+    import agnitra
+
+    model, calibration = _shared_random()
+    doc = agnitra.layout(model, calibration[0], transforms="quant:int4:g32", modes=["iterative", "gathered"], device="cpu", solve_seconds=1, runs=2)
+    modes = {m["mode"]: m for m in doc["modes"]}
+    assert modes["gathered"]["served"] == "served by int4-weight-only(group_size=32)" and modes["gathered"]["status"] == "ok", modes["gathered"]
+    assert modes["gathered"]["quality"]["value"] <= 2 * modes["iterative"]["quality"]["value"] + 1e-3, modes
+    assert any("through a gather" in n for n in doc["notes"]), doc["notes"]

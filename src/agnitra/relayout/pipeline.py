@@ -1,6 +1,8 @@
 """The layout pipeline: state transforms applied in order to a copy of the model, with the
 channels permuted never (`none`), once before the first (`once`), or before each one for the
-model's state at that point (`iterative`). Each permutation is checked to leave the model's
+model's state at that point (`iterative`), or as iterative with the layers that read a channel
+space other layers read too (the residual stream) each given an input order of its own, gathered
+at run time (`gathered`, `transforms/permutation/gather.py`). Each permutation is checked to leave the model's
 outputs as they were before it is kept; one that does not is rolled back and the cause noted.
 
 Pruning keeps the weights of most importance (the magnitude of a weight times its input
@@ -26,15 +28,16 @@ from torch import nn
 
 from agnitra.transforms.permutation import kv
 from agnitra.transforms.permutation.cache import PermutationCache
+from agnitra.transforms.permutation.gather import gather_readers
 from agnitra.transforms.permutation.order import activation_norms, left_out, permute_checked, solve_orders, targets
 from agnitra.transforms.permutation.spaces import Spaces, find_spaces
 from agnitra.transforms.permutation.steps import StateStep
 
 __all__ = ["MODES", "LayoutRun", "StepRecord", "activation_norms", "run_layout", "targets"]
 
-MODES = ("none", "once", "iterative")
+MODES = ("none", "once", "iterative", "gathered")
 # what a step's notes say that holds for the whole report (its other notes stay with the step)
-REPORTED = (": refused: ", "the KV cache held as", "layers left as they were", "left in their order")
+REPORTED = (": refused: ", "the KV cache held as", "layers left as they were", "left in their order", "through a gather")
 
 
 @dataclass
@@ -84,17 +87,21 @@ def run_layout(model: nn.Module, calibration: list[tuple], steps: list[StateStep
             records.append(_kv_step(work, calibration, step, _fixed_unit(steps[:index]), permute, solve_seconds, seed, started))
             continue
         with kv.plain_caches(work):  # a compressed KV cache of an earlier step is back after this one
-            permute = step.ordered and (mode == "iterative" or (mode == "once" and index == 0))
-            records.append(_weight_step(work, calibration, step, _fixed_unit(steps[:index]), permute, solve_seconds, seed, cache, started))
+            permute = step.ordered and (mode in ("iterative", "gathered") or (mode == "once" and index == 0))
+            records.append(_weight_step(work, calibration, step, _fixed_unit(steps[:index]), permute, solve_seconds, seed, cache, started,
+                                        gather=mode == "gathered"))
     return LayoutRun(mode, records, work)
 
 
 def _weight_step(work: nn.Module, calibration, step: StateStep, unit: int, permute: bool, solve_seconds: float, seed: int,
-                 cache: PermutationCache | None, started: float) -> StepRecord:
+                 cache: PermutationCache | None, started: float, gather: bool = False) -> StepRecord:
     spaces = find_spaces(work, calibration[0])
     layers = targets(work, spaces, step)
-    norms = activation_norms(work, calibration, list(layers))
     notes: list[str] = []
+    if gather and permute and not step.group % unit and _gather_shared(work, spaces, layers, step, notes):
+        spaces = find_spaces(work, calibration[0])
+        layers = targets(work, spaces, step)
+    norms = activation_norms(work, calibration, list(layers))
     unfit = left_out(work, spaces, step)
     if unfit:
         shapes = ", ".join(sorted({f"{m.out_features}x{m.in_features}" for m in unfit.values()}))
@@ -109,6 +116,27 @@ def _weight_step(work: nn.Module, calibration, step: StateStep, unit: int, permu
     kept, error = _apply(layers, norms, step)
     return StepRecord(step.text, permuted, gain, kept, error, len(layers), round(time.monotonic() - started, 2), notes,
                       weights_changed=sum(m.weight.numel() for m in layers.values()), weights_left=sum(m.weight.numel() for m in unfit.values()))
+
+
+def _gather_shared(work: nn.Module, spaces: Spaces, layers: dict[str, nn.Linear], step: StateStep, notes: list[str]) -> int:
+    """The changed layers whose inputs no order of their own could reach, made to gather their
+    input (each then given an order of its own): those reading a free space other changed layers
+    read too (the residual stream), or a frozen one that is no product of heads; how many were."""
+    reading: dict[int, list[str]] = {}
+    for space in spaces.spaces.values():
+        for axis in space.axes:
+            name = axis.name.removesuffix(".weight")
+            if axis.dim == 1 and name in layers and name not in reading.get(space.id, []):
+                reading.setdefault(space.id, []).append(name)
+    shared = {i: names for i, names in reading.items() if spaces.spaces[i].free and len(names) > 1}
+    fixed = {i: names for i, names in reading.items() if spaces.spaces[i].frozen and not spaces.spaces[i].part_of and not spaces.spaces[i].factors}
+    count = gather_readers(work, [name for names in (*shared.values(), *fixed.values()) for name in names])
+    if count:
+        kinds = [f"of {len(shared)} channel space(s) up to {max(len(n) for n in shared.values())} layers share"] if shared else []
+        kinds += [f"of {len(fixed)} that cannot move ({spaces.spaces[next(iter(fixed))].frozen[0]})"] if fixed else []
+        notes.append(f"{step.text}: {count} layers read their input through a gather in an order of their own (the readers {' and '.join(kinds)}): "
+                     "a copy of each one's input at run time, in the measured latency")
+    return count
 
 
 def _fixed_unit(earlier: list[StateStep]) -> int:
@@ -127,13 +155,13 @@ def _permute_for(model, spaces: Spaces, layers, norms, step: StateStep, unit: in
     are shown unchanged by them (rolled back otherwise)."""
     orders = solve_orders(model, spaces, layers, norms, step, unit, seconds, seed, cache, calibration)
     notes += orders.notes
-    if not orders.chosen:
+    if not orders.chosen and not orders.inputs:
         return 0, 0.0
-    why_not = permute_checked(model, spaces, orders.chosen, calibration[:2])
+    why_not = permute_checked(model, spaces, orders.chosen, calibration[:2], inputs=orders.inputs)
     if why_not:
         notes.append(f"{step.text}: {why_not}")
         return 0, 0.0
-    return len(orders.chosen), orders.gain
+    return len(orders.chosen) + len(orders.inputs), orders.gain
 
 
 def _kv_step(model: nn.Module, calibration, step: StateStep, unit: int, permute: bool, seconds: float, seed: int, started: float) -> StepRecord:

@@ -13,6 +13,7 @@ from torch import nn
 
 from agnitra.errors import AgnitraError, first_line
 from agnitra.transforms.base import TransformContext, get_transform
+from agnitra.transforms.permutation.gather import as_wrapped
 from agnitra.transforms.permutation.steps import StateStep
 from agnitra.workloads.base import Workload
 
@@ -58,6 +59,7 @@ def serve(model: nn.Module, workload: Workload, device: torch.device, kernel: Ke
     the reason the kernel does not apply here."""
     if kernel is None:
         return model, ""
+    as_wrapped(model)  # a layer's own input order as a gather in front of a plain Linear the kernel's transform converts
     transform = get_transform(kernel.transform)
     params = type(transform.default_params())(**{**transform.default_params().__dict__, **kernel.params})
     ctx = TransformContext(workload, device)

@@ -13,6 +13,7 @@ from torch import nn
 from agnitra.transforms.permutation.apply import permute_weights, set_tensor
 from agnitra.transforms.permutation.cache import PermutationCache, space_label
 from agnitra.transforms.permutation.costs import InUnits
+from agnitra.transforms.permutation.gather import GatheredLinear, reorder_inputs
 from agnitra.transforms.permutation.solver import solve
 from agnitra.transforms.permutation.spaces import Spaces
 from agnitra.transforms.permutation.steps import StateStep
@@ -23,6 +24,7 @@ class Orders:
     """What the solver chose for one step: space id -> new order, and the share of the step's cost removed."""
 
     chosen: dict[int, torch.Tensor] = field(default_factory=dict)
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)  # a gathered layer's name -> its new input order (gather.reorder_inputs)
     gain: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -63,8 +65,11 @@ def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) ->
     modules = dict(model.named_modules())
 
     def recorder(name: str):
-        def record(_module, args):
-            x = args[0].detach().float().reshape(-1, args[0].shape[-1])
+        def record(module, args):
+            x = args[0].detach()
+            if isinstance(module, GatheredLinear):  # its weight's columns are in its gather's order
+                x = x.index_select(-1, module.input_order)
+            x = x.float().reshape(-1, x.shape[-1])
             sums[name] = sums.get(name, 0) + (x**2).sum(0).cpu()
         return record
 
@@ -74,40 +79,57 @@ def activation_norms(model: nn.Module, inputs: list[tuple], names: list[str]) ->
 
 def solve_orders(model: nn.Module, spaces: Spaces, layers: dict[str, nn.Linear], norms: dict[str, torch.Tensor], step: StateStep, unit: int,
                  seconds: float, seed: int = 0, cache: PermutationCache | None = None, calibration: list[tuple] = ()) -> Orders:
-    """Each free space a changed layer reads gets the order of least cost for `step`, moving whole
-    units of `unit` channels (groups an earlier step fixed); the cache's orders where it has them."""
+    """Each free space a changed layer reads, and each changed layer that gathers its input
+    (`gather.GatheredLinear`), gets the order of least cost for `step`, moving whole units of
+    `unit` channels (groups an earlier step fixed); the cache's orders where it has them."""
     result = Orders()
     read = [(space, [name for name in layers if any(a.name == f"{name}.weight" and a.dim == 1 for a in space.axes)]) for space in spaces.free]
     read = [(space, readers) for space, readers in read if readers]
     read = _spaces_for(step, read, result.notes)
+    read += [(name, [name]) for name, layer in layers.items() if isinstance(layer, GatheredLinear)]
+    labels = {_label(item): item for item, _ in read}
     key = cache.key(model, step.text, unit, seconds, calibration) if cache is not None else None
     cached = cache.get(key) if cache is not None else None
     if cache is not None:
         result.notes += cache.notes
         cache.notes.clear()
     if cached is not None:
-        labels = {space_label(space): space for space, _ in read}
-        result.chosen = {labels[label].id: torch.tensor(order) for label, order in cached[0].items() if label in labels}
+        for label, order in cached[0].items():
+            if label in labels:
+                _choose(result, labels[label], torch.tensor(order))
         result.gain = cached[1]
         result.notes.append(f"{step.text}: the permutations of an earlier run under the same conditions were reused")
         return result
     before_cost = after_cost = 0.0
+    solved = {}
     work = [sum(layers[n].weight.numel() for n in readers) for _, readers in read]  # what scoring an order costs
-    for (space, readers), size in zip(read, work):
+    for (item, readers), size in zip(read, work):
         cost = step.cost([layers[n].weight for n in readers], [norms.get(n) for n in readers])
         if unit > 1:
             cost = InUnits(cost, unit)
         share = 0.5 / len(read) + 0.5 * size / sum(work)  # half the time evenly, half by the weights it reads
         solution = solve(cost, seconds=seconds * share, seed=seed)
         if solution.cost < solution.identity_cost:
-            result.chosen[space.id] = cost.channel_order(solution.order) if unit > 1 else solution.order
+            solved[_label(item)] = order = cost.channel_order(solution.order) if unit > 1 else solution.order
+            _choose(result, item, order)
             before_cost += solution.identity_cost
             after_cost += solution.cost
     result.gain = (1 - after_cost / before_cost) if before_cost > 0 else 0.0
     if cache is not None:
-        by_id = {space.id: space for space in spaces.free}
-        cache.put(key, {space_label(by_id[i]): order.tolist() for i, order in result.chosen.items()}, result.gain)
+        cache.put(key, {label: order.tolist() for label, order in solved.items()}, result.gain)
     return result
+
+
+def _label(item) -> str:
+    """A solved item's name in the cache: a space's label, or a gathered layer's own."""
+    return f"input order of {item}" if isinstance(item, str) else space_label(item)
+
+
+def _choose(result: Orders, item, order: torch.Tensor) -> None:
+    if isinstance(item, str):
+        result.inputs[item] = order
+    else:
+        result.chosen[item.id] = order
 
 
 def outputs(model: nn.Module, batch: tuple) -> list[torch.Tensor]:
@@ -148,14 +170,16 @@ def _spaces_for(step: StateStep, read: list[tuple], notes: list[str]) -> list[tu
     return [(space, readers) for space, readers in read if len(readers) == 1]
 
 
-def permute_checked(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Tensor], checks: list[tuple], in_place: bool = True) -> str:
-    """Apply the orders if the outputs on `checks` stay as they were; '' when applied, else why not
-    (the model is then as it was). `in_place=False` gives moved tensors new storage (a patcher's
-    copy shares the original's tensors)."""
+def permute_checked(model: nn.Module, spaces: Spaces, chosen: dict[int, torch.Tensor], checks: list[tuple], in_place: bool = True,
+                    inputs: dict[str, torch.Tensor] | None = None) -> str:
+    """Apply the orders (and the gathered layers' `inputs` orders, in place) if the outputs on
+    `checks` stay as they were; '' when applied, else why not (the model is then as it was).
+    `in_place=False` gives moved tensors new storage (a patcher's copy shares the original's tensors)."""
     reference = [outputs(model, batch) for batch in checks]
     saved = {name: t for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers(remove_duplicate=False))}
     backup = None if not in_place else {name: t.detach().clone() for name, t in saved.items()}
     permute_weights(model, spaces, chosen, in_place=in_place)
+    reorder_inputs(model, inputs or {})
     eps = compute_eps(model)
     if all(same_outputs(outputs(model, batch), expected, eps) for batch, expected in zip(checks, reference)):
         return ""

@@ -1,0 +1,82 @@
+"""Input orders of a layer's own: a Linear that gathers its input channels in the order its weight
+wants (`GatheredLinear`), for the layers that read a channel space many layers read (a
+transformer's residual stream). One order of that space must serve every reader, and the more
+rows share it the less of a step's cost it removes (docs/layout.md); a gather per reader costs a
+copy of its input at run time instead."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class GatheredLinear(nn.Linear):
+    """y = x[..., input_order] @ weight.T + bias: the weight's columns stored in `input_order`'s
+    order. Its own forward, so the weight-format transforms that convert plain Linears pass it
+    over (`as_wrapped` hands its Linear to them)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.index_select(-1, self.input_order), self.weight, self.bias)
+
+
+def gathered(linear: nn.Linear) -> GatheredLinear:
+    """`linear` (its parameters, not copies) reading its input in the identity order."""
+    module = GatheredLinear(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+    module.weight, module.bias = linear.weight, linear.bias
+    module.register_buffer("input_order", torch.arange(linear.in_features, device=linear.weight.device))
+    return module.train(linear.training)
+
+
+def gather_readers(model: nn.Module, names: list[str]) -> int:
+    """The named Linear layers replaced by gathered ones (in place in `model`); how many were."""
+    count = 0
+    for name in names:
+        module = model.get_submodule(name)
+        if isinstance(module, GatheredLinear) or type(module) is not nn.Linear:
+            continue
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, gathered(module))
+        count += 1
+    return count
+
+
+def reorder_inputs(model: nn.Module, orders: dict[str, torch.Tensor]) -> None:
+    """Each named GatheredLinear's columns and gather moved by `order` (new position i holds the
+    old column order[i]): the layer computes what it did."""
+    with torch.no_grad():
+        for name, order in orders.items():
+            module = model.get_submodule(name)
+            order = order.to(module.weight.device)
+            module.weight.copy_(module.weight.index_select(1, order))
+            module.input_order.copy_(module.input_order.index_select(0, order))
+
+
+def gathered_names(model: nn.Module) -> list[str]:
+    return [name for name, module in model.named_modules() if isinstance(module, GatheredLinear)]
+
+
+class _Gather(nn.Module):
+    """A gather in front of a plain Linear, which a weight-format transform may then convert."""
+
+    def __init__(self, order: torch.Tensor, linear: nn.Linear) -> None:
+        super().__init__()
+        self.register_buffer("order", order)
+        self.linear = linear
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x.index_select(-1, self.order))
+
+
+def as_wrapped(model: nn.Module) -> int:
+    """Every GatheredLinear in `model` as a gather in front of a plain Linear (same parameters),
+    for serving by a weight-format kernel; how many were."""
+    count = 0
+    for name in gathered_names(model):
+        module = model.get_submodule(name)
+        linear = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None, device="meta")
+        linear.weight, linear.bias = module.weight, module.bias
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, _Gather(module.input_order, linear))
+        count += 1
+    return count
