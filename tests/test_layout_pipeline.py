@@ -101,18 +101,18 @@ def test_agnitra_layout_compares_the_modes_and_writes_its_files(tmp_path, monkey
     model, calibration = _planted()
     doc = agnitra.layout(model, calibration[0], transforms="sparsity:2:4", device="cpu", solve_seconds=2, runs=2, out=tmp_path / "sdk")
     modes = {m["mode"]: m for m in doc["modes"]}
-    assert list(modes) == ["none", "once", "iterative"] and all(m["quality"]["metric"] for m in modes.values())
+    assert list(modes) == ["none", "once", "iterative", "gathered"] and all(m["quality"]["metric"] for m in modes.values())
     assert modes["iterative"]["steps"][0]["importance_kept"] > modes["none"]["steps"][0]["importance_kept"]
     assert json.loads((tmp_path / "sdk" / "layout.json").read_text())["schema"] == "agnitra.layout/2"
     assert doc["calibration"] == "8 batch(es) of [8, 32] from the example inputs and fresh inputs like them"
-    assert (tmp_path / "sdk" / "layout.csv").read_text().count("\n") == 4  # a header and a row per mode and step
+    assert (tmp_path / "sdk" / "layout.csv").read_text().count("\n") == 5  # a header and a row per mode and step
     # no 2:4 kernel on the CPU: measured dense, and said; energy and L2 are GPU figures, their gates not judged
     assert any(n.startswith("sparsity-2of4 does not apply here") for n in doc["notes"])
     gates = {g["name"]: g for g in modes["iterative"]["gates"]}
     assert gates["energy per item"]["met"] is None and gates["L2 hit rate"]["met"] is None and "GPU" in gates["L2 hit rate"]["why"]
     assert gates["latency"]["met"] is not None and gates["quality loss"]["met"] is not None
     metrics = json.loads((tmp_path / "sdk" / "metrics.json").read_text())
-    assert set(metrics) == {"original", "none", "once", "iterative"} and metrics["iterative"]["gates"]["L2 hit rate"] is None
+    assert set(metrics) == {"original", "none", "once", "iterative", "gathered"} and metrics["iterative"]["gates"]["L2 hit rate"] is None
     assert "Gates: latency -20%" in (tmp_path / "sdk" / "report.html").read_text()
     (tmp_path / "m.py").write_text("import torch\n\ndef make():\n    torch.manual_seed(0)\n    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8)), (torch.randn(4, 16),)\n")
     assert main(["layout", f"{tmp_path}/m.py:make", "--device", "cpu", "--transform", "quant:int4:g16", "--modes", "none,iterative", "--solve-seconds", "1",

@@ -185,7 +185,7 @@ def layout(
     example_inputs=None,
     *,
     transforms: str = "sparsity:2:4,quant:int4",
-    modes: Sequence[str] = ("none", "once", "iterative"),
+    modes: Sequence[str] = ("none", "once", "iterative", "gathered"),
     device=None,
     solve_seconds: float = 60.0,
     calibration_batches: int = 8,

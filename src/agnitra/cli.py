@@ -885,7 +885,7 @@ def check(
 def layout(
     model: str = typer.Argument(..., help="zoo:NAME, file.py:factory or a model file"),
     transform: str = typer.Option("sparsity:2:4,quant:int4", "--transform", help="state transforms in order: sparsity:2:4, quant:int4[:gN], quant:int8, quant:int3|int2[:gN] (no kernel: quality only), blocks:SIZE:DENSITY, and for our Llama decoders the KV cache: kv:int8[:gN], kv:int4[:gN], kv:prune:F"),
-    modes: str = typer.Option("none,once,iterative", "--modes", help="none (transforms only), once (permuted before the first), iterative (re-permuted before each), gathered (iterative, and each layer reading the residual stream in an order of its own, gathered at run time)"),
+    modes: str = typer.Option("none,once,iterative,gathered", "--modes", help="none (transforms only), once (permuted before the first), iterative (re-permuted before each), gathered (iterative, and each layer reading the residual stream in an order of its own, gathered at run time)"),
     solve_seconds: float = typer.Option(60.0, "--solve-seconds", help="the solver's time for each step's permutations"),
     calibration_batches: int = typer.Option(8, "--calibration-batches", help="batches the activation statistics are gathered on (a decoder's training text where the workload has it)"),
     device: Optional[str] = DeviceOpt,
