@@ -66,6 +66,7 @@ def test_it_is_searched_only_beside_the_weight_format_it_serves():
     assert with_layout and all(len(r) == 2 and r[1][0] == "int4-weight-only" for r in with_layout)
     assert all(f"g{r[1][1]['group_size']}" == r[0][1]["serves"].rsplit(":", 1)[1] for r in with_layout)  # the served group is the recipe's
     assert {r[0][1]["serves"] for r in with_layout} == {"quant:int4:g128", "quant:int4:g64", "quant:int4:g32"}  # 2:4 only on CUDA
+    assert {r[0][1]["gather"] for r in with_layout} == {False, True}
     with pytest.raises(UserError, match=r"transform 'layout': serves='quant:int8': it orders channels for one step, quant:int4:gN or sparsity:2:4"):
         get_transform("layout").parse_params({"serves": "quant:int8"})
 
@@ -86,3 +87,22 @@ def test_a_bf16_model_is_permuted_too(tmp_path, monkeypatch):
     assert compute_eps(permuted) == torch.finfo(torch.bfloat16).eps
     x = workload.example_inputs[0]
     assert not same_outputs([workload.model(x)], [workload.model(x) * 1.5], compute_eps(permuted))  # a real change is still caught
+
+
+def test_gather_gives_a_layer_no_free_order_reaches_its_own_and_the_weight_format_still_converts_it(tmp_path, monkeypatch):
+    """The first layer reads the model's input, which no permutation may move: with gather=True it
+    reads it through a gather in its own order, the int4 format converts the Linear behind the
+    gather, and the user's model keeps its modules and tensors."""
+    monkeypatch.setenv("AGNITRA_CACHE_DIR", str(tmp_path))
+    workload = _mixed_ranges()
+    original = {name: t.clone() for name, t in workload.model.state_dict().items()}
+    ctx = TransformContext(workload, torch.device("cpu"))
+    (x,) = workload.inputs(7)
+    layout = get_transform("layout")
+    gathered = layout.apply(_copy(workload), ctx, layout.parse_params({"serves": "quant:int4:g32", "solve_seconds": 1.0, "gather": True}))
+    assert type(gathered[0]).__name__ == "_Gather" and type(gathered[0].linear) is nn.Linear and _error(gathered, workload.model, x) < 1e-5
+    recipe = lambda gather: Recipe.of(("layout", {"serves": "quant:int4:g32", "solve_seconds": 1.0, "gather": gather}), ("int4-weight-only", {"group_size": 32}))  # noqa: E731
+    with_gather, without = (apply_recipe(recipe(g), ctx).model for g in (True, False))
+    assert type(with_gather[0].linear).__name__ != "Linear"  # converted to the int4 format behind its gather
+    assert _error(with_gather, workload.model, x) < _error(without, workload.model, x)
+    assert type(workload.model[0]) is nn.Linear and all(torch.equal(t, original[name]) for name, t in workload.model.state_dict().items())

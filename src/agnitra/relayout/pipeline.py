@@ -28,7 +28,7 @@ from torch import nn
 
 from agnitra.transforms.permutation import kv
 from agnitra.transforms.permutation.cache import PermutationCache
-from agnitra.transforms.permutation.gather import gather_readers
+from agnitra.transforms.permutation.gather import gather_readers, unreachable_readers
 from agnitra.transforms.permutation.order import activation_norms, left_out, permute_checked, solve_orders, targets
 from agnitra.transforms.permutation.spaces import Spaces, find_spaces
 from agnitra.transforms.permutation.steps import StateStep
@@ -119,22 +119,12 @@ def _weight_step(work: nn.Module, calibration, step: StateStep, unit: int, permu
 
 
 def _gather_shared(work: nn.Module, spaces: Spaces, layers: dict[str, nn.Linear], step: StateStep, notes: list[str]) -> int:
-    """The changed layers whose inputs no order of their own could reach, made to gather their
-    input (each then given an order of its own): those reading a free space other changed layers
-    read too (the residual stream), or a frozen one that is no product of heads; how many were."""
-    reading: dict[int, list[str]] = {}
-    for space in spaces.spaces.values():
-        for axis in space.axes:
-            name = axis.name.removesuffix(".weight")
-            if axis.dim == 1 and name in layers and name not in reading.get(space.id, []):
-                reading.setdefault(space.id, []).append(name)
-    shared = {i: names for i, names in reading.items() if spaces.spaces[i].free and len(names) > 1}
-    fixed = {i: names for i, names in reading.items() if spaces.spaces[i].frozen and not spaces.spaces[i].part_of and not spaces.spaces[i].factors}
-    count = gather_readers(work, [name for names in (*shared.values(), *fixed.values()) for name in names])
+    """The changed layers no order of their own could reach made to gather their input
+    (`gather.unreachable_readers`); how many were, said in the notes."""
+    readers = unreachable_readers(spaces, layers)
+    count = gather_readers(work, readers.names)
     if count:
-        kinds = [f"of {len(shared)} channel space(s) up to {max(len(n) for n in shared.values())} layers share"] if shared else []
-        kinds += [f"of {len(fixed)} that cannot move ({spaces.spaces[next(iter(fixed))].frozen[0]})"] if fixed else []
-        notes.append(f"{step.text}: {count} layers read their input through a gather in an order of their own (the readers {' and '.join(kinds)}): "
+        notes.append(f"{step.text}: {count} layers read their input through a gather in an order of their own (the readers {readers.describe(spaces)}): "
                      "a copy of each one's input at run time, in the measured latency")
     return count
 

@@ -55,6 +55,7 @@ class ChannelOrder(Transform):
         serves: str = "quant:int4:g128"  # quant:int4:gN (int4-weight-only, group N) or sparsity:2:4
         solve_seconds: float = 5.0  # the solver's time for the step's spaces (a candidate's setup pays it; cached for the next)
         calibration_batches: int = 4
+        gather: bool = False  # the residual stream's readers each in an order of its own, through a gather of its input at run time
 
     order = 25  # before the weight formats (30)
     acts_on = frozenset({"matmul"})
@@ -63,7 +64,7 @@ class ChannelOrder(Transform):
     def choices(self, ctx: TransformContext) -> list[Choice]:
         served = [f"quant:int4:g{g}" for g in INT4_GROUPS] + (["sparsity:2:4"] if ctx.device.type == "cuda" else [])
         # no speed of its own and a solve to pay: after the weight formats alone, whose quality it may rescue
-        return [Choice(self.name, (("serves", text),), 0.9) for text in served]
+        return [Choice(self.name, (("serves", text), ("gather", gather)), 0.9 if not gather else 0.85) for text in served for gather in (False, True)]
 
     def conflict(self, params, others: list[Step], ctx: TransformContext) -> str | None:
         if not _serving(params.serves, others):
@@ -79,6 +80,7 @@ class ChannelOrder(Transform):
     def apply(self, model: nn.Module, ctx: TransformContext, params) -> nn.Module:
         from agnitra.config import load_settings
         from agnitra.transforms.permutation.cache import PermutationCache
+        from agnitra.transforms.permutation.gather import as_wrapped, gather_readers, unreachable_readers
         from agnitra.transforms.permutation.order import activation_norms, permute_checked, solve_orders, targets
         from agnitra.transforms.permutation.spaces import find_spaces
 
@@ -87,12 +89,18 @@ class ChannelOrder(Transform):
         spaces = find_spaces(model, calibration[0])
         layers = targets(model, spaces, step, heads=True)  # the weight format converts heads too: their groups count
         check(layers, f"layout: no Linear layer that {params.serves} fits has channels it may reorder")
+        if params.gather:
+            check(gather_readers(model, unreachable_readers(spaces, layers).names, copy_weights=True),
+                  "layout: gather: every layer it changes already has an order of its own to take (no residual stream's readers)")
+            spaces = find_spaces(model, calibration[0])
+            layers = targets(model, spaces, step, heads=True)
         # int4's error is weighed by each channel's activation norm; 2:4 prunes by magnitude alone
         norms = activation_norms(model, calibration, list(layers)) if step.kind == "quant" else {}
         orders = solve_orders(model, spaces, layers, norms, step, 1, params.solve_seconds, cache=PermutationCache(load_settings().cache_path / "layout"),
                               calibration=calibration)
-        if orders.chosen:
-            why_not = permute_checked(model, spaces, orders.chosen, calibration[:1], in_place=False)
+        if orders.chosen or orders.inputs:
+            why_not = permute_checked(model, spaces, orders.chosen, calibration[:1], in_place=False, inputs=orders.inputs)
             if why_not:
                 raise RuntimeError(f"layout: {why_not}")
+        as_wrapped(model)  # a gathered layer as a gather in front of a plain Linear, which the weight format converts
         return model

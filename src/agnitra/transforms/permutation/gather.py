@@ -6,9 +6,13 @@ copy of its input at run time instead."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from agnitra.transforms.permutation.spaces import Spaces
 
 
 class GatheredLinear(nn.Linear):
@@ -28,15 +32,50 @@ def gathered(linear: nn.Linear) -> GatheredLinear:
     return module.train(linear.training)
 
 
-def gather_readers(model: nn.Module, names: list[str]) -> int:
-    """The named Linear layers replaced by gathered ones (in place in `model`); how many were."""
+@dataclass
+class Readers:
+    """Layers whose input channels no free order of their own reaches, by the space they read."""
+
+    shared: dict[int, list[str]]  # a free space other changed layers read too (the residual stream)
+    fixed: dict[int, list[str]]  # a frozen space that is no product of heads (e.g. one reaching the model's outputs)
+
+    @property
+    def names(self) -> list[str]:
+        return [name for names in (*self.shared.values(), *self.fixed.values()) for name in names]
+
+    def describe(self, spaces: Spaces) -> str:
+        kinds = [f"of {len(self.shared)} channel space(s) up to {max(len(n) for n in self.shared.values())} layers share"] if self.shared else []
+        kinds += [f"of {len(self.fixed)} that cannot move ({spaces.spaces[next(iter(self.fixed))].frozen[0]})"] if self.fixed else []
+        return " and ".join(kinds)
+
+
+def unreachable_readers(spaces: Spaces, layers: dict[str, nn.Module]) -> Readers:
+    """Of `layers`, those reading a free space another of them reads too, or a frozen space that
+    no product of heads is made of (a head's composite is moved through its factors)."""
+    reading: dict[int, list[str]] = {}
+    for space in spaces.spaces.values():
+        for axis in space.axes:
+            name = axis.name.removesuffix(".weight")
+            if axis.dim == 1 and name in layers and name not in reading.get(space.id, []):
+                reading.setdefault(space.id, []).append(name)
+    shared = {i: names for i, names in reading.items() if spaces.spaces[i].free and len(names) > 1}
+    fixed = {i: names for i, names in reading.items() if spaces.spaces[i].frozen and not spaces.spaces[i].part_of and not spaces.spaces[i].factors}
+    return Readers(shared, fixed)
+
+
+def gather_readers(model: nn.Module, names: list[str], copy_weights: bool = False) -> int:
+    """The named Linear layers replaced by gathered ones (in place in `model`; `copy_weights`: with
+    their own copies of the weights, for a patcher's copy that shares the user's); how many were."""
     count = 0
     for name in names:
         module = model.get_submodule(name)
         if isinstance(module, GatheredLinear) or type(module) is not nn.Linear:
             continue
+        replacement = gathered(module)
+        if copy_weights:
+            replacement.weight = nn.Parameter(module.weight.detach().clone(), requires_grad=module.weight.requires_grad)
         parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, gathered(module))
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, replacement)
         count += 1
     return count
 
