@@ -106,3 +106,7 @@ def test_gather_gives_a_layer_no_free_order_reaches_its_own_and_the_weight_forma
     assert type(with_gather[0].linear).__name__ != "Linear"  # converted to the int4 format behind its gather
     assert _error(with_gather, workload.model, x) < _error(without, workload.model, x)
     assert type(workload.model[0]) is nn.Linear and all(torch.equal(t, original[name]) for name, t in workload.model.state_dict().items())
+    from agnitra.errors import NotApplicable
+
+    with pytest.raises(NotApplicable, match="no layer quant:int4:g128 fits reads a channel space other layers read too or one that cannot move"):
+        layout.apply(_copy(workload), ctx, layout.parse_params({"serves": "quant:int4:g128", "solve_seconds": 1.0, "gather": True}))  # only the hidden layer fits: its own space

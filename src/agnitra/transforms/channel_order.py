@@ -91,7 +91,7 @@ class ChannelOrder(Transform):
         check(layers, f"layout: no Linear layer that {params.serves} fits has channels it may reorder")
         if params.gather:
             check(gather_readers(model, unreachable_readers(spaces, layers).names, copy_weights=True),
-                  "layout: gather: every layer it changes already has an order of its own to take (no residual stream's readers)")
+                  f"layout: gather: no layer {params.serves} fits reads a channel space other layers read too or one that cannot move; gather=False orders them")
             spaces = find_spaces(model, calibration[0])
             layers = targets(model, spaces, step, heads=True)
         # int4's error is weighed by each channel's activation norm; 2:4 prunes by magnitude alone
