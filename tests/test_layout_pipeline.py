@@ -374,7 +374,7 @@ def test_gathered_gives_each_reader_of_a_shared_space_its_own_order_and_keeps_mo
     assert any("3 layers read their input through a gather in an order of their own (the readers of 1 channel space(s) up to 2 layers share "
                "and of 1 that cannot move (it reaches the model's inputs))" in n for n in step.notes), step.notes
     assert not any("rolled back" in n for n in step.notes), step.notes  # the orders left the outputs as they were
-    assert step.importance_kept > iterative.steps[0].importance_kept + 0.005, (step, iterative.steps[0])
+    assert step.importance_kept > iterative.steps[0].importance_kept + 0.003, (step, iterative.steps[0])  # 0.007 here; 0.0035 at a twentieth of the time
     assert type(model.b) is nn.Linear  # the user's model is left as it was
 
 
