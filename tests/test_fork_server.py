@@ -145,3 +145,24 @@ def test_a_service_worker_imports_what_warming_needs_before_it_claims_a_job():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_a_start_past_its_limit_says_the_limit_it_had_not_what_was_left_after_the_fork(monkeypatch):
+    """Forking under load can take seconds of a start's limit: the error names the limit given."""
+    import pytest
+
+    from agnitra.bench import fork_server
+    from agnitra.bench.isolated import WorkerTimeout
+
+    real_start = fork_server.start
+
+    def slow_start(conn):
+        import time
+
+        time.sleep(1.5)
+        return real_start(conn)
+
+    monkeypatch.setattr(fork_server, "start", slow_start)
+    monkeypatch.setenv("AGNITRA_WORKER_FORK", "1")
+    with Worker(_source()) as worker, pytest.raises(WorkerTimeout, match=r"^ran past its time limit of 1 s \(starting the worker \(loading the model\)\); stopped$"):
+        worker.ensure_started(1.0)

@@ -286,6 +286,7 @@ class Worker:
 
         from agnitra.bench import fork_server
 
+        limit = deadline - time.monotonic()  # said if the start runs past it (forking under load can take seconds of it)
         parent_end, child_end = socket.socketpair()
         self.started_at = time.time()
         if fork_server.usable(self.source.device):
@@ -302,7 +303,7 @@ class Worker:
         self.starts += 1
         t0 = time.monotonic()
         self.conn.send(("setup", list(sys.path), self.source))
-        self._reply(deadline, deadline - time.monotonic(), starting=True)
+        self._reply(deadline, limit, starting=True)
         self.start_s = time.monotonic() - t0
 
     def _reply(self, deadline: float, timeout: float, starting: bool = False) -> Any:
