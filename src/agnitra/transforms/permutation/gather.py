@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from agnitra.transforms.base import replace_modules
 from agnitra.transforms.permutation.spaces import Spaces
 
 
@@ -64,20 +65,17 @@ def unreachable_readers(spaces: Spaces, layers: dict[str, nn.Module]) -> Readers
 
 
 def gather_readers(model: nn.Module, names: list[str], copy_weights: bool = False) -> int:
-    """The named Linear layers replaced by gathered ones (in place in `model`; `copy_weights`: with
-    their own copies of the weights, for a patcher's copy that shares the user's); how many were."""
-    count = 0
-    for name in names:
-        module = model.get_submodule(name)
-        if isinstance(module, GatheredLinear) or type(module) is not nn.Linear:
-            continue
-        replacement = gathered(module)
+    """The named plain Linear layers replaced by gathered ones (in place in `model`; `copy_weights`:
+    with their own copies of the weights, for a patcher's copy that shares the user's); how many were."""
+    wanted = set(names)
+
+    def build(_name: str, linear: nn.Linear) -> GatheredLinear:
+        module = gathered(linear)
         if copy_weights:
-            replacement.weight = nn.Parameter(module.weight.detach().clone(), requires_grad=module.weight.requires_grad)
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, replacement)
-        count += 1
-    return count
+            module.weight = nn.Parameter(linear.weight.detach().clone(), requires_grad=linear.weight.requires_grad)
+        return module
+
+    return replace_modules(model, lambda name, module: name in wanted and type(module) is nn.Linear, build)
 
 
 def reorder_inputs(model: nn.Module, orders: dict[str, torch.Tensor]) -> None:
@@ -89,10 +87,6 @@ def reorder_inputs(model: nn.Module, orders: dict[str, torch.Tensor]) -> None:
             order = order.to(module.weight.device)
             module.weight.copy_(module.weight.index_select(1, order))
             module.input_order.copy_(module.input_order.index_select(0, order))
-
-
-def gathered_names(model: nn.Module) -> list[str]:
-    return [name for name, module in model.named_modules() if isinstance(module, GatheredLinear)]
 
 
 class _Gather(nn.Module):
@@ -110,12 +104,11 @@ class _Gather(nn.Module):
 def as_wrapped(model: nn.Module) -> int:
     """Every GatheredLinear in `model` as a gather in front of a plain Linear (same parameters),
     for serving by a weight-format kernel; how many were."""
-    count = 0
-    for name in gathered_names(model):
-        module = model.get_submodule(name)
-        linear = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None, device="meta")
-        linear.weight, linear.bias = module.weight, module.bias
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, _Gather(module.input_order, linear))
-        count += 1
-    return count
+    return replace_modules(model, lambda _name, module: isinstance(module, GatheredLinear), lambda _name, module: _Gather(module.input_order, _plain(module)))
+
+
+def _plain(module: nn.Linear) -> nn.Linear:
+    """A plain nn.Linear holding `module`'s parameters (not copies)."""
+    linear = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None, device="meta")
+    linear.weight, linear.bias = module.weight, module.bias
+    return linear
